@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+# One warm inductor cache for the whole run (inductor tests are few and share it).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torch-otel-tests-inductor-cache"))
+
+import torch  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+
+import torch_otel  # noqa: E402
+from torch_otel import _internal  # noqa: E402
+
+
+def _torch_logger_names() -> list[str]:
+    names = ["torch", "torch.__trace", "torch._utils_internal"]
+    names += [n for n in logging.root.manager.loggerDict if n.startswith("torch")]
+    return names
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_logging() -> Iterator[None]:
+    """Every test leaves torch's loggers (handlers, levels, propagate) and dynamo as it found them."""
+    saved = {}
+    for name in _torch_logger_names():
+        lg = logging.getLogger(name)
+        saved[name] = (list(lg.handlers), lg.level, lg.propagate)
+    cfg = (torch._dynamo.config.automatic_dynamic_shapes, torch._dynamo.config.recompile_limit)
+    torch._dynamo.reset()
+    yield
+    torch_otel.uninstrument()
+    torch._dynamo.reset()
+    torch._dynamo.config.automatic_dynamic_shapes, torch._dynamo.config.recompile_limit = cfg
+    for name, (handlers, level, propagate) in saved.items():
+        lg = logging.getLogger(name)
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
+    _internal.reset_for_tests()
+
+
+@dataclass
+class Capture:
+    exporter: InMemorySpanExporter
+    provider: TracerProvider
+    registry: CollectorRegistry
+
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def roots(self, kind: str | None = "frame") -> list[ReadableSpan]:
+        out = [s for s in self.spans() if s.attributes and "torch.compile.kind" in s.attributes]
+        if kind is not None:
+            out = [s for s in out if s.attributes["torch.compile.kind"] == kind]
+        return sorted(out, key=lambda s: s.start_time)
+
+    def root(self, compile_id: str, kind: str = "frame") -> ReadableSpan:
+        matches = [s for s in self.roots(kind) if s.attributes["torch.compile.id"] == compile_id]
+        assert len(matches) == 1, f"{compile_id}: {[s.attributes['torch.compile.id'] for s in self.roots(kind)]}"
+        return matches[0]
+
+    def children(self, span: ReadableSpan) -> list[ReadableSpan]:
+        return [s for s in self.spans() if s.parent is not None and s.parent.span_id == span.context.span_id]
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+
+@pytest.fixture
+def make_capture() -> Iterator:
+    made: list[TracerProvider] = []
+
+    def make(capture: str = "default", **settings: object) -> Capture:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        registry = CollectorRegistry()
+        s = torch_otel.Settings(**settings) if settings else None  # type: ignore[arg-type]
+        torch_otel.instrument(provider, registry=registry, capture=capture, settings=s)
+        made.append(provider)
+        return Capture(exporter, provider, registry)
+
+    yield make
+    torch_otel.uninstrument()
+    for p in made:
+        p.shutdown()
+
+
+@pytest.fixture
+def cap(make_capture) -> Capture:  # type: ignore[no-untyped-def]
+    return make_capture()

@@ -1,0 +1,45 @@
+"""Shared helpers for subprocess tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+WORKLOADS = HERE / "workloads"
+_GLOG = re.compile(r"^([VIWEC])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+
+
+def run_python(script: Path | str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300,
+               args: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
+    full.update(env or {})
+    return subprocess.run([sys.executable, str(script), *(args or [])], env=full, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def normalize_stderr(text: str) -> list[str]:
+    """torch's glog prefix carries time and pid: drop them to compare two runs."""
+    return [_GLOG.sub(r"\1 ", line) for line in text.splitlines()]
+
+
+def read_otlp_json_spans(path: Path) -> list[dict[str, Any]]:
+    """Flatten an OTLP-JSON lines file into spans with plain attribute dicts."""
+    spans: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines():
+        req = json.loads(line)
+        for rs in req.get("resourceSpans", []):
+            for ss in rs.get("scopeSpans", []):
+                for sp in ss.get("spans", []):
+                    attrs = {}
+                    for kv in sp.get("attributes", []):
+                        v = kv["value"]
+                        attrs[kv["key"]] = next(iter(v.values())) if v else None
+                    sp["attrs"] = attrs
+                    spans.append(sp)
+    return spans

@@ -1,0 +1,68 @@
+"""The bridge next to torch's own logging: stderr, TORCH_LOGS, TORCH_TRACE and tlparse."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import WORKLOADS, normalize_stderr, read_otlp_json_spans, run_python
+
+BRIDGE_ENV = {"WITH_BRIDGE": "1", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+
+
+def test_stderr_is_unchanged_by_the_bridge(tmp_path):
+    plain = run_python(WORKLOADS / "mixed.py")
+    bridged = run_python(WORKLOADS / "mixed.py", {**BRIDGE_ENV, "TORCH_OTEL_TRACES_FILE": str(tmp_path / "s.jsonl")})
+    assert plain.returncode == 0 and bridged.returncode == 0, bridged.stderr[-2000:]
+    assert normalize_stderr(bridged.stderr) == normalize_stderr(plain.stderr)
+    assert bridged.stdout == plain.stdout
+    assert "recompile_limit" in plain.stderr, "torch's own warning is still there"
+    assert (tmp_path / "s.jsonl").stat().st_size > 0
+
+
+def test_torch_logs_graph_breaks_still_printed(tmp_path):
+    env = {"TORCH_LOGS": "graph_breaks,recompiles"}
+    plain = run_python(WORKLOADS / "mixed.py", env)
+    bridged = run_python(WORKLOADS / "mixed.py", {**env, **BRIDGE_ENV, "TORCH_OTEL_TRACES_FILE": str(tmp_path / "s.jsonl")})
+    assert "Graph break in user code" in plain.stderr
+    assert normalize_stderr(bridged.stderr) == normalize_stderr(plain.stderr)
+    spans = read_otlp_json_spans(tmp_path / "s.jsonl")
+    assert any(e["name"] == "torch.compile.graph_break" for s in spans for e in s.get("events", []))
+
+
+@pytest.mark.skipif(shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
+                    reason="tlparse is installed by the test extra")
+@pytest.mark.parametrize("capture", ["default", "full"])
+def test_torch_trace_still_written_and_compile_ids_match_tlparse(tmp_path, capture):
+    trace_dir = tmp_path / "trace"
+    spans_file = tmp_path / "spans.jsonl"
+    res = run_python(WORKLOADS / "mixed.py", {**BRIDGE_ENV, "TORCH_TRACE": str(trace_dir), "COMPILED_AUTOGRAD": "1",
+                                              "TORCH_OTEL_CAPTURE": capture, "TORCH_OTEL_TRACES_FILE": str(spans_file)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs = list(trace_dir.glob("*.log"))
+    assert len(logs) == 1 and logs[0].stat().st_size > 10_000, "TORCH_TRACE still gets its log"
+    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    out = tmp_path / "tl_out"
+    subprocess.run([tlparse, str(logs[0]), "-o", str(out), "--no-browser"], check=True, capture_output=True, timeout=300)
+    directory = json.loads((out / "compile_directory.json").read_text())
+    tl_ids = {k.strip("[]") for k in directory} - {"-/-"}
+
+    spans = read_otlp_json_spans(spans_file)
+    roots = [s for s in spans if "torch.compile.kind" in s["attrs"]]
+    ours: set[str] = set()
+    for r in roots:
+        cid, attempt = r["attrs"]["torch.compile.id"], int(r["attrs"]["torch.compile.attempt"])
+        if r["attrs"]["torch.compile.kind"] == "backward":
+            continue  # tlparse files the lazy backward under its forward's id
+        ours.add(cid)
+        ours.update(f"{cid}_{a}" for a in range(1, attempt + 1))
+    assert ours == tl_ids
+    kinds = {r["attrs"]["torch.compile.kind"] for r in roots}
+    assert kinds == {"frame", "backward", "compiled_autograd"}
+    failed = [r for r in roots if r.get("status", {}).get("code") == "STATUS_CODE_ERROR"]
+    assert {r["attrs"]["error.type"] for r in failed} == {"TorchRuntimeError", "Unsupported"}

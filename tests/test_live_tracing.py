@@ -1,0 +1,326 @@
+"""Live capture against real torch.compile runs, read back from an InMemorySpanExporter."""
+
+from __future__ import annotations
+
+import logging
+from unittest import mock
+
+import pytest
+import torch
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry
+
+import torch_otel
+
+
+def _events(span, name):
+    return [dict(e.attributes) for e in span.events if e.name == name]
+
+
+def test_one_trace_per_frame_compile_with_phase_children(cap):
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    fn = torch.compile(lambda x: torch.relu(x) * 2, backend="aot_eager")
+    fn(torch.randn(4))
+    fn(torch.randn(5))
+    roots = cap.roots()
+    assert [r.attributes["torch.compile.id"] for r in roots] == ["0/0", "0/1"]
+    assert len({r.context.trace_id for r in roots}) == 2, "each compile is a trace of its own"
+    root = roots[0]
+    assert root.name == "torch.compile" and root.parent is None
+    a = root.attributes
+    assert a["torch.compile.frame_id"] == 0 and a["torch.compile.frame_compile_id"] == 0
+    assert a["torch.compile.attempt"] == 0
+    assert a["code.function.name"] == "<lambda>"
+    assert a["code.file.path"] == __file__ and isinstance(a["code.line.number"], int)
+    # the user's call into compiled code
+    assert a["torch.compile.caller.file.path"] == __file__
+    assert a["torch.compile.caller.function.name"] == "test_one_trace_per_frame_compile_with_phase_children"
+    names = {s.name for s in cap.spans() if s.context.trace_id == root.context.trace_id}
+    assert {"entire_frame_compile", "bytecode_tracing", "backend_compile", "create_aot_dispatcher_function", "build_guards"} <= names
+    for child in cap.spans():
+        if child.context.trace_id == root.context.trace_id and child is not root:
+            assert root.start_time <= child.start_time <= child.end_time <= root.end_time
+    assert a["torch.compile.guard_count"] > 0 and a["torch.compile.graph.op_count"] >= 2
+    assert "torch.distributed.rank" not in a
+
+
+def test_graph_break_event_with_reason_and_user_line(cap):
+    def f(x):
+        y = x.sin()
+        print("graph break here")
+        return y.cos()
+
+    torch.compile(f, backend="eager")(torch.randn(3))
+    root = cap.root("0/0")
+    (gb,) = _events(root, "torch.compile.graph_break")
+    assert "print" in gb["torch.compile.graph_break.reason"]
+    assert gb["torch.compile.graph_break.type"] == "Failed to trace builtin operator"
+    assert gb["torch.compile.graph_break.code"].startswith("GB")
+    assert gb["code.file.path"] == __file__
+    assert gb["code.line.number"] == f.__code__.co_firstlineno + 2
+    # the traceback (which quotes source code) never leaves the process
+    assert "User code traceback" not in gb["torch.compile.graph_break.reason"]
+    assert root.attributes["torch.compile.graph_break_count"] == 1
+    assert _events(root, "torch.compile.restart"), "the graph break restarted the analysis"
+    assert root.attributes["torch.compile.attempt"] == 1
+    # the resumed code after the break is a frame compile of its own
+    assert cap.root("1/0").attributes["code.function.name"].startswith("torch_dynamo_resume_in_f")
+    assert cap.sample("torch_compile_graph_breaks_total", rank="0", reason=gb["torch.compile.graph_break.code"]) == 1
+
+
+def test_dynamic_shape_recompile_reason(cap):
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    fn = torch.compile(lambda x: x + 1, backend="eager")
+    fn(torch.randn(8))
+    fn(torch.randn(16))
+    r = cap.root("0/1")
+    assert r.attributes["torch.compile.recompile_reason"] == "tensor 'x' size mismatch at index 0. expected 8, actual 16"
+    assert r.attributes["torch.compile.recompile_reason.category"] == "size_mismatch"
+    assert "torch.compile.recompile_reason" not in cap.root("0/0").attributes
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "category", "needle"),
+    [
+        (lambda: torch.randn(4), lambda: torch.randn(5), "size_mismatch", "size mismatch"),
+        (lambda: torch.randn(4), lambda: torch.randn(4, dtype=torch.float64), "dtype", "dtype mismatch"),
+        (lambda: torch.randn(4), lambda: torch.randn(4, requires_grad=True), "requires_grad", "requires_grad mismatch"),
+        (lambda: torch.randn(4), lambda: 3, "type", "tensor type"),
+        (lambda: torch.randn(4), lambda: torch.randn(4, 1), "rank", "mismatch"),
+    ],
+    ids=["size", "dtype", "requires_grad", "type", "ndim"],
+)
+def test_guard_failure_kinds(cap, first, second, category, needle):
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    fn = torch.compile(lambda x: x * 2, backend="eager")
+    fn(first())
+    fn(second())
+    r = cap.root("0/1")
+    assert needle in r.attributes["torch.compile.recompile_reason"]
+    assert r.attributes["torch.compile.recompile_reason.category"] == category
+    assert cap.sample("torch_compile_recompiles_total", rank="0", reason=category) == 1
+
+
+def test_recompile_limit_is_impossible_to_miss(cap):
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.recompile_limit = 2
+
+    def shift(x):
+        return x + 1
+
+    fn = torch.compile(shift, backend="eager")
+    for n in range(1, 5):
+        fn(torch.randn(n))
+    r = cap.root("0/2")
+    assert r.status.status_code is StatusCode.ERROR
+    assert r.status.description.startswith("recompile limit exceeded: shift now runs in eager")
+    assert r.attributes["error.type"] == "Unsupported"
+    assert r.attributes["torch.compile.recompile_limit_exceeded"] is True
+    assert r.attributes["torch.compile.eager_fallback"] is True
+    assert r.attributes["code.function.name"] == "shift"
+    (exc,) = _events(r, "exception")
+    assert exc["exception.message"].startswith("Dynamo recompile limit exceeded")
+    assert _events(r, "torch.compile.recompile_limit_exceeded")
+    assert len(cap.roots()) == 3, "no compile after the limit: the frame runs in eager"
+    assert cap.sample("torch_compile_recompile_limit_hits_total", rank="0") == 1
+    assert cap.sample("torch_compile_failures_total", rank="0", fail_type="Unsupported") == 1
+
+
+def test_dynamo_tracing_error(cap):
+    def bad(x):
+        return x + torch.randn(3, 3) @ torch.randn(4, 4)
+
+    with pytest.raises(Exception, match="fake tensor"):
+        torch.compile(bad, backend="eager")(torch.randn(3))
+    r = cap.root("0/0")
+    assert r.status.status_code is StatusCode.ERROR
+    assert r.attributes["error.type"] == "TorchRuntimeError"
+    (exc,) = _events(r, "exception")
+    assert exc["exception.type"] == "TorchRuntimeError"
+    assert "same reduction dim" in exc["exception.message"]
+    assert cap.sample("torch_compile_frame_duration_seconds_count", rank="0", kind="frame", status="failed") == 1
+
+
+def test_inductor_lowering_error(cap):
+    from torch._inductor import lowering
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("lowering exploded on purpose")
+
+    with mock.patch.dict(lowering.lowerings, {torch.ops.aten.sin.default: broken}):
+        with pytest.raises(Exception, match="lowering exploded on purpose"):
+            torch.compile(lambda x: x.sin() + 1, backend="inductor")(torch.randn(4))
+    r = cap.root("0/0")
+    assert r.status.status_code is StatusCode.ERROR
+    assert r.attributes["error.type"] == "InductorError"
+    assert "lowering exploded on purpose" in _events(r, "exception")[0]["exception.message"]
+    names = {s.name for s in cap.spans() if s.context.trace_id == r.context.trace_id}
+    assert "GraphLowering.run" in names or "compile_fx_inner" in names or "inductor_compile" in names
+
+
+def test_compiled_autograd_graph_is_its_own_trace_with_recompile(cap):
+    model = torch.nn.Linear(4, 4)
+    cm = torch.compile(model, backend="aot_eager")
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager")):
+        cm(torch.randn(2, 4)).sum().backward()
+        cm(torch.randn(3, 4)).sum().backward()
+    ca = cap.roots("compiled_autograd")
+    assert [s.attributes["torch.compile.id"] for s in ca] == ["!0/-/-", "!1/-/-"]
+    assert all(s.name == "torch.compiled_autograd" and s.parent is None for s in ca)
+    assert [s.attributes["torch.compiled_autograd.id"] for s in ca] == [0, 1]
+    ca_frames = [r for r in cap.roots() if "torch.compiled_autograd.id" in r.attributes]
+    assert ca_frames and all(r.attributes["torch.compile.id"].startswith("!") for r in ca_frames)
+    assert {r.attributes["torch.compiled_autograd.id"] for r in ca_frames} == {0, 1}
+    # each compiled-autograd frame trace links to its compiled-autograd graph's trace
+    for r in ca_frames:
+        assert any(link.attributes.get("torch.compile.link") == "compiled_autograd" for link in r.links)
+    recompiled = [r for r in cap.roots() if "torch.compile.recompile_reason" in r.attributes]
+    assert recompiled, "the second batch size recompiles"
+
+
+def test_rank_from_fake_process_group(cap):
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=3, world_size=4)
+    try:
+        torch.compile(lambda x: x - 1, backend="eager")(torch.randn(2))
+    finally:
+        dist.destroy_process_group()
+    r = cap.root("0/0")
+    assert r.attributes["torch.distributed.rank"] == 3
+    assert cap.sample("torch_compile_compiles_total", rank="3", kind="frame", status="ok") == 1
+
+
+def test_compile_nests_under_the_users_active_span(cap):
+    tracer = cap.provider.get_tracer("user")
+    with tracer.start_as_current_span("train_step") as step:
+        torch.compile(lambda x: x * 3, backend="eager")(torch.randn(2))
+    r = cap.root("0/0")
+    assert r.parent is not None and r.parent.span_id == step.get_span_context().span_id
+    assert r.context.trace_id == step.get_span_context().trace_id
+
+
+def test_lazy_backward_compile_links_to_forward(cap):
+    fn = torch.compile(lambda x: (x * x).sum(), backend="aot_eager")
+    fn(torch.randn(3, requires_grad=True)).backward()
+    (bwd,) = cap.roots("backward")
+    assert bwd.name == "torch.compile.backward"
+    assert bwd.attributes["torch.compile.id"] == "0/0"
+    assert bwd.attributes["code.function.name"] == "<lambda>"
+    fwd = cap.root("0/0")
+    assert [link.context.span_id for link in bwd.links] == [fwd.context.span_id]
+
+
+def test_unique_trace_ids_with_the_sdk_default_id_generator():
+    """Dynamo restores `random` around each compile; ids must still differ."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()  # RandomIdGenerator: draws from `random`
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    torch_otel.instrument(provider, registry=None)
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    fn = torch.compile(lambda x: x + 2, backend="eager")
+    for n in range(1, 6):
+        fn(torch.randn(n))
+    torch_otel.uninstrument()
+    roots = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert len(roots) == 5
+    assert len({s.context.trace_id for s in roots}) == 5
+    assert len({s.context.span_id for s in exporter.get_finished_spans()}) == len(exporter.get_finished_spans())
+
+
+def test_instrument_twice_is_a_noop_and_uses_global_provider():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with mock.patch.object(trace, "get_tracer_provider", return_value=provider):
+        first = torch_otel.instrument(registry=CollectorRegistry())
+        assert torch_otel.instrument(registry=CollectorRegistry()) is first
+        torch.compile(lambda x: x / 2, backend="eager")(torch.randn(2))
+    torch_otel.uninstrument()
+    assert len([s for s in exporter.get_finished_spans() if s.parent is None]) == 1
+
+
+def test_bridge_never_raises_into_torch_compile(cap):
+    from torch_otel import _spans
+
+    with mock.patch.object(_spans.SpanMapper, "emit", side_effect=RuntimeError("boom in the exporter")):
+        out = torch.compile(lambda x: x + 5, backend="eager")(torch.ones(2))
+    assert torch.equal(out, torch.full((2,), 6.0))
+    assert torch_otel.internal_error_count() >= 1
+    # metrics still recorded: one sink failing does not starve the others
+    assert cap.sample("torch_compile_compiles_total", rank="0", kind="frame", status="ok") == 1
+
+
+def test_internal_errors_log_once_to_own_logger(cap):
+    from torch_otel import _assembler
+
+    lg = logging.getLogger("torch_otel")
+    assert lg.propagate is False
+    records: list[logging.LogRecord] = []
+    h = logging.Handler()
+    h.emit = records.append  # type: ignore[method-assign]
+    lg.addHandler(h)
+    try:
+        with mock.patch.object(_assembler.Assembler, "_phase", side_effect=ValueError("bad")):
+            fn = torch.compile(lambda x: x + 7, backend="eager")
+            fn(torch.ones(2))
+            fn(torch.ones(3))
+    finally:
+        lg.removeHandler(h)
+    assert len(records) == 1 and "internal error" in records[0].getMessage()
+    assert torch_otel.internal_error_count() > 1
+
+
+def test_uninstrument_restores_loggers_exactly():
+    import torch._dynamo.utils as du
+
+    names = ["torch._dynamo.symbolic_convert.__graph_breaks", "torch._dynamo.convert_frame.__graph_breaks", "torch.__trace"]
+    # torch's LazyTraceHandler removes itself at the first compile when TORCH_TRACE is unset
+    torch.compile(lambda x: x - 1, backend="eager")(torch.ones(1))
+    torch._dynamo.reset()
+    before = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+    hooks = (du.record_chromium_event_internal, du.log_compilation_event)
+    for level in ("default", "full"):
+        torch_otel.instrument(TracerProvider(), registry=None, capture=level)
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
+        torch_otel.uninstrument()
+        torch._dynamo.reset()
+        after = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+        assert after == before
+        assert (du.record_chromium_event_internal, du.log_compilation_event) == hooks
+
+
+def test_full_capture_adds_artifacts_but_no_payloads_by_default(make_capture):
+    cap = make_capture("full")
+    torch.compile(lambda x: x.relu() + 1, backend="aot_eager")(torch.randn(3))
+    r = cap.root("0/0")
+    arts = _events(r, "torch.compile.artifact")
+    kinds = {a["torch.compile.artifact.kind"] for a in arts}
+    assert {"dynamo_output_graph", "aot_forward_graph"} <= kinds or "dynamo_output_graph" in kinds
+    assert all(a["torch.compile.artifact.size"] >= 0 for a in arts)
+    assert any("torch.compile.artifact.hash" in a for a in arts)
+    assert not any("torch.compile.artifact.payload" in a for a in arts)
+    # the same phase tree as default capture
+    names = {s.name for s in cap.spans() if s.context.trace_id == r.context.trace_id}
+    assert {"entire_frame_compile", "bytecode_tracing", "backend_compile"} <= names
+
+
+def test_payloads_only_on_explicit_opt_in(make_capture):
+    cap = make_capture("full", capture_payloads=True, attribute_max_length=200)
+    torch.compile(lambda x: x.relu() + 1, backend="aot_eager")(torch.randn(3))
+    arts = _events(cap.root("0/0"), "torch.compile.artifact")
+    payloads = [a["torch.compile.artifact.payload"] for a in arts if "torch.compile.artifact.payload" in a]
+    assert payloads and all(len(p) <= 200 for p in payloads)
+
+
+def test_redacted_paths_keep_basenames(make_capture):
+    cap = make_capture("default", redact_paths=True)
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
+    a = cap.root("0/0").attributes
+    assert a["code.file.path"] == "test_live_tracing.py"
+    assert a["torch.compile.caller.file.path"] == "test_live_tracing.py"

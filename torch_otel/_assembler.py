@@ -1,0 +1,290 @@
+"""Typed events -> finished compiles (:class:`CompileRecord`), the one place both live and replay meet.
+
+A compile is a root chromium event (``dynamo`` for a frame compile,
+``entire_backward_compile`` for a lazily compiled backward, ``compiled_autograd``
+for a compiled-autograd graph) with the phases nested inside it, plus its
+``CompilationMetrics`` record, graph breaks and (full capture) artifacts.
+State is bounded: at most ``max_open`` compiles in flight, and a bounded number
+of phases, graph breaks and artifacts per compile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ._compile_id import CompileId
+from ._internal import record_error
+from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, Origin, PhaseEvent, StartEvent
+
+ROOTS: dict[str, str] = {
+    "dynamo": "frame",
+    "entire_backward_compile": "backward",
+    "compiled_autograd": "compiled_autograd",
+}
+
+MAX_PHASES = 2000
+MAX_GRAPH_BREAKS = 256
+MAX_ARTIFACTS = 512
+
+
+@dataclass(slots=True)
+class PhaseNode:
+    name: str
+    start_ns: int
+    end_ns: int | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    children: list[PhaseNode] = field(default_factory=list)
+    instants: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+
+    def walk(self) -> Iterable[tuple[PhaseNode, int]]:
+        """Depth-first (node, depth), this node first."""
+        stack: list[tuple[PhaseNode, int]] = [(self, 0)]
+        while stack:
+            node, depth = stack.pop()
+            yield node, depth
+            stack.extend((c, depth + 1) for c in reversed(node.children))
+
+
+@dataclass(slots=True)
+class CompileRecord:
+    kind: str
+    compile_id: CompileId | None
+    root: PhaseNode
+    attempt: int = 0
+    rank: int | None = None
+    origin: Origin | None = None
+    metrics: dict[str, Any] | None = None
+    graph_breaks: list[GraphBreakEvent] = field(default_factory=list)
+    artifacts: list[ArtifactEvent] = field(default_factory=list)
+    start_stack: list[dict[str, Any]] | None = None
+    incomplete: str | None = None
+    dropped: int = 0
+    # Set by the span sink, read by the metrics sink (exemplars).
+    trace_id: int | None = None
+    span_id: int | None = None
+    _stack: list[PhaseNode] = field(default_factory=list)
+    _ended: bool = False
+    _nodes: int = 1
+
+    @property
+    def id_str(self) -> str:
+        return str(self.compile_id) if self.compile_id is not None else "-/-"
+
+    @property
+    def duration_s(self) -> float:
+        end = self.root.end_ns if self.root.end_ns is not None else self.root.start_ns
+        return max(0.0, (end - self.root.start_ns) / 1e9)
+
+
+class Sink(Protocol):
+    def on_start(self, record: CompileRecord) -> None: ...
+
+    def on_finish(self, record: CompileRecord) -> None: ...
+
+
+class Assembler:
+    """Feeds typed events in, hands finished :class:`CompileRecord` objects to the sinks."""
+
+    def __init__(self, sinks: Sequence[Sink] = (), max_open: int = 256) -> None:
+        self.sinks: list[Sink] = list(sinks)
+        self.max_open = max_open
+        self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
+        self._lock = threading.RLock()
+        self.stats: Counter[str] = Counter()
+
+    # -- public -----------------------------------------------------------
+    def feed(self, event: Event) -> None:
+        with self._lock:
+            if isinstance(event, PhaseEvent):
+                self._phase(event)
+            elif isinstance(event, MetricsEvent):
+                self._metrics(event)
+            elif isinstance(event, GraphBreakEvent):
+                rec = self._find(event.compile_id, prefer="frame")
+                if rec is None:
+                    self.stats["orphan_graph_breaks"] += 1
+                elif len(rec.graph_breaks) < MAX_GRAPH_BREAKS:
+                    rec.graph_breaks.append(event)
+                else:
+                    rec.dropped += 1
+            elif isinstance(event, ArtifactEvent):
+                rec = self._find(event.compile_id)
+                if rec is None:
+                    self.stats["orphan_artifacts"] += 1
+                elif len(rec.artifacts) < MAX_ARTIFACTS:
+                    rec.artifacts.append(event)
+                    rec.attempt = max(rec.attempt, event.attempt)
+                else:
+                    rec.dropped += 1
+            elif isinstance(event, StartEvent):
+                rec = self._find(event.compile_id, prefer="frame")
+                if rec is not None and rec.start_stack is None:
+                    rec.start_stack = event.stack
+                rec_attempt = event.attempt
+                if rec is not None:
+                    rec.attempt = max(rec.attempt, rec_attempt)
+
+    def flush(self, reason: str = "the process exited before the compile ended") -> None:
+        """Finish every compile in flight (ended ones normally, the rest as incomplete)."""
+        with self._lock:
+            for rec in list(self._open.values()):
+                if not rec._ended:
+                    rec.incomplete = reason
+                self._finish(rec)
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    # -- internals --------------------------------------------------------
+    def _find(self, cid: CompileId | None, prefer: str | None = None) -> CompileRecord | None:
+        if cid is None:
+            return None
+        if prefer is not None:
+            rec = self._open.get((cid, prefer))
+            if rec is not None:
+                return rec
+        for kind in ("frame", "backward", "compiled_autograd"):
+            rec = self._open.get((cid, kind))
+            if rec is not None and not rec._ended:
+                return rec
+        for kind in ("frame", "backward", "compiled_autograd"):
+            rec = self._open.get((cid, kind))
+            if rec is not None:
+                return rec
+        return None
+
+    def _phase(self, ev: PhaseEvent) -> None:
+        kind = ROOTS.get(ev.name)
+        if kind is not None and ev.ph == "B":
+            self._finish_pending()
+            key = (ev.compile_id, kind)
+            old = self._open.pop(key, None)
+            if old is not None:
+                old.incomplete = old.incomplete or "a new compile with the same id started"
+                self._finish(old, pop=False)
+            rec = CompileRecord(kind, ev.compile_id, PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args)),
+                                attempt=ev.attempt, rank=ev.rank, origin=ev.origin)
+            rec._stack.append(rec.root)
+            self._open[key] = rec
+            while len(self._open) > self.max_open:
+                _, oldest = next(iter(self._open.items()))
+                oldest.incomplete = oldest.incomplete or "evicted: too many compiles in flight"
+                self.stats["evicted"] += 1
+                self._finish(oldest)
+            self._notify("on_start", rec)
+            return
+        if kind is not None and ev.ph == "E":
+            rec = self._open.get((ev.compile_id, kind))
+            if rec is None:
+                self.stats["orphan_phases"] += 1
+                return
+            rec.root.end_ns = ev.ts_ns
+            rec.root.args.update(ev.args)
+            rec.attempt = max(rec.attempt, ev.attempt)
+            if ev.rank is not None:
+                rec.rank = ev.rank
+            rec._stack.clear()
+            rec._ended = True
+            if rec.metrics is not None or rec.kind == "compiled_autograd":
+                self._finish(rec)
+            return
+        rec = self._find(ev.compile_id)
+        if rec is None or rec._ended:
+            self.stats["orphan_phases"] += 1
+            return
+        if ev.name.startswith("compile_attempt_"):
+            try:
+                rec.attempt = max(rec.attempt, int(ev.name.rsplit("_", 1)[1]))
+            except ValueError:
+                pass
+        rec.attempt = max(rec.attempt, ev.attempt)
+        top = rec._stack[-1] if rec._stack else rec.root
+        if ev.ph == "B":
+            if rec._nodes >= MAX_PHASES:
+                rec.dropped += 1
+                return
+            node = PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args))
+            top.children.append(node)
+            rec._stack.append(node)
+            rec._nodes += 1
+        elif ev.ph == "E":
+            # Pop to the matching begin, as torch's own logger does.
+            for i in range(len(rec._stack) - 1, 0, -1):
+                if rec._stack[i].name == ev.name:
+                    node = rec._stack[i]
+                    node.end_ns = ev.ts_ns
+                    node.args.update(ev.args)
+                    for unclosed in rec._stack[i + 1:]:
+                        unclosed.end_ns = ev.ts_ns
+                    del rec._stack[i:]
+                    return
+            self.stats["unmatched_phase_ends"] += 1
+        else:
+            if len(top.instants) < 64:
+                top.instants.append((ev.name, ev.ts_ns, dict(ev.args)))
+
+    def _metrics(self, ev: MetricsEvent) -> None:
+        if ev.is_runtime:
+            self.stats["runtime_metrics"] += 1
+            return
+        kind = "frame" if ev.is_forward else "backward"
+        rec = self._open.get((ev.compile_id, kind))
+        if rec is None:
+            rec = self._synthesize(ev, kind)
+        rec.metrics = ev.fields
+        if ev.rank is not None:
+            rec.rank = ev.rank
+        if rec._ended:
+            self._finish(rec)
+
+    def _synthesize(self, ev: MetricsEvent, kind: str) -> CompileRecord:
+        """A metrics record with no chromium events around it (older logs, or lost events)."""
+        f = ev.fields
+        start_us = f.get("start_time_us")
+        if not isinstance(start_us, (int, float)):
+            st = f.get("start_time")
+            start_us = st * 1e6 if isinstance(st, (int, float)) else 0
+        dur_us = f.get("duration_us")
+        if not isinstance(dur_us, (int, float)):
+            secs = f.get("entire_frame_compile_time_s")
+            dur_us = secs * 1e6 if isinstance(secs, (int, float)) else 0
+        start_ns = int(start_us * 1000)
+        root = PhaseNode("dynamo" if kind == "frame" else "entire_backward_compile", start_ns, start_ns + int(dur_us * 1000))
+        rec = CompileRecord(kind, ev.compile_id, root, rank=ev.rank)
+        rec._ended = True
+        self.stats["synthesized"] += 1
+        key = (ev.compile_id, kind)
+        self._open[key] = rec
+        self._notify("on_start", rec)
+        return rec
+
+    def _finish_pending(self) -> None:
+        for rec in [r for r in self._open.values() if r._ended]:
+            self._finish(rec)
+
+    def _finish(self, rec: CompileRecord, pop: bool = True) -> None:
+        if pop:
+            key = (rec.compile_id, rec.kind)
+            if self._open.get(key) is rec:
+                del self._open[key]
+        if rec.root.end_ns is None:
+            ends = [n.end_ns or n.start_ns for n, _ in rec.root.walk()]
+            rec.root.end_ns = max(ends) if ends else rec.root.start_ns
+        for node, _ in rec.root.walk():
+            if node.end_ns is None:
+                node.end_ns = rec.root.end_ns
+        rec._stack.clear()
+        self.stats[f"compiles_{rec.kind}"] += 1
+        self._notify("on_finish", rec)
+
+    def _notify(self, what: str, rec: CompileRecord) -> None:
+        for sink in self.sinks:
+            try:
+                getattr(sink, what)(rec)
+            except Exception as exc:  # noqa: BLE001 - one sink must not starve the others
+                record_error(f"{type(sink).__name__}.{what}", exc)

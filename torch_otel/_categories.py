@@ -1,0 +1,89 @@
+"""Bounded label vocabularies: recompile reason categories, phases, fail types."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+# Order matters: the first pattern that matches names the category.
+_RECOMPILE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("size_mismatch", re.compile(r"size mismatch|sizes? (?:of|for) .* changed|Ne\(|Eq\(|<= |>= ", re.I)),
+    ("stride_mismatch", re.compile(r"stride mismatch", re.I)),
+    ("dtype", re.compile(r"dtype mismatch|dtype", re.I)),
+    ("device", re.compile(r"device mismatch|device", re.I)),
+    ("requires_grad", re.compile(r"requires_grad", re.I)),
+    ("rank", re.compile(r"rank mismatch|ndim|dim\(\) mismatch|dimensionality", re.I)),
+    ("type", re.compile(r"expected type of|type mismatch|___check_type_id|isinstance|tensor type", re.I)),
+    ("id", re.compile(r"___check_obj_id|id mismatch|object identity|___check_current_backend|is not None|is None", re.I)),
+    ("value", re.compile(r"==|!=|___check_.*_match|constant|len\(", re.I)),
+)
+
+RECOMPILE_CATEGORIES: tuple[str, ...] = tuple(c for c, _ in _RECOMPILE_RULES) + ("other",)
+
+_PREFIX_RE = re.compile(r"^\s*(?:!\d+/)?\d+/\d+(?:_\d+)?:\s*")
+
+
+def strip_recompile_prefix(reason: str) -> str:
+    """``'0/0: tensor 'x' size mismatch ...'`` -> ``"tensor 'x' size mismatch ..."``."""
+    return _PREFIX_RE.sub("", reason.split("\n", 1)[0] if reason else reason).strip() if reason else reason
+
+
+def recompile_category(reason: str | None) -> str:
+    """Map a guard failure to one of :data:`RECOMPILE_CATEGORIES`."""
+    if not reason:
+        return "other"
+    text = strip_recompile_prefix(reason)
+    for name, pat in _RECOMPILE_RULES:
+        if pat.search(text):
+            return name
+    return "other"
+
+
+# torch's dynamo_timed names -> the documented, fixed phase label set.
+PHASES: dict[str, str] = {
+    "bytecode_tracing": "dynamo_tracing",
+    "backend_compile": "backend_compile",
+    "create_aot_dispatcher_function": "aot_autograd",
+    "compile_fx.<locals>.fw_compiler_base": "inductor",
+    "compile_fx.<locals>.bw_compiler": "inductor",
+    "inductor_compile": "inductor",
+    "compile_fx_inner": "inductor",
+    "GraphLowering.run": "inductor_lowering",
+    "GraphLowering.codegen": "codegen",
+    "compile_file": "cpp_compile",
+    "async_compile.wait": "triton_compile",
+    "CachingAutotuner.benchmark_all_configs": "autotune",
+    "benchmark_codegened_module": "autotune",
+    "build_guards": "guard_building",
+    "AOTAutogradCache.inductor_load": "cache_load",
+    "PyCodeCache.load_by_key_path": "cache_load",
+    "CompiledArtifact.load": "cache_load",
+    "entire_backward_compile": "backward_compile",
+    "compiled_autograd": "compiled_autograd",
+    "gc": "gc",
+}
+
+PHASE_LABELS: tuple[str, ...] = tuple(sorted(set(PHASES.values())))
+
+
+class BoundedLabels:
+    """Keeps at most ``limit`` distinct values; the rest fold into ``other``."""
+
+    def __init__(self, limit: int = 50) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str | None) -> str:
+        if not value:
+            return "other"
+        value = value[:64]
+        if value in self._seen:
+            return value
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) >= self._limit:
+                return "other"
+            self._seen.add(value)
+            return value

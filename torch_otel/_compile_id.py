@@ -1,0 +1,65 @@
+"""Compile ids in the form tlparse prints them: ``0/1``, ``!0/0/1``, ``!0/-/-``, ``0/1_1``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ID_RE = re.compile(r"^\[?(?:!(\d+)(?:/|$))?(?:(\d+)/(\d+)|-/-)?(?:_(\d+))?\]?$")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileId:
+    frame_id: int | None = None
+    frame_compile_id: int | None = None
+    compiled_autograd_id: int | None = None
+
+    def __str__(self) -> str:
+        ca = f"!{self.compiled_autograd_id}" if self.compiled_autograd_id is not None else ""
+        if self.frame_id is None or self.frame_compile_id is None:
+            return f"{ca}/-/-" if ca else "-/-"
+        prefix = f"{ca}/" if ca else ""
+        return f"{prefix}{self.frame_id}/{self.frame_compile_id}"
+
+    def with_attempt(self, attempt: int) -> str:
+        """The tlparse directory key: ``0/0`` for attempt 0, ``0/0_1`` for attempt 1."""
+        return str(self) if not attempt else f"{self}_{attempt}"
+
+    @property
+    def is_known(self) -> bool:
+        return self.frame_id is not None or self.compiled_autograd_id is not None
+
+
+UNKNOWN = CompileId()
+
+
+def parse_compile_id(text: object) -> CompileId | None:
+    """Parse torch's ``str(CompileId)``; ``None`` for anything else (``'None'``, garbage)."""
+    if not isinstance(text, str) or not text or text == "None":
+        return None
+    m = _ID_RE.match(text.strip())
+    if not m or (m.group(1) is None and m.group(2) is None):
+        return None
+    ca, fid, fcid, _attempt = m.groups()
+    return CompileId(
+        int(fid) if fid is not None else None,
+        int(fcid) if fcid is not None else None,
+        int(ca) if ca is not None else None,
+    )
+
+
+def compile_id_from_metadata(md: dict[str, object]) -> tuple[CompileId | None, int]:
+    """Compile id and attempt from a TORCH_TRACE record's metadata keys."""
+    fid = md.get("frame_id")
+    fcid = md.get("frame_compile_id")
+    ca = md.get("compiled_autograd_id")
+    attempt = md.get("attempt")
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    if not ok(fid) and not ok(ca):
+        return None, 0
+    cid = CompileId(
+        fid if ok(fid) and ok(fcid) else None,  # type: ignore[arg-type]
+        fcid if ok(fid) and ok(fcid) else None,  # type: ignore[arg-type]
+        ca if ok(ca) else None,  # type: ignore[arg-type]
+    )
+    return cid, attempt if ok(attempt) else 0  # type: ignore[return-value]

@@ -1,0 +1,82 @@
+"""``TORCH_OTEL_*`` settings: parsed once, each bad value reported in one line, never raised."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ._internal import warn_once
+
+CAPTURE_LEVELS = ("off", "default", "full")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the bridge reads from ``TORCH_OTEL_*``; see the README's table."""
+
+    capture: str = "default"
+    capture_payloads: bool = False
+    attribute_max_length: int = 4096
+    redact_paths: bool = False
+    max_open_compiles: int = 256
+    traces_file: str | None = None
+    metrics: bool = True
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    problems.append(f"{name}={raw!r} is not a boolean; use true or false (using {str(default).lower()})")
+    return default
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int, problems: list[str]) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        problems.append(f"{name}={raw!r} is not an integer; use a whole number from {lo} to {hi} (using {default})")
+        return default
+    if not lo <= v <= hi:
+        problems.append(f"{name}={raw!r} is out of range; use a whole number from {lo} to {hi} (using {default})")
+        return default
+    return v
+
+
+def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
+    """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    capture = env.get("TORCH_OTEL_CAPTURE", "default").strip().lower() or "default"
+    if capture not in CAPTURE_LEVELS:
+        problems.append(
+            f"TORCH_OTEL_CAPTURE={env.get('TORCH_OTEL_CAPTURE')!r} is not a capture level; "
+            f"use one of {', '.join(CAPTURE_LEVELS)} (using default)"
+        )
+        capture = "default"
+    s = Settings(
+        capture=capture,
+        capture_payloads=_bool(env, "TORCH_OTEL_CAPTURE_PAYLOADS", False, problems),
+        attribute_max_length=_int(env, "TORCH_OTEL_ATTRIBUTE_MAX_LENGTH", 4096, 64, 1_000_000, problems),
+        redact_paths=_bool(env, "TORCH_OTEL_REDACT_PATHS", False, problems),
+        max_open_compiles=_int(env, "TORCH_OTEL_MAX_OPEN_COMPILES", 256, 1, 100_000, problems),
+        traces_file=(env.get("TORCH_OTEL_TRACES_FILE") or None),
+        metrics=_bool(env, "TORCH_OTEL_METRICS", True, problems),
+        problems=tuple(problems),
+    )
+    if report:
+        for p in problems:
+            warn_once(p, "%s", p)
+    return s

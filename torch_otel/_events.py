@@ -1,0 +1,92 @@
+"""Small typed events: what live capture and TORCH_TRACE replay both produce.
+
+Every source (the live hooks, the ``torch.__trace`` handler of full capture,
+the replay reader) turns torch's records into these, once; one assembler and
+one span/metric mapping consume them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._compile_id import CompileId
+
+
+@dataclass(slots=True)
+class Origin:
+    """Where a live compile came from (not in TORCH_TRACE logs)."""
+
+    parent_context: Any = None  # opentelemetry Context active when the compile started
+    caller_file: str | None = None
+    caller_line: int | None = None
+    caller_function: str | None = None
+    code_name: str | None = None
+    code_file: str | None = None
+    code_line: int | None = None
+    thread: str | None = None
+
+
+@dataclass(slots=True)
+class PhaseEvent:
+    """A chromium event: ``ph`` is ``B`` (begin), ``E`` (end) or ``i`` (instant)."""
+
+    compile_id: CompileId | None
+    name: str
+    ph: str
+    ts_ns: int
+    args: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    rank: int | None = None
+    origin: Origin | None = None
+
+
+@dataclass(slots=True)
+class MetricsEvent:
+    """One ``CompilationMetrics`` record (``compilation_metrics`` / ``bwd_...``)."""
+
+    compile_id: CompileId | None
+    fields: dict[str, Any]
+    is_forward: bool = True
+    is_runtime: bool = False
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class GraphBreakEvent:
+    compile_id: CompileId | None
+    reason: str
+    gb_type: str | None = None
+    filename: str | None = None
+    lineno: int | None = None
+    skipped_frame: bool = False
+    attempt: int = 0
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class ArtifactEvent:
+    """Full capture only: a named structured-trace record and its payload's size/hash."""
+
+    compile_id: CompileId | None
+    kind: str  # the record's first metadata key: artifact, dynamo_output_graph, ...
+    name: str
+    size: int = 0
+    digest: str | None = None
+    payload: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class StartEvent:
+    """``dynamo_start``: the user stack of the frame being compiled."""
+
+    compile_id: CompileId | None
+    stack: list[dict[str, Any]]
+    attempt: int = 0
+    rank: int | None = None
+
+
+Event = PhaseEvent | MetricsEvent | GraphBreakEvent | ArtifactEvent | StartEvent

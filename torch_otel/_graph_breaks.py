@@ -1,0 +1,93 @@
+"""Graph-break messages: parse torch's text once, map it to the registry's stable GB codes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_AT_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.M)
+_REASON_RE = re.compile(r"^Graph Break Reason: ", re.M)
+_SKIP_RE = re.compile(r"torch\.compile will skip tracing the frame (?P<frame>.+?) and fall back to eager")
+_GB_URL_RE = re.compile(r"/gb/gb(\d{4})\.html")
+
+
+@dataclass(slots=True)
+class ParsedGraphBreak:
+    reason: str
+    gb_type: str | None
+    filename: str | None
+    lineno: int | None
+    skipped_frame: bool
+
+
+def parse_graph_break(text: str) -> ParsedGraphBreak:
+    """Parse a ``graph_breaks`` log line or a ``dynamo_graph_break_reason`` payload.
+
+    Only torch's reason and the user's file:line are kept: the user code
+    traceback (which quotes source lines) is dropped here, by construction.
+    """
+    filename = lineno = None
+    m = _AT_RE.search(text.split("\n", 2)[0] if text.startswith("Graph break") else text[:2000])
+    if m:
+        filename, lineno = m.group("file"), int(m.group("line"))
+    skipped = False
+    rm = _REASON_RE.search(text)
+    if rm:
+        body = text[rm.end():]
+        for stop in ("\n\nUser code traceback:", "\nUser code traceback:", "\n\nStack variable source", "\nTraceback (most recent"):
+            idx = body.find(stop)
+            if idx >= 0:
+                body = body[:idx]
+        reason = body.strip()
+    else:
+        sm = _SKIP_RE.search(text)
+        skipped = sm is not None
+        reason = text.split("\nThe graph break occurred", 1)[0].strip() if skipped else text.split("\n", 1)[0].strip()
+    return ParsedGraphBreak(reason, graph_break_type(reason), filename, lineno, skipped)
+
+
+def graph_break_type(reason: str) -> str | None:
+    """torch's ``gb_type``: the line before ``  Explanation:`` in the reason."""
+    lines = reason.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("  Explanation:") and i > 0:
+            for prev in reversed(lines[:i]):
+                if prev.strip():
+                    return prev.strip()
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _registry() -> dict[str, str]:
+    """gb_type -> GB code, from ``torch/_dynamo/graph_break_registry.json`` (517 entries)."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return {}
+        path = Path(next(iter(spec.submodule_search_locations))) / "_dynamo" / "graph_break_registry.json"
+        data = json.loads(path.read_text())
+    except Exception:
+        return {}
+    out: dict[str, str] = {}
+    for code, entries in data.items():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and isinstance(entry.get("Gb_type"), str):
+                out.setdefault(entry["Gb_type"], code)
+    return out
+
+
+def graph_break_code(gb_type: str | None, reason: str = "") -> str:
+    """The stable registry code (``GB0039``) of a graph break, or ``other``."""
+    if gb_type:
+        code = _registry().get(gb_type)
+        if code:
+            return code
+    m = _GB_URL_RE.search(reason)
+    if m:
+        return f"GB{m.group(1)}"
+    return "other"

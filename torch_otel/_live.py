@@ -1,0 +1,273 @@
+"""Live capture: torch's own hooks -> typed events -> the assembler.
+
+Default capture uses only sources that cost torch nothing extra (DESIGN.md):
+``torch._dynamo.utils.record_chromium_event_internal`` (every begin/end phase
+event), ``torch._dynamo.utils.log_compilation_event`` (one CompilationMetrics
+per compile) and the ``graph_breaks`` artifact loggers (handled with
+``propagate=False`` unless the user asked for that artifact in TORCH_LOGS, so
+torch prints nothing new). Full capture adds a handler on ``torch.__trace``:
+torch then builds every payload, exactly as with ``TORCH_TRACE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from ._assembler import ROOTS, Assembler
+from ._compile_id import CompileId, parse_compile_id
+from ._events import GraphBreakEvent, Origin
+from ._graph_breaks import parse_graph_break
+from ._internal import guarded, record_error
+from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
+
+GRAPH_BREAK_LOGGERS = (
+    "torch._dynamo.symbolic_convert.__graph_breaks",
+    "torch._dynamo.convert_frame.__graph_breaks",
+    "torch._dynamo.exc.__graph_breaks",
+)
+TRACE_LOGGER = "torch.__trace"
+
+
+def _skip_dirs() -> tuple[str, ...]:
+    import torch
+
+    import contextlib
+
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__), os.path.dirname(logging.__file__)]
+    return tuple(d + os.sep for d in dirs) + (contextlib.__file__,)
+
+
+def _rank() -> int | None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def _current_compile_id() -> CompileId | None:
+    import torch._guards
+
+    try:
+        return parse_compile_id(str(torch._guards.CompileContext.current_compile_id()))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class _GraphBreakHandler(logging.Handler):
+    def __init__(self, capture: LiveCapture) -> None:
+        super().__init__(logging.DEBUG)
+        self._capture = capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._capture._on_graph_break(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # never print tracebacks
+        return None
+
+
+class _TraceHandler(logging.Handler):
+    def __init__(self, capture: LiveCapture) -> None:
+        super().__init__(logging.DEBUG)
+        self._capture = capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._capture._on_trace_record(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
+class _LoggerState:
+    __slots__ = ("level", "propagate", "changed", "set_level", "set_propagate")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.level = logger.level
+        self.propagate = logger.propagate
+        self.changed = False
+        self.set_level = logger.level
+        self.set_propagate = logger.propagate
+
+
+class LiveCapture:
+    """Installs and removes the hooks; every hook is guarded and never raises."""
+
+    def __init__(self, assembler: Assembler, level: str = "default") -> None:
+        self.assembler = assembler
+        self.level = level
+        self.installed = False
+        self._orig_record: Any = None
+        self._orig_log_event: Any = None
+        self._gb_handler = _GraphBreakHandler(self)
+        self._trace_handler = _TraceHandler(self)
+        self._logger_states: dict[str, _LoggerState] = {}
+        self._interned: dict[int, str] = {}
+        self._skip: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    # -- lifecycle ------------------------------------------------------------
+    def install(self) -> None:
+        with self._lock:
+            if self.installed:
+                return
+            import torch._dynamo.utils as du
+
+            self._skip = _skip_dirs()
+            if self.level == "full":
+                self._install_trace_handler()
+            else:
+                self._orig_record = du.record_chromium_event_internal
+                self._orig_log_event = du.log_compilation_event
+                du.record_chromium_event_internal = self._record_chromium_event
+                du.log_compilation_event = self._log_compilation_event
+                self._ensure_graph_break_loggers()
+            self.installed = True
+
+    def uninstall(self) -> None:
+        with self._lock:
+            if not self.installed:
+                return
+            import torch._dynamo.utils as du
+
+            if self._orig_record is not None:
+                # Put torch's functions back unless someone wrapped ours since.
+                if du.record_chromium_event_internal == self._record_chromium_event:
+                    du.record_chromium_event_internal = self._orig_record
+                if du.log_compilation_event == self._log_compilation_event:
+                    du.log_compilation_event = self._orig_log_event
+                self._orig_record = self._orig_log_event = None
+            for name, state in self._logger_states.items():
+                lg = logging.getLogger(name)
+                handler = self._trace_handler if name == TRACE_LOGGER else self._gb_handler
+                if handler in lg.handlers:
+                    lg.removeHandler(handler)
+                # Restore only what we changed and nobody has changed since.
+                if state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
+                    lg.setLevel(state.level)
+                    lg.propagate = state.propagate
+            self._logger_states.clear()
+            self.installed = False
+
+    def _ensure_graph_break_loggers(self) -> None:
+        """(Re-)attach the graph-break handler; torch's set_logs() clears handlers."""
+        for name in GRAPH_BREAK_LOGGERS:
+            lg = logging.getLogger(name)
+            if self._gb_handler in lg.handlers:
+                continue
+            state = self._logger_states.get(name)
+            if state is None or (lg.level, lg.propagate) != (state.set_level, state.set_propagate):
+                state = _LoggerState(lg)
+                self._logger_states[name] = state
+            lg.addHandler(self._gb_handler)
+            if not lg.isEnabledFor(logging.DEBUG):
+                # Nobody asked for graph breaks: receive them without letting
+                # them reach torch's stderr handler.
+                lg.setLevel(logging.DEBUG)
+                lg.propagate = False
+                state.changed = True
+            state.set_level, state.set_propagate = lg.level, lg.propagate
+
+    def _install_trace_handler(self) -> None:
+        lg = logging.getLogger(TRACE_LOGGER)
+        if self._trace_handler in lg.handlers:
+            return
+        if TRACE_LOGGER not in self._logger_states:
+            self._logger_states[TRACE_LOGGER] = _LoggerState(lg)
+        lg.addHandler(self._trace_handler)
+        if not lg.isEnabledFor(logging.DEBUG):
+            lg.setLevel(logging.DEBUG)
+            st = self._logger_states[TRACE_LOGGER]
+            st.changed = True
+            st.set_level, st.set_propagate = lg.level, lg.propagate
+
+    # -- origin ---------------------------------------------------------------
+    def _origin(self) -> Origin:
+        origin = Origin(parent_context=otel_context.get_current(), thread=threading.current_thread().name)
+        f = sys._getframe(1)
+        skip = self._skip
+        while f is not None:
+            co = f.f_code
+            fn = co.co_filename
+            if origin.code_name is None and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
+                code = f.f_locals.get("code")
+                if code is not None and hasattr(code, "co_name"):
+                    origin.code_name = code.co_name
+                    origin.code_file = code.co_filename
+                    origin.code_line = code.co_firstlineno
+            elif not fn.startswith(skip) and not fn.startswith("<frozen"):
+                origin.caller_file = fn
+                origin.caller_line = f.f_lineno
+                origin.caller_function = co.co_name
+                break
+            f = f.f_back  # type: ignore[assignment]
+        return origin
+
+    # -- hooks ----------------------------------------------------------------
+    def _record_chromium_event(self, event: dict[str, Any]) -> None:
+        orig = self._orig_record
+        self._on_chromium(event)
+        if orig is not None:
+            orig(event)
+
+    def _log_compilation_event(self, metrics: Any) -> None:
+        orig = self._orig_log_event
+        self._on_metrics(metrics)
+        if orig is not None:
+            orig(metrics)
+
+    @guarded("chromium event hook")
+    def _on_chromium(self, event: dict[str, Any]) -> None:
+        ev = chromium_to_event(event)
+        if ev.name in ROOTS and ev.ph == "B":
+            ev.origin = self._origin()
+            ev.rank = _rank()
+            if self.level != "full":
+                self._ensure_graph_break_loggers()
+        self.assembler.feed(ev)
+
+    @guarded("compilation metrics hook")
+    def _on_metrics(self, metrics: Any) -> None:
+        fields = metrics if isinstance(metrics, dict) else getattr(metrics, "__dict__", None)
+        if fields is None:
+            import dataclasses
+
+            fields = {f.name: getattr(metrics, f.name, None) for f in dataclasses.fields(metrics)}
+        self.assembler.feed(metrics_to_event(dict(fields)))
+
+    @guarded("graph break handler")
+    def _on_graph_break(self, record: logging.LogRecord) -> None:
+        gb = parse_graph_break(record.getMessage())
+        self.assembler.feed(
+            GraphBreakEvent(_current_compile_id(), gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame)
+        )
+
+    @guarded("torch.__trace handler")
+    def _on_trace_record(self, record: logging.LogRecord) -> None:
+        md = getattr(record, "metadata", None)
+        if not isinstance(md, dict):
+            return
+        payload = getattr(record, "payload", None)
+        try:
+            kind, events = parse_record(md, payload if isinstance(payload, str) else None, self._interned)
+        except RecordError as exc:
+            record_error("torch.__trace record", exc)
+            return
+        if events is None:
+            self.assembler.stats[f"unknown_kind:{kind}"] += 1
+            return
+        for ev in events:
+            if getattr(ev, "name", None) in ROOTS and getattr(ev, "ph", None) == "B":
+                ev.origin = self._origin()  # type: ignore[union-attr]
+                if ev.rank is None:  # type: ignore[union-attr]
+                    ev.rank = _rank()  # type: ignore[union-attr]
+                self._install_trace_handler()
+            self.assembler.feed(ev)

@@ -1,0 +1,175 @@
+"""Structured-trace records -> typed events: one handler per record kind, one table.
+
+Used by full live capture (a handler on ``torch.__trace``) and by replay of
+``TORCH_TRACE`` logs, so both produce the very same events. Unknown kinds are
+counted by the caller, never fatal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ._compile_id import CompileId, compile_id_from_metadata, parse_compile_id
+from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, PhaseEvent, StartEvent
+from ._graph_breaks import parse_graph_break
+
+# (metadata value, whole metadata, payload, compile id, attempt, rank) -> events
+Handler = Callable[[Any, dict[str, Any], str | None, CompileId | None, int, int | None], list[Event]]
+
+
+class RecordError(ValueError):
+    """A record whose shape this parser cannot use (counted as a skipped line)."""
+
+
+def _chromium(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    if not payload:
+        raise RecordError("chromium_event without payload")
+    try:
+        ev = json.loads(payload)
+    except ValueError as exc:
+        raise RecordError(f"chromium_event payload is not JSON: {exc}") from None
+    return [chromium_to_event(ev, attempt, rank, fallback=cid)]
+
+
+def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, fallback: CompileId | None = None) -> PhaseEvent:
+    """A chromium event dict (as torch builds it) -> :class:`PhaseEvent`."""
+    if not isinstance(ev, dict):
+        raise RecordError("chromium event is not an object")
+    name, ph, ts = ev.get("name"), ev.get("ph"), ev.get("ts")
+    if not isinstance(name, str) or ph not in ("B", "E", "i", "X") or not isinstance(ts, (int, float)):
+        raise RecordError("chromium event lacks name/ph/ts")
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        args = {}
+    cid = parse_compile_id(args.get("compile_id")) or fallback
+    return PhaseEvent(cid, name, ph, int(ts * 1000), args, attempt, rank)
+
+
+def metrics_to_event(fields: dict[str, Any], rank: int | None = None, fallback: CompileId | None = None) -> MetricsEvent:
+    cid = parse_compile_id(fields.get("compile_id")) or fallback
+    return MetricsEvent(
+        cid,
+        fields,
+        is_forward=fields.get("is_forward") is not False,
+        is_runtime=fields.get("is_runtime") is True,
+        rank=rank,
+    )
+
+
+def _metrics(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    if not isinstance(value, dict):
+        raise RecordError("compilation_metrics is not an object")
+    return [metrics_to_event(value, rank, cid)]
+
+
+def _digest(md: dict[str, Any], payload: str | None) -> str | None:
+    h = md.get("has_payload")
+    if isinstance(h, str):
+        return h
+    if payload is not None:
+        return hashlib.md5(payload.encode("utf-8", "replace"), usedforsecurity=False).hexdigest()
+    return None
+
+
+def _artifact(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        raise RecordError("artifact without a name")
+    name = value["name"]
+    if name == "dynamo_graph_break_reason":
+        gb = parse_graph_break(payload or "")
+        return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]
+    return [
+        ArtifactEvent(
+            cid, "artifact", name, len(payload or ""), _digest(md, payload), payload,
+            {"encoding": value.get("encoding")} if isinstance(value.get("encoding"), str) else {},
+            attempt, rank,
+        )
+    ]
+
+
+def _dynamo_start(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    stack = value.get("stack") if isinstance(value, dict) else None
+    return [StartEvent(cid, stack if isinstance(stack, list) else [], attempt, rank)]
+
+
+def _generic(kind: str) -> Handler:
+    """The trivial kinds: graphs, guards, tensor descriptions -> named artifacts."""
+
+    def handler(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+        attrs: dict[str, Any] = {}
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, (int, float, bool)):
+                    attrs[k] = v
+        name = value.get("name") if isinstance(value, dict) and isinstance(value.get("name"), str) else kind
+        return [ArtifactEvent(cid, kind, name, len(payload or ""), _digest(md, payload), payload, attrs, attempt, rank)]
+
+    return handler
+
+
+def _ignore(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    return []
+
+
+GENERIC_KINDS = (
+    "dynamo_output_graph", "optimize_ddp_split_graph", "optimize_ddp_split_child", "compiled_autograd_graph",
+    "aot_forward_graph", "aot_backward_graph", "aot_inference_graph", "aot_joint_graph",
+    "inductor_pre_grad_graph", "inductor_post_grad_graph", "inductor_output_code", "dynamo_guards",
+    "dynamo_cpp_guards_str", "graph_dump", "symbolic_shape_specialization", "guard_added_fast",
+    "guard_added", "create_symbol", "unbacked_symbol", "propagate_real_tensors", "expression_created",
+    "missing_fake_kernel", "mismatched_fake_kernel", "exported_program", "link", "bwd_compilation_metrics_runtime",
+    "compilation_metrics_runtime", "describe_tensor", "describe_storage", "describe_source",
+    "symbolic_shape_guard", "dump_file", "fx_graph_cache_hit", "fx_graph_cache_miss", "fx_graph_cache_bypass",
+    "aotautograd_cache_hit", "aotautograd_cache_miss", "aotautograd_cache_bypass", "recompile_reasons",
+)
+
+# The single registry of record kinds. ``str`` records (interned file names)
+# are handled by the replay reader itself, like tlparse does.
+HANDLERS: dict[str, Handler] = {
+    "chromium_event": _chromium,
+    "compilation_metrics": _metrics,
+    "bwd_compilation_metrics": _metrics,
+    "artifact": _artifact,
+    "dynamo_start": _dynamo_start,
+    "str": _ignore,
+    **{k: _generic(k) for k in GENERIC_KINDS},
+}
+
+
+def parse_record(
+    md: dict[str, Any], payload: str | None, interned: dict[int, str] | None = None
+) -> tuple[str, list[Event] | None]:
+    """Parse one record. Returns ``(kind, events)``; ``events`` is None for an unknown kind.
+
+    ``interned`` is the reader's table of ``str`` records (file names are
+    interned to ints, as tlparse resolves them). Raises :class:`RecordError`
+    for a known kind of unusable shape.
+    """
+    if not md or not isinstance(md, dict):
+        raise RecordError("empty metadata")
+    kind = next(iter(md))
+    if kind == "str" and interned is not None:
+        v = md["str"]
+        if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], int)):
+            raise RecordError("str record is not [text, id]")
+        if len(interned) < 1_000_000:
+            interned[v[1]] = v[0]
+        return kind, []
+    handler = HANDLERS.get(kind)
+    if handler is None:
+        return kind, None
+    cid, attempt = compile_id_from_metadata(md)
+    rank = md.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        rank = None
+    events = handler(md[kind], md, payload, cid, attempt, rank)
+    if interned is not None:
+        for ev in events:
+            if isinstance(ev, StartEvent):
+                for frame in ev.stack:
+                    if isinstance(frame, dict) and isinstance(frame.get("filename"), int):
+                        frame["filename_str"] = interned.get(frame["filename"])
+    return kind, events

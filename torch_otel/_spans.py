@@ -1,0 +1,298 @@
+"""Finished compiles -> OpenTelemetry spans: the single span mapping of live capture and replay."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
+
+from ._assembler import CompileRecord, PhaseNode
+from ._categories import recompile_category, strip_recompile_prefix
+from ._config import Settings
+from ._graph_breaks import graph_break_code
+from ._ids import private_random
+
+ROOT_NAMES = {
+    "frame": "torch.compile",
+    "backward": "torch.compile.backward",
+    "compiled_autograd": "torch.compiled_autograd",
+}
+
+RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
+
+# CompilationMetrics fields copied as numeric attributes (name -> attribute).
+_NUMERIC_FIELDS = {
+    "guard_count": "torch.compile.guard_count",
+    "shape_env_guard_count": "torch.compile.shape_env_guard_count",
+    "graph_op_count": "torch.compile.graph.op_count",
+    "graph_node_count": "torch.compile.graph.node_count",
+    "graph_input_count": "torch.compile.graph.input_count",
+    "cache_size": "torch.compile.cache_size",
+    "accumulated_cache_size": "torch.compile.accumulated_cache_size",
+    "num_graph_breaks": "torch.compile.num_graph_breaks",
+    "entire_frame_compile_time_s": "torch.compile.entire_frame_compile_time_s",
+    "backend_compile_time_s": "torch.compile.backend_compile_time_s",
+    "inductor_compile_time_s": "torch.compile.inductor_compile_time_s",
+    "code_gen_time_s": "torch.compile.code_gen_time_s",
+    "dynamo_time_before_restart_s": "torch.compile.dynamo_time_before_restart_s",
+    "remote_cache_time_saved_s": "torch.compile.cache.remote_time_saved_s",
+    "structured_logging_overhead_s": "torch.compile.structured_logging_overhead_s",
+    "inductor_fx_local_cache_hit_count": "torch.compile.cache.fx_graph.local.hits",
+    "inductor_fx_local_cache_miss_count": "torch.compile.cache.fx_graph.local.misses",
+    "inductor_fx_remote_cache_hit_count": "torch.compile.cache.fx_graph.remote.hits",
+    "inductor_fx_remote_cache_miss_count": "torch.compile.cache.fx_graph.remote.misses",
+    "aotautograd_local_cache_hit_count": "torch.compile.cache.aot_autograd.local.hits",
+    "aotautograd_local_cache_miss_count": "torch.compile.cache.aot_autograd.local.misses",
+    "aotautograd_remote_cache_hit_count": "torch.compile.cache.aot_autograd.remote.hits",
+    "aotautograd_remote_cache_miss_count": "torch.compile.cache.aot_autograd.remote.misses",
+    "param_count": "torch.compile.param_count",
+    "ir_count": "torch.compile.ir_count",
+}
+
+# Phase-span args that are safe and useful (scalars only).
+_PHASE_ARG_SKIP = {"compile_id", "fn_name"}
+
+
+def is_recompile_limit(fail_reason: str | None) -> bool:
+    return bool(fail_reason) and "recompile limit exceeded" in fail_reason.lower()  # type: ignore[union-attr]
+
+
+class SpanMapper:
+    """Builds spans for a :class:`CompileRecord` with the given tracer."""
+
+    def __init__(self, tracer: Tracer, settings: Settings | None = None, live: bool = True) -> None:
+        self.tracer = tracer
+        self.settings = settings or Settings()
+        self.live = live
+        self._last_ca: dict[int, trace.SpanContext] = {}
+        # Forward compiles by id (bounded): a lazy backward compile links to its forward.
+        self._forward: OrderedDict[str, tuple[trace.SpanContext, dict[str, Any]]] = OrderedDict()
+
+    # -- helpers ------------------------------------------------------------
+    def _str(self, value: object) -> str:
+        s = value if isinstance(value, str) else str(value)
+        limit = self.settings.attribute_max_length
+        return s if len(s) <= limit else s[: limit - 3] + "..."
+
+    def _path(self, path: object) -> str | None:
+        if not isinstance(path, str) or not path:
+            return None
+        return os.path.basename(path) if self.settings.redact_paths else self._str(path)
+
+    # -- the mapping ----------------------------------------------------------
+    def root_attributes(self, rec: CompileRecord) -> dict[str, Any]:
+        m: Mapping[str, Any] = rec.metrics or {}
+        cid = rec.compile_id
+        a: dict[str, Any] = {"torch.compile.kind": rec.kind, "torch.compile.id": rec.id_str}
+        if cid is not None:
+            if cid.frame_id is not None:
+                a["torch.compile.frame_id"] = cid.frame_id
+                a["torch.compile.frame_compile_id"] = cid.frame_compile_id
+            if cid.compiled_autograd_id is not None:
+                a["torch.compiled_autograd.id"] = cid.compiled_autograd_id
+        a["torch.compile.attempt"] = rec.attempt
+        if rec.rank is not None:
+            a["torch.distributed.rank"] = rec.rank
+        # Code location: metrics first, then the live origin, then dynamo_start.
+        origin = rec.origin
+        name = m.get("co_name") or (origin.code_name if origin else None)
+        path = m.get("co_filename") or (origin.code_file if origin else None)
+        line = m.get("co_firstlineno") or (origin.code_line if origin else None)
+        if (not name or not path) and rec.start_stack:
+            top = rec.start_stack[-1]
+            name = name or top.get("name")
+            path = path or top.get("filename_str")
+            line = line or top.get("line")
+        if rec.kind == "backward" and not name:
+            fwd = self._forward.get(rec.id_str)
+            if fwd is not None:
+                name = fwd[1].get("code.function.name")
+                path = fwd[1].get("code.file.path")
+                line = fwd[1].get("code.line.number")
+        if isinstance(name, str):
+            a["code.function.name"] = self._str(name)
+        p = self._path(path)
+        if p:
+            a["code.file.path"] = p
+        if isinstance(line, int) and not isinstance(line, bool):
+            a["code.line.number"] = line
+        if origin is not None:
+            cp = self._path(origin.caller_file)
+            if cp:
+                a["torch.compile.caller.file.path"] = cp
+            if origin.caller_line is not None:
+                a["torch.compile.caller.line.number"] = origin.caller_line
+            if origin.caller_function:
+                a["torch.compile.caller.function.name"] = self._str(origin.caller_function)
+        elif rec.start_stack and len(rec.start_stack) >= 2:
+            caller = rec.start_stack[-2]
+            cp = self._path(caller.get("filename_str"))
+            if cp:
+                a["torch.compile.caller.file.path"] = cp
+            if isinstance(caller.get("line"), int):
+                a["torch.compile.caller.line.number"] = caller["line"]
+            if isinstance(caller.get("name"), str):
+                a["torch.compile.caller.function.name"] = self._str(caller["name"])
+        for field, attr in _NUMERIC_FIELDS.items():
+            v = m.get(field)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                a[attr] = v
+        reason = m.get("recompile_reason")
+        if isinstance(reason, str) and reason:
+            a["torch.compile.recompile_reason"] = self._str(strip_recompile_prefix(reason))
+            a["torch.compile.recompile_reason.category"] = recompile_category(reason)
+            a["torch.compile.is_recompile"] = True
+        elif cid is not None and cid.frame_compile_id:
+            a["torch.compile.is_recompile"] = True
+        else:
+            a["torch.compile.is_recompile"] = False
+        if isinstance(m.get("has_guarded_code"), bool):
+            a["torch.compile.has_guarded_code"] = m["has_guarded_code"]
+        restarts = m.get("restart_reasons")
+        if isinstance(restarts, (list, set, tuple)):
+            a["torch.compile.restart_count"] = len(restarts)
+        a["torch.compile.graph_break_count"] = len(rec.graph_breaks)
+        fail_type, fail_reason = m.get("fail_type"), m.get("fail_reason")
+        limit = is_recompile_limit(fail_reason if isinstance(fail_reason, str) else None)
+        if limit:
+            a["torch.compile.recompile_limit_exceeded"] = True
+        if limit or m.get("has_guarded_code") is False or any(gb.skipped_frame for gb in rec.graph_breaks):
+            a["torch.compile.eager_fallback"] = True
+        if isinstance(fail_type, str) and fail_type:
+            a["error.type"] = fail_type
+        elif rec.incomplete:
+            a["error.type"] = "Incomplete"
+        for node in rec.root.children:
+            if node.name in ("backend_compile", "inductor_compile") and isinstance(node.args.get("cache_state"), str):
+                a[f"torch.compile.cache.{node.name}.state"] = node.args["cache_state"]
+        if rec.dropped:
+            a["torch.compile.dropped_events"] = rec.dropped
+        return a
+
+    def emit(self, rec: CompileRecord) -> None:
+        m: Mapping[str, Any] = rec.metrics or {}
+        attrs = self.root_attributes(rec)
+        name = ROOT_NAMES.get(rec.kind, "torch.compile")
+        parent: Context | None = rec.origin.parent_context if rec.origin is not None else None
+        links: list[Link] = []
+        cid = rec.compile_id
+        if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
+            ca = self._last_ca.get(cid.compiled_autograd_id)
+            if ca is not None:
+                links.append(Link(ca, {"torch.compile.link": "compiled_autograd"}))
+        if rec.kind == "backward":
+            fwd = self._forward.get(rec.id_str)
+            if fwd is not None:
+                links.append(Link(fwd[0], {"torch.compile.link": "forward"}))
+        with private_random():
+            root = self.tracer.start_span(
+                name, context=parent, kind=SpanKind.INTERNAL, attributes=attrs,
+                links=links, start_time=rec.root.start_ns,
+            )
+            ctx = root.get_span_context()
+            rec.trace_id, rec.span_id = ctx.trace_id, ctx.span_id
+            if rec.kind == "frame":
+                self._forward[rec.id_str] = (ctx, {k: attrs[k] for k in ("code.function.name", "code.file.path", "code.line.number") if k in attrs})
+                self._forward.move_to_end(rec.id_str)
+                while len(self._forward) > 4096:
+                    self._forward.popitem(last=False)
+            if rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
+                if len(self._last_ca) > 1024:
+                    self._last_ca.clear()
+                self._last_ca[cid.compiled_autograd_id] = ctx
+            self._events(rec, root, m)
+            parent_ctx = trace.set_span_in_context(root)
+            for child in rec.root.children:
+                self._phase_span(child, parent_ctx)
+            for iname, its, iargs in rec.root.instants:
+                root.add_event(iname, self._scalar_args(iargs), timestamp=its)
+            self._status(rec, root, m)
+            root.end(end_time=rec.root.end_ns)
+
+    def _scalar_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in args.items():
+            if k in _PHASE_ARG_SKIP or len(out) >= 32:
+                continue
+            if isinstance(v, bool) or isinstance(v, (int, float)):
+                out[f"torch.compile.{k}"] = v
+            elif isinstance(v, str) and len(v) <= 256 and k in ("cache_state", "cache_bypass_reason", "key", "dispatch_mode", "cache_event_time", "triton_version"):
+                out[f"torch.compile.{k}"] = v
+        return out
+
+    def _phase_span(self, node: PhaseNode, parent_ctx: Context) -> None:
+        span = self.tracer.start_span(
+            node.name, context=parent_ctx, kind=SpanKind.INTERNAL,
+            attributes=self._scalar_args(node.args), start_time=node.start_ns,
+        )
+        for iname, its, iargs in node.instants:
+            span.add_event(iname, self._scalar_args(iargs), timestamp=its)
+        if node.children:
+            ctx = trace.set_span_in_context(span)
+            for child in node.children:
+                self._phase_span(child, ctx)
+        span.end(end_time=node.end_ns)
+
+    def _events(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any]) -> None:
+        for gb in rec.graph_breaks:
+            ga: dict[str, Any] = {"torch.compile.graph_break.reason": self._str(gb.reason)}
+            if gb.gb_type:
+                ga["torch.compile.graph_break.type"] = self._str(gb.gb_type)
+            ga["torch.compile.graph_break.code"] = graph_break_code(gb.gb_type, gb.reason)
+            p = self._path(gb.filename)
+            if p:
+                ga["code.file.path"] = p
+            if gb.lineno is not None:
+                ga["code.line.number"] = gb.lineno
+            if gb.skipped_frame:
+                ga["torch.compile.eager_fallback"] = True
+            root.add_event("torch.compile.graph_break", ga)
+        restarts = m.get("restart_reasons")
+        if isinstance(restarts, (list, set, tuple)):
+            for r in sorted(str(x) for x in restarts):
+                root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)})
+        for art in rec.artifacts:
+            aa: dict[str, Any] = {"torch.compile.artifact.name": art.name, "torch.compile.artifact.kind": art.kind,
+                                  "torch.compile.artifact.size": art.size}
+            if art.digest:
+                aa["torch.compile.artifact.hash"] = art.digest
+            for k, v in art.attributes.items():
+                if isinstance(v, (str, int, float, bool)):
+                    aa[f"torch.compile.artifact.{k}"] = v if not isinstance(v, str) else self._str(v)
+            if self.settings.capture_payloads and art.payload is not None:
+                aa["torch.compile.artifact.payload"] = self._str(art.payload)
+            root.add_event("torch.compile.artifact", aa)
+
+    def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any]) -> None:
+        fail_type, fail_reason = m.get("fail_type"), m.get("fail_reason")
+        if isinstance(fail_type, str) and fail_type:
+            message = self._str(fail_reason if isinstance(fail_reason, str) else fail_type)
+            root.add_event("exception", {"exception.type": fail_type, "exception.message": message})
+            if is_recompile_limit(fail_reason if isinstance(fail_reason, str) else None):
+                fn = m.get("co_name") or (rec.origin.code_name if rec.origin else None) or "frame"
+                desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
+                root.add_event("torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)})
+            else:
+                desc = f"{fail_type}: {message.splitlines()[0] if message else ''}"
+            root.set_status(Status(StatusCode.ERROR, self._str(desc)))
+        elif rec.incomplete:
+            root.add_event("exception", {"exception.type": "Incomplete", "exception.message": rec.incomplete})
+            root.set_status(Status(StatusCode.ERROR, f"compile did not finish: {rec.incomplete}"))
+
+
+class SpanSink:
+    """The assembler sink that turns each finished compile into a trace."""
+
+    def __init__(self, mapper: SpanMapper) -> None:
+        self.mapper = mapper
+
+    def on_start(self, record: CompileRecord) -> None:
+        return None
+
+    def on_finish(self, record: CompileRecord) -> None:
+        self.mapper.emit(record)
