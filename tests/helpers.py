@@ -15,12 +15,24 @@ WORKLOADS = HERE / "workloads"
 _GLOG = re.compile(r"^([VIWEC])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 
 
-def run_python(script: Path | str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300,
-               args: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_python(
+    script: Path | str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    args: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
     full.update(env or {})
-    return subprocess.run([sys.executable, str(script), *(args or [])], env=full, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, str(script), *(args or [])],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def normalize_stderr(text: str) -> list[str]:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import WORKLOADS, normalize_stderr, read_otlp_json_spans, run_python
 
 BRIDGE_ENV = {"WITH_BRIDGE": "1", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
@@ -35,14 +34,24 @@ def test_torch_logs_graph_breaks_still_printed(tmp_path):
     assert any(e["name"] == "torch.compile.graph_break" for s in spans for e in s.get("events", []))
 
 
-@pytest.mark.skipif(shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
-                    reason="tlparse is installed by the test extra")
+@pytest.mark.skipif(
+    shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
+    reason="tlparse is installed by the test extra",
+)
 @pytest.mark.parametrize("capture", ["default", "full"])
 def test_torch_trace_still_written_and_compile_ids_match_tlparse(tmp_path, capture):
     trace_dir = tmp_path / "trace"
     spans_file = tmp_path / "spans.jsonl"
-    res = run_python(WORKLOADS / "mixed.py", {**BRIDGE_ENV, "TORCH_TRACE": str(trace_dir), "COMPILED_AUTOGRAD": "1",
-                                              "TORCH_OTEL_CAPTURE": capture, "TORCH_OTEL_TRACES_FILE": str(spans_file)})
+    res = run_python(
+        WORKLOADS / "mixed.py",
+        {
+            **BRIDGE_ENV,
+            "TORCH_TRACE": str(trace_dir),
+            "COMPILED_AUTOGRAD": "1",
+            "TORCH_OTEL_CAPTURE": capture,
+            "TORCH_OTEL_TRACES_FILE": str(spans_file),
+        },
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     logs = list(trace_dir.glob("*.log"))
     assert len(logs) == 1 and logs[0].stat().st_size > 10_000, "TORCH_TRACE still gets its log"

@@ -40,7 +40,13 @@ def test_one_trace_per_frame_compile_with_phase_children(cap):
     assert a["torch.compile.caller.file.path"] == __file__
     assert a["torch.compile.caller.function.name"] == "test_one_trace_per_frame_compile_with_phase_children"
     names = {s.name for s in cap.spans() if s.context.trace_id == root.context.trace_id}
-    assert {"entire_frame_compile", "bytecode_tracing", "backend_compile", "create_aot_dispatcher_function", "build_guards"} <= names
+    assert {
+        "entire_frame_compile",
+        "bytecode_tracing",
+        "backend_compile",
+        "create_aot_dispatcher_function",
+        "build_guards",
+    } <= names
     for child in cap.spans():
         if child.context.trace_id == root.context.trace_id and child is not root:
             assert root.start_time <= child.start_time <= child.end_time <= root.end_time
@@ -290,7 +296,9 @@ def test_uninstrument_restores_loggers_exactly():
         torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
         torch_otel.uninstrument()
         torch._dynamo.reset()
-        after = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+        after = {
+            n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names
+        }
         assert after == before
         assert (du.record_chromium_event_internal, du.log_compilation_event) == hooks
 

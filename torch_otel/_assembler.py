@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._compile_id import CompileId
-from ._internal import record_error
 from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, Origin, PhaseEvent, StartEvent
+from ._internal import record_error
 
 ROOTS: dict[str, str] = {
     "dynamo": "frame",
@@ -167,8 +167,14 @@ class Assembler:
             if old is not None:
                 old.incomplete = old.incomplete or "a new compile with the same id started"
                 self._finish(old, pop=False)
-            rec = CompileRecord(kind, ev.compile_id, PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args)),
-                                attempt=ev.attempt, rank=ev.rank, origin=ev.origin)
+            rec = CompileRecord(
+                kind,
+                ev.compile_id,
+                PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args)),
+                attempt=ev.attempt,
+                rank=ev.rank,
+                origin=ev.origin,
+            )
             rec._stack.append(rec.root)
             self._open[key] = rec
             while len(self._open) > self.max_open:
@@ -219,7 +225,7 @@ class Assembler:
                     node = rec._stack[i]
                     node.end_ns = ev.ts_ns
                     node.args.update(ev.args)
-                    for unclosed in rec._stack[i + 1:]:
+                    for unclosed in rec._stack[i + 1 :]:
                         unclosed.end_ns = ev.ts_ns
                     del rec._stack[i:]
                     return

@@ -86,8 +86,10 @@ def _print_traces(spans: list[Any], out: TextIO) -> None:
         for e in r.events:
             ea = dict(e.attributes or {})
             if e.name == "torch.compile.graph_break":
-                out.write(f"  graph break [{ea.get('torch.compile.graph_break.code')}] {ea.get('torch.compile.graph_break.type')}"
-                          f" at {os.path.basename(str(ea.get('code.file.path')))}:{ea.get('code.line.number')}\n")
+                out.write(
+                    f"  graph break [{ea.get('torch.compile.graph_break.code')}] {ea.get('torch.compile.graph_break.type')}"
+                    f" at {os.path.basename(str(ea.get('code.file.path')))}:{ea.get('code.line.number')}\n"
+                )
         if r.status.status_code.name == "ERROR":
             out.write(f"  ERROR: {r.status.description}\n")
         line(r, 1)
@@ -129,8 +131,11 @@ def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextI
     if started is not None:
         url = f"http://127.0.0.1:{started[1]}/metrics"
         body = urllib.request.urlopen(url, timeout=5).read().decode()
-        shown = [ln for ln in body.splitlines() if ln.startswith("torch_compile_") and "_bucket" not in ln
-                 and "_created" not in ln and not ln.endswith(" 0.0")]
+        shown = [
+            ln
+            for ln in body.splitlines()
+            if ln.startswith("torch_compile_") and "_bucket" not in ln and "_created" not in ln and not ln.endswith(" 0.0")
+        ]
         out.write(f"\nmetrics served at {url} ({len(body.splitlines())} lines), e.g.:\n")
         for ln in shown:
             out.write(f"  {ln}\n")

@@ -30,7 +30,12 @@ class OTLPJsonFileSpanExporter(SpanExporter):
                 fh.write(line.replace("\n", " ") + "\n")
             return SpanExportResult.SUCCESS
         except OSError as exc:
-            warn_once(f"file:{self.path}", "cannot write spans to %s (%s); set TORCH_OTEL_TRACES_FILE to a writable path", self.path, exc)
+            warn_once(
+                f"file:{self.path}",
+                "cannot write spans to %s (%s); set TORCH_OTEL_TRACES_FILE to a writable path",
+                self.path,
+                exc,
+            )
             return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:

@@ -36,8 +36,13 @@ def parse_graph_break(text: str) -> ParsedGraphBreak:
     skipped = False
     rm = _REASON_RE.search(text)
     if rm:
-        body = text[rm.end():]
-        for stop in ("\n\nUser code traceback:", "\nUser code traceback:", "\n\nStack variable source", "\nTraceback (most recent"):
+        body = text[rm.end() :]
+        for stop in (
+            "\n\nUser code traceback:",
+            "\nUser code traceback:",
+            "\n\nStack variable source",
+            "\nTraceback (most recent",
+        ):
             idx = body.find(stop)
             if idx >= 0:
                 body = body[:idx]

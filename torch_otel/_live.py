@@ -35,9 +35,9 @@ TRACE_LOGGER = "torch.__trace"
 
 
 def _skip_dirs() -> tuple[str, ...]:
-    import torch
-
     import contextlib
+
+    import torch
 
     dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__), os.path.dirname(logging.__file__)]
     return tuple(d + os.sep for d in dirs) + (contextlib.__file__,)

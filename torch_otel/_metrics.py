@@ -36,35 +36,62 @@ class CompileMetrics:
         self.registry = registry
         ns = namespace
         self.frame_duration = Histogram(
-            f"{ns}_frame_duration_seconds", "Whole compile time of a frame (or compiled-autograd graph / lazy backward).",
-            ["rank", "kind", "status"], buckets=DURATION_BUCKETS, registry=registry,
+            f"{ns}_frame_duration_seconds",
+            "Whole compile time of a frame (or compiled-autograd graph / lazy backward).",
+            ["rank", "kind", "status"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
         )
         self.phase_duration = Histogram(
-            f"{ns}_phase_duration_seconds", "Time spent in one compile phase (see the README for the phase set).",
-            ["rank", "phase"], buckets=DURATION_BUCKETS, registry=registry,
+            f"{ns}_phase_duration_seconds",
+            "Time spent in one compile phase (see the README for the phase set).",
+            ["rank", "phase"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
         )
         self.compiles = Counter(f"{ns}_compiles", "Compiles finished.", ["rank", "kind", "status"], registry=registry)
-        self.recompiles = Counter(f"{ns}_recompiles", "Recompiles, by guard-failure category.", ["rank", "reason"], registry=registry)
-        self.graph_breaks = Counter(
-            f"{ns}_graph_breaks", "Graph breaks, by torch's graph-break registry code.", ["rank", "reason"], registry=registry,
+        self.recompiles = Counter(
+            f"{ns}_recompiles", "Recompiles, by guard-failure category.", ["rank", "reason"], registry=registry
         )
-        self.failures = Counter(f"{ns}_failures", "Failed compiles, by torch's fail_type.", ["rank", "fail_type"], registry=registry)
+        self.graph_breaks = Counter(
+            f"{ns}_graph_breaks",
+            "Graph breaks, by torch's graph-break registry code.",
+            ["rank", "reason"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            f"{ns}_failures", "Failed compiles, by torch's fail_type.", ["rank", "fail_type"], registry=registry
+        )
         self.limit_hits = Counter(
-            f"{ns}_recompile_limit_hits", "Frames that hit the recompile limit and now run in eager.", ["rank"], registry=registry,
+            f"{ns}_recompile_limit_hits",
+            "Frames that hit the recompile limit and now run in eager.",
+            ["rank"],
+            registry=registry,
         )
         self.eager_fallbacks = Counter(
-            f"{ns}_eager_fallbacks", "Compiles that left their frame running in eager.", ["rank", "kind"], registry=registry,
+            f"{ns}_eager_fallbacks",
+            "Compiles that left their frame running in eager.",
+            ["rank", "kind"],
+            registry=registry,
         )
         self.cache_requests = Counter(
-            f"{ns}_cache_requests", "Compile cache lookups.", ["rank", "cache", "location", "result"], registry=registry,
+            f"{ns}_cache_requests",
+            "Compile cache lookups.",
+            ["rank", "cache", "location", "result"],
+            registry=registry,
         )
         self.cache_saved = Counter(
-            f"{ns}_cache_time_saved_seconds", "Compile time saved by the remote cache.", ["rank"], registry=registry,
+            f"{ns}_cache_time_saved_seconds",
+            "Compile time saved by the remote cache.",
+            ["rank"],
+            registry=registry,
         )
         self.guards = Histogram(f"{ns}_guards", "Guards per compiled frame.", ["rank"], buckets=GUARD_BUCKETS, registry=registry)
         self.in_progress = Gauge(f"{ns}_in_progress", "Compiles running now.", ["rank", "kind"], registry=registry)
         self.build_info = Gauge(
-            f"{ns}_build_info", "Versions of torch and torch-otel.", ["rank", "torch_version", "torch_otel_version"],
+            f"{ns}_build_info",
+            "Versions of torch and torch-otel.",
+            ["rank", "torch_version", "torch_otel_version"],
             registry=registry,
         )
         self._fail_types = BoundedLabels(50)

@@ -24,7 +24,9 @@ class RecordError(ValueError):
     """A record whose shape this parser cannot use (counted as a skipped line)."""
 
 
-def _chromium(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+def _chromium(
+    value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+) -> list[Event]:
     if not payload:
         raise RecordError("chromium_event without payload")
     try:
@@ -59,7 +61,9 @@ def metrics_to_event(fields: dict[str, Any], rank: int | None = None, fallback: 
     )
 
 
-def _metrics(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+def _metrics(
+    value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+) -> list[Event]:
     if not isinstance(value, dict):
         raise RecordError("compilation_metrics is not an object")
     return [metrics_to_event(value, rank, cid)]
@@ -74,7 +78,9 @@ def _digest(md: dict[str, Any], payload: str | None) -> str | None:
     return None
 
 
-def _artifact(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+def _artifact(
+    value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+) -> list[Event]:
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise RecordError("artifact without a name")
     name = value["name"]
@@ -83,14 +89,22 @@ def _artifact(value: Any, md: dict[str, Any], payload: str | None, cid: CompileI
         return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]
     return [
         ArtifactEvent(
-            cid, "artifact", name, len(payload or ""), _digest(md, payload), payload,
+            cid,
+            "artifact",
+            name,
+            len(payload or ""),
+            _digest(md, payload),
+            payload,
             {"encoding": value.get("encoding")} if isinstance(value.get("encoding"), str) else {},
-            attempt, rank,
+            attempt,
+            rank,
         )
     ]
 
 
-def _dynamo_start(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+def _dynamo_start(
+    value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+) -> list[Event]:
     stack = value.get("stack") if isinstance(value, dict) else None
     return [StartEvent(cid, stack if isinstance(stack, list) else [], attempt, rank)]
 
@@ -98,7 +112,9 @@ def _dynamo_start(value: Any, md: dict[str, Any], payload: str | None, cid: Comp
 def _generic(kind: str) -> Handler:
     """The trivial kinds: graphs, guards, tensor descriptions -> named artifacts."""
 
-    def handler(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    def handler(
+        value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+    ) -> list[Event]:
         attrs: dict[str, Any] = {}
         if isinstance(value, dict):
             for k, v in value.items():
@@ -110,20 +126,52 @@ def _generic(kind: str) -> Handler:
     return handler
 
 
-def _ignore(value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+def _ignore(
+    value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+) -> list[Event]:
     return []
 
 
 GENERIC_KINDS = (
-    "dynamo_output_graph", "optimize_ddp_split_graph", "optimize_ddp_split_child", "compiled_autograd_graph",
-    "aot_forward_graph", "aot_backward_graph", "aot_inference_graph", "aot_joint_graph",
-    "inductor_pre_grad_graph", "inductor_post_grad_graph", "inductor_output_code", "dynamo_guards",
-    "dynamo_cpp_guards_str", "graph_dump", "symbolic_shape_specialization", "guard_added_fast",
-    "guard_added", "create_symbol", "unbacked_symbol", "propagate_real_tensors", "expression_created",
-    "missing_fake_kernel", "mismatched_fake_kernel", "exported_program", "link", "bwd_compilation_metrics_runtime",
-    "compilation_metrics_runtime", "describe_tensor", "describe_storage", "describe_source",
-    "symbolic_shape_guard", "dump_file", "fx_graph_cache_hit", "fx_graph_cache_miss", "fx_graph_cache_bypass",
-    "aotautograd_cache_hit", "aotautograd_cache_miss", "aotautograd_cache_bypass", "recompile_reasons",
+    "dynamo_output_graph",
+    "optimize_ddp_split_graph",
+    "optimize_ddp_split_child",
+    "compiled_autograd_graph",
+    "aot_forward_graph",
+    "aot_backward_graph",
+    "aot_inference_graph",
+    "aot_joint_graph",
+    "inductor_pre_grad_graph",
+    "inductor_post_grad_graph",
+    "inductor_output_code",
+    "dynamo_guards",
+    "dynamo_cpp_guards_str",
+    "graph_dump",
+    "symbolic_shape_specialization",
+    "guard_added_fast",
+    "guard_added",
+    "create_symbol",
+    "unbacked_symbol",
+    "propagate_real_tensors",
+    "expression_created",
+    "missing_fake_kernel",
+    "mismatched_fake_kernel",
+    "exported_program",
+    "link",
+    "bwd_compilation_metrics_runtime",
+    "compilation_metrics_runtime",
+    "describe_tensor",
+    "describe_storage",
+    "describe_source",
+    "symbolic_shape_guard",
+    "dump_file",
+    "fx_graph_cache_hit",
+    "fx_graph_cache_miss",
+    "fx_graph_cache_bypass",
+    "aotautograd_cache_hit",
+    "aotautograd_cache_miss",
+    "aotautograd_cache_bypass",
+    "recompile_reasons",
 )
 
 # The single registry of record kinds. ``str`` records (interned file names)

@@ -59,8 +59,11 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
         attrs["torch.version"] = str(torch.__version__)
     except Exception:  # noqa: BLE001
         pass
-    for var, key in (("RANK", "torch.distributed.rank"), ("LOCAL_RANK", "torch.distributed.local_rank"),
-                     ("WORLD_SIZE", "torch.distributed.world_size")):
+    for var, key in (
+        ("RANK", "torch.distributed.rank"),
+        ("LOCAL_RANK", "torch.distributed.local_rank"),
+        ("WORLD_SIZE", "torch.distributed.world_size"),
+    ):
         v = env.get(var, "").strip()
         if v.isdigit():
             attrs[key] = int(v)
@@ -72,8 +75,14 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
 def _otlp_span_exporter(env: Mapping[str, str]) -> SpanExporter | None:
     proto = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip().lower()
     if proto not in PROTOCOLS:
-        var = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
-        warn_once(f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (traces not exported over OTLP)", var, proto)
+        var = (
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+            if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            else "OTEL_EXPORTER_OTLP_PROTOCOL"
+        )
+        warn_once(
+            f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (traces not exported over OTLP)", var, proto
+        )
         return None
     try:
         if proto == "grpc":
@@ -84,7 +93,11 @@ def _otlp_span_exporter(env: Mapping[str, str]) -> SpanExporter | None:
 
         return HttpExporter()
     except Exception as exc:  # noqa: BLE001 - bad endpoint/headers/certificate: one line, go on
-        warn_once(f"otlp:{exc}", "cannot set up the OTLP span exporter (%s); check OTEL_EXPORTER_OTLP_* (traces not exported over OTLP)", exc)
+        warn_once(
+            f"otlp:{exc}",
+            "cannot set up the OTLP span exporter (%s); check OTEL_EXPORTER_OTLP_* (traces not exported over OTLP)",
+            exc,
+        )
         return None
 
 
@@ -133,7 +146,9 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
         warn_once(
             f"promserve:{host}:{port}",
             "cannot serve metrics on %s:%d (%s); set OTEL_EXPORTER_PROMETHEUS_PORT to a free port. Tracing goes on.",
-            host, port, exc.strerror or exc,
+            host,
+            port,
+            exc.strerror or exc,
         )
         return None
     return server, server.server_address[1]

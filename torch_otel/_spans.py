@@ -191,13 +191,20 @@ class SpanMapper:
                 links.append(Link(fwd[0], {"torch.compile.link": "forward"}))
         with private_random():
             root = self.tracer.start_span(
-                name, context=parent, kind=SpanKind.INTERNAL, attributes=attrs,
-                links=links, start_time=rec.root.start_ns,
+                name,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attrs,
+                links=links,
+                start_time=rec.root.start_ns,
             )
             ctx = root.get_span_context()
             rec.trace_id, rec.span_id = ctx.trace_id, ctx.span_id
             if rec.kind == "frame":
-                self._forward[rec.id_str] = (ctx, {k: attrs[k] for k in ("code.function.name", "code.file.path", "code.line.number") if k in attrs})
+                self._forward[rec.id_str] = (
+                    ctx,
+                    {k: attrs[k] for k in ("code.function.name", "code.file.path", "code.line.number") if k in attrs},
+                )
                 self._forward.move_to_end(rec.id_str)
                 while len(self._forward) > 4096:
                     self._forward.popitem(last=False)
@@ -221,14 +228,21 @@ class SpanMapper:
                 continue
             if isinstance(v, bool) or isinstance(v, (int, float)):
                 out[f"torch.compile.{k}"] = v
-            elif isinstance(v, str) and len(v) <= 256 and k in ("cache_state", "cache_bypass_reason", "key", "dispatch_mode", "cache_event_time", "triton_version"):
+            elif (
+                isinstance(v, str)
+                and len(v) <= 256
+                and k in ("cache_state", "cache_bypass_reason", "key", "dispatch_mode", "cache_event_time", "triton_version")
+            ):
                 out[f"torch.compile.{k}"] = v
         return out
 
     def _phase_span(self, node: PhaseNode, parent_ctx: Context) -> None:
         span = self.tracer.start_span(
-            node.name, context=parent_ctx, kind=SpanKind.INTERNAL,
-            attributes=self._scalar_args(node.args), start_time=node.start_ns,
+            node.name,
+            context=parent_ctx,
+            kind=SpanKind.INTERNAL,
+            attributes=self._scalar_args(node.args),
+            start_time=node.start_ns,
         )
         for iname, its, iargs in node.instants:
             span.add_event(iname, self._scalar_args(iargs), timestamp=its)
@@ -257,8 +271,11 @@ class SpanMapper:
             for r in sorted(str(x) for x in restarts):
                 root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)})
         for art in rec.artifacts:
-            aa: dict[str, Any] = {"torch.compile.artifact.name": art.name, "torch.compile.artifact.kind": art.kind,
-                                  "torch.compile.artifact.size": art.size}
+            aa: dict[str, Any] = {
+                "torch.compile.artifact.name": art.name,
+                "torch.compile.artifact.kind": art.kind,
+                "torch.compile.artifact.size": art.size,
+            }
             if art.digest:
                 aa["torch.compile.artifact.hash"] = art.digest
             for k, v in art.attributes.items():
