@@ -14,12 +14,61 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--metrics-port", type=int, default=9464, help="local /metrics port (0: any free port)")
     demo.add_argument("--serve", type=float, default=0.0, help="keep /metrics up this many seconds after the run")
     demo.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, eager, inductor)")
+    rep = sub.add_parser("replay", help="replay TORCH_TRACE logs into traces (and metrics)")
+    rep.add_argument("paths", nargs="+", metavar="PATH", help="a TORCH_TRACE log, a .gz of one, or a TORCH_TRACE directory")
+    rep.add_argument("--output", "-o", help="write spans as OTLP-JSON lines to this file instead of exporting per OTEL_*")
+    rep.add_argument(
+        "--capture",
+        choices=("default", "full"),
+        default="default",
+        help="full: also artifact events (names, sizes, hashes), as live full capture",
+    )
+    rep.add_argument("--payloads", action="store_true", help="attach payload contents (code, graphs) to spans: opt-in")
     args = parser.parse_args(argv)
+    if args.command == "replay":
+        return _replay(args)
     if args.command == "demo":
         from ._demo import run_demo
 
         return run_demo(args.traces_file, args.metrics_port, args.serve, args.backend)
     return 2
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import os
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from ._config import load_settings
+    from ._file_exporter import OTLPJsonFileSpanExporter
+    from ._ids import UrandomIdGenerator
+    from ._replay import replay_paths
+    from ._setup import build_tracer_provider, job_resource, sdk_disabled
+    from ._spans import SpanMapper, SpanSink
+
+    settings = load_settings()
+    if args.payloads:
+        settings = type(settings)(
+            **{**{f: getattr(settings, f) for f in settings.__dataclass_fields__}, "capture_payloads": True}
+        )
+    provider = None
+    if args.output:
+        if os.path.exists(args.output):
+            os.remove(args.output)
+        provider = TracerProvider(resource=job_resource(), id_generator=UrandomIdGenerator())
+        provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(args.output), max_queue_size=65536))
+    elif not sdk_disabled():
+        provider = build_tracer_provider()
+    sinks = []
+    if provider is not None:
+        sinks.append(SpanSink(SpanMapper(provider.get_tracer("torch_otel.replay"), settings, live=False)))
+    code, _ = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, artifacts=args.capture == "full")
+    if provider is not None:
+        provider.shutdown()
+    if args.output and code == 0:
+        print(f"spans written to {args.output}")
+    return code
 
 
 if __name__ == "__main__":

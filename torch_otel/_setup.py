@@ -54,10 +54,10 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
         "telemetry.distro.version": __version__,
     }
     try:
-        import torch
+        from importlib.metadata import version
 
-        attrs["torch.version"] = str(torch.__version__)
-    except Exception:  # noqa: BLE001
+        attrs["torch.version"] = version("torch")
+    except Exception:  # noqa: BLE001 - torch not installed (replay needs no torch)
         pass
     for var, key in (
         ("RANK", "torch.distributed.rank"),

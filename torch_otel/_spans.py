@@ -72,6 +72,9 @@ class SpanMapper:
         self._last_ca: dict[int, trace.SpanContext] = {}
         # Forward compiles by id (bounded): a lazy backward compile links to its forward.
         self._forward: OrderedDict[str, tuple[trace.SpanContext, dict[str, Any]]] = OrderedDict()
+        # Code location per frame (bounded): a compile that stops before dynamo
+        # reports its code (the recompile-limit check) still names its function.
+        self._frame_code: OrderedDict[tuple[int | None, int | None], tuple[Any, Any, Any]] = OrderedDict()
 
     # -- helpers ------------------------------------------------------------
     def _str(self, value: object) -> str:
@@ -108,12 +111,23 @@ class SpanMapper:
             name = name or top.get("name")
             path = path or top.get("filename_str")
             line = line or top.get("line")
-        if rec.kind == "backward" and not name:
+        if rec.kind == "backward":
             fwd = self._forward.get(rec.id_str)
             if fwd is not None:
-                name = fwd[1].get("code.function.name")
-                path = fwd[1].get("code.file.path")
-                line = fwd[1].get("code.line.number")
+                a["torch.compile.attempt"] = fwd[1].get("torch.compile.attempt", rec.attempt)
+                if not name:
+                    name = fwd[1].get("code.function.name")
+                    path = fwd[1].get("code.file.path")
+                    line = fwd[1].get("code.line.number")
+        elif rec.kind == "frame" and cid is not None:
+            fkey = (cid.compiled_autograd_id, cid.frame_id)
+            if name and path:
+                self._frame_code[fkey] = (name, path, line)
+                self._frame_code.move_to_end(fkey)
+                while len(self._frame_code) > 4096:
+                    self._frame_code.popitem(last=False)
+            elif fkey in self._frame_code:
+                name, path, line = self._frame_code[fkey]
         if isinstance(name, str):
             a["code.function.name"] = self._str(name)
         p = self._path(path)
@@ -203,7 +217,11 @@ class SpanMapper:
             if rec.kind == "frame":
                 self._forward[rec.id_str] = (
                     ctx,
-                    {k: attrs[k] for k in ("code.function.name", "code.file.path", "code.line.number") if k in attrs},
+                    {
+                        k: attrs[k]
+                        for k in ("code.function.name", "code.file.path", "code.line.number", "torch.compile.attempt")
+                        if k in attrs
+                    },
                 )
                 self._forward.move_to_end(rec.id_str)
                 while len(self._forward) > 4096:
@@ -218,7 +236,7 @@ class SpanMapper:
                 self._phase_span(child, parent_ctx)
             for iname, its, iargs in rec.root.instants:
                 root.add_event(iname, self._scalar_args(iargs), timestamp=its)
-            self._status(rec, root, m)
+            self._status(rec, root, m, attrs)
             root.end(end_time=rec.root.end_ns)
 
     def _scalar_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -285,13 +303,13 @@ class SpanMapper:
                 aa["torch.compile.artifact.payload"] = self._str(art.payload)
             root.add_event("torch.compile.artifact", aa)
 
-    def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any]) -> None:
+    def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         fail_type, fail_reason = m.get("fail_type"), m.get("fail_reason")
         if isinstance(fail_type, str) and fail_type:
             message = self._str(fail_reason if isinstance(fail_reason, str) else fail_type)
             root.add_event("exception", {"exception.type": fail_type, "exception.message": message})
             if is_recompile_limit(fail_reason if isinstance(fail_reason, str) else None):
-                fn = m.get("co_name") or (rec.origin.code_name if rec.origin else None) or "frame"
+                fn = attrs.get("code.function.name") or "frame"
                 desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
                 root.add_event("torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)})
             else:

@@ -1,0 +1,196 @@
+"""``torch-otel replay``: the same traces as live, the same compile ids as tlparse, and no crash on bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import WORKLOADS, read_otlp_json_spans, run_python
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torch_otel._replay import ReplayStats, replay_paths
+
+CLI = [sys.executable, "-m", "torch_otel", "replay"]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict[str, Path]:
+    """A live run with TORCH_TRACE on: its log directory and its live spans.
+
+    Equivalent to: WITH_BRIDGE=1 COMPILED_AUTOGRAD=1 TORCH_TRACE=trace TORCH_OTEL_TRACES_FILE=live.jsonl \\
+        OTEL_TRACES_EXPORTER=none OTEL_METRICS_EXPORTER=none python tests/workloads/mixed.py
+    """
+    d = tmp_path_factory.mktemp("recorded")
+    res = run_python(
+        WORKLOADS / "mixed.py",
+        {
+            "WITH_BRIDGE": "1",
+            "COMPILED_AUTOGRAD": "1",
+            "TORCH_TRACE": str(d / "trace"),
+            "TORCH_OTEL_TRACES_FILE": str(d / "live.jsonl"),
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+        },
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (log,) = (d / "trace").glob("*.log")
+    return {"dir": d / "trace", "log": log, "live": d / "live.jsonl", "tmp": d}
+
+
+def _replay(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def _by_compile(path: Path) -> dict[tuple[str, str], tuple[dict, list[str], list[str]]]:
+    traces: dict[str, list[dict]] = {}
+    for s in read_otlp_json_spans(path):
+        traces.setdefault(s["traceId"], []).append(s)
+    out = {}
+    for spans in traces.values():
+        (root,) = [s for s in spans if "torch.compile.kind" in s["attrs"]]
+        key = (root["attrs"]["torch.compile.kind"], root["attrs"]["torch.compile.id"])
+        out[key] = (root, sorted(s["name"] for s in spans), sorted(e["name"] for e in root.get("events", [])))
+    return out
+
+
+def test_replay_produces_the_live_span_trees_and_attributes(recorded):
+    out = recorded["tmp"] / "replayed.jsonl"
+    res = _replay([str(recorded["dir"]), "--output", str(out)], recorded["tmp"])
+    assert res.returncode == 0, res.stderr
+    live, replayed = _by_compile(recorded["live"]), _by_compile(out)
+    assert set(live) == set(replayed) and len(live) >= 15
+    for key, (lroot, lnames, levents) in live.items():
+        rroot, rnames, revents = replayed[key]
+        assert rroot["name"] == lroot["name"], key
+        assert rnames == lnames, key
+        assert revents == levents, key
+        assert rroot.get("status") == lroot.get("status"), key
+        strip = lambda a: {k: v for k, v in a.items() if not k.startswith("torch.compile.caller.")}  # noqa: E731 - live only
+        assert strip(rroot["attrs"]) == strip(lroot["attrs"]), key
+        # torch's original timestamps
+        assert (rroot["startTimeUnixNano"], rroot["endTimeUnixNano"]) == (lroot["startTimeUnixNano"], lroot["endTimeUnixNano"])
+
+
+def test_replay_compile_ids_equal_tlparse(recorded):
+    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    tl = recorded["tmp"] / "tl_out"
+    subprocess.run(
+        [tlparse, str(recorded["log"]), "-o", str(tl), "--no-browser", "--overwrite"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    tl_ids = {k.strip("[]") for k in json.loads((tl / "compile_directory.json").read_text())} - {"-/-"}
+    out = recorded["tmp"] / "ids.jsonl"
+    assert _replay([str(recorded["log"]), "-o", str(out)], recorded["tmp"]).returncode == 0
+    ours = set()
+    for kind, cid in _by_compile(out):
+        if kind == "backward":
+            continue
+        root = _by_compile(out)[(kind, cid)][0]
+        ours.add(cid)
+        ours.update(f"{cid}_{a}" for a in range(1, int(root["attrs"]["torch.compile.attempt"]) + 1))
+    assert ours == tl_ids
+
+
+def test_summary_lists_compiles_failures_and_reasons(recorded):
+    res = _replay([str(recorded["log"]), "-o", str(recorded["tmp"] / "s.jsonl")], recorded["tmp"])
+    out = res.stdout
+    assert "compiles found:" in out and "frame" in out and "compiled_autograd" in out
+    assert "failures: 2 (" in out and "TorchRuntimeError: 1" in out and "Unsupported: 1" in out
+    assert "recompile-limit hits: 1" in out
+    assert "size_mismatch" in out and "GB0025" in out
+    assert "lines skipped: 0" in out and "event kinds not recognised: none" in out
+
+
+def test_gzip_and_rank_directory(recorded, tmp_path):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    data = recorded["log"].read_bytes()
+    (d / "dedicated_log_torch_trace_rank_0_x.log").write_bytes(data)
+    with gzip.open(d / "dedicated_log_torch_trace_rank_1_y.log.gz", "wb") as fh:
+        fh.write(data)
+    out = tmp_path / "r.jsonl"
+    res = _replay([str(d), "-o", str(out)], tmp_path)
+    assert res.returncode == 0, res.stderr
+    roots = [s for s in read_otlp_json_spans(out) if "torch.compile.kind" in s["attrs"]]
+    assert {r["attrs"].get("torch.distributed.rank") for r in roots} == {"0", "1"}
+
+
+def test_bad_inputs_are_counted_never_fatal(recorded, tmp_path):
+    data = recorded["log"].read_bytes()
+    cases = {
+        "truncated.log": data[: len(data) // 2],
+        "truncated.log.gz": gzip.compress(data)[:4000],
+        "garbage_mixed.log": data[:20000] + bytes(random.Random(0).randrange(256) for _ in range(5000)) + b"\n" + data[20000:],
+        "nonjson.log": b"V1122 17:02:04.816000 3142 x.py:1] {not json\n" + data,
+        "unknown.log": b'V1122 17:02:04.816000 3142 x.py:1] {"brand_new_event": {}, "frame_id": 0}\n' + data,
+        "noid.log": b'V1122 17:02:04.816000 3142 x.py:1] {"artifact": {"name": "x", "encoding": "string"}}\n\tpayload\n' + data,
+    }
+    for name, blob in cases.items():
+        p = tmp_path / name
+        p.write_bytes(blob)
+        res = _replay([str(p), "-o", str(tmp_path / (name + ".jsonl"))], tmp_path)
+        assert res.returncode == 0, (name, res.stderr)
+        assert "Traceback" not in res.stderr, name
+    assert "brand_new_event" in _replay([str(tmp_path / "unknown.log"), "-o", str(tmp_path / "u.jsonl")], tmp_path).stdout
+    nj = _replay([str(tmp_path / "nonjson.log"), "-o", str(tmp_path / "n.jsonl")], tmp_path).stdout
+    assert "1  metadata is not JSON" in nj
+    tz = _replay([str(tmp_path / "truncated.log.gz"), "-o", str(tmp_path / "t.jsonl")], tmp_path).stdout
+    assert "truncated or corrupt compressed data" in tz
+
+
+def test_missing_path_and_unparseable_input_exit_nonzero_with_one_line(tmp_path):
+    res = _replay([str(tmp_path / "nope")], tmp_path)
+    assert res.returncode == 2
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("torch-otel replay:")] == [
+        f"torch-otel replay: {tmp_path / 'nope'}: no such file or directory; pass a TORCH_TRACE log, a .gz of one, or its directory"
+    ]
+    (tmp_path / "junk.bin").write_bytes(bytes(range(256)) * 50)
+    res = _replay([str(tmp_path / "junk.bin"), "-o", str(tmp_path / "j.jsonl")], tmp_path)
+    assert res.returncode == 1 and "nothing in the given path(s) could be parsed" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_real_logs_never_crash_and_every_skip_is_counted(recorded, data):
+    lines = recorded["log"].read_bytes().split(b"\n")
+    ops = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["drop", "dup", "flip", "cut", "swap"]), st.integers(0, len(lines) - 1), st.integers(0, 255)
+            ),
+            max_size=12,
+        )
+    )
+    for op, i, b in ops:
+        if op == "drop" and lines:
+            del lines[i % len(lines)]
+        elif op == "dup" and lines:
+            lines.insert(i % len(lines), lines[i % len(lines)])
+        elif op == "flip" and lines and lines[i % len(lines)]:
+            ln = bytearray(lines[i % len(lines)])
+            ln[b % len(ln)] ^= 0x5A
+            lines[i % len(lines)] = bytes(ln)
+        elif op == "cut" and lines:
+            lines[i % len(lines)] = lines[i % len(lines)][:b]
+        elif op == "swap" and len(lines) > 1:
+            j = (i + b) % len(lines)
+            lines[i % len(lines)], lines[j] = lines[j], lines[i % len(lines)]
+    path = recorded["tmp"] / "mutated.log"
+    path.write_bytes(b"\n".join(lines))
+    import io
+
+    code, stats = replay_paths([str(path)], [], out=io.StringIO())
+    assert isinstance(stats, ReplayStats)
+    assert code in (0, 1)
+    # every line is either part of a record or counted as skipped
+    assert stats.records + sum(stats.skipped.values()) > 0

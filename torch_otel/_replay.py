@@ -1,0 +1,268 @@
+"""Replay ``TORCH_TRACE`` logs into the same spans and metrics a live run produces.
+
+Streaming: one record in memory at a time, and a payload's text is kept only
+for the kinds the mapping reads (chromium events, graph-break reasons) or when
+payloads were asked for; other payloads are only measured and hashed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ._assembler import Assembler, CompileRecord, Sink
+from ._categories import recompile_category
+from ._events import ArtifactEvent
+from ._graph_breaks import graph_break_code
+from ._parse import RecordError, parse_record
+from ._spans import is_recompile_limit
+
+# glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
+_GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] ")
+_RANK_RE = re.compile(r"rank_(\d+)")
+_KEEP_PAYLOAD = {"chromium_event"}
+
+
+@dataclass
+class ReplayStats:
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    compiles: Counter[str] = field(default_factory=Counter)
+    failures: Counter[str] = field(default_factory=Counter)
+    recompile_limit_hits: int = 0
+    recompile_reasons: Counter[str] = field(default_factory=Counter)
+    graph_breaks: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    unknown_kinds: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+
+class _SummarySink:
+    def __init__(self, stats: ReplayStats) -> None:
+        self.stats = stats
+
+    def on_start(self, record: CompileRecord) -> None:
+        return None
+
+    def on_finish(self, rec: CompileRecord) -> None:
+        s = self.stats
+        s.compiles[rec.kind] += 1
+        m = rec.metrics or {}
+        if m.get("fail_type"):
+            s.failures[str(m["fail_type"])] += 1
+        if is_recompile_limit(m.get("fail_reason") if isinstance(m.get("fail_reason"), str) else None):
+            s.recompile_limit_hits += 1
+        if isinstance(m.get("recompile_reason"), str) and m["recompile_reason"]:
+            s.recompile_reasons[recompile_category(m["recompile_reason"])] += 1
+        for gb in rec.graph_breaks:
+            code = graph_break_code(gb.gb_type, gb.reason)
+            s.graph_breaks[f"{code} {gb.gb_type or ''}".strip()] += 1
+
+
+def log_files(path: Path) -> list[Path]:
+    """A file, or every regular file in a ``TORCH_TRACE`` directory (sorted, per rank)."""
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return [path]
+
+
+def _open(path: Path) -> IO[bytes]:
+    fh = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    magic = fh.read(2)
+    fh.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
+    return fh
+
+
+def iter_records(
+    fh: IO[bytes], stats: ReplayStats, keep_all_payloads: bool = False
+) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Yield ``(metadata, payload)`` per record; count every line that is skipped, and why."""
+    md: dict[str, Any] | None = None
+    chunks: list[str] = []
+    keep = False
+    size = 0
+    hasher: Any = None
+
+    def finish() -> tuple[dict[str, Any], str | None]:
+        assert md is not None
+        if keep:
+            return md, "\n".join(chunks) if (chunks or md.get("has_payload")) else None
+        if size:
+            md.setdefault("_payload_size", size)
+            md.setdefault("_payload_md5", hasher.hexdigest())
+        return md, None
+
+    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="\n")
+    try:
+        for raw in text:
+            line = raw.rstrip("\n")
+            if line.startswith("\t"):
+                if md is None:
+                    stats.skipped["payload line without a record"] += 1
+                    continue
+                body = line[1:]
+                if keep:
+                    chunks.append(body)
+                else:
+                    size += len(body) + 1
+                    hasher.update(body.encode("utf-8", "replace"))
+                continue
+            if md is not None:
+                yield finish()
+                md = None
+            if not line.strip():
+                continue
+            m = _GLOG_RE.match(line)
+            if not m:
+                stats.skipped["not a structured trace line"] += 1
+                continue
+            try:
+                parsed = json.loads(line[m.end() :])
+            except ValueError:
+                stats.skipped["metadata is not JSON"] += 1
+                continue
+            if not isinstance(parsed, dict) or not parsed:
+                stats.skipped["metadata is not a JSON object"] += 1
+                continue
+            md = parsed
+            kind = next(iter(md))
+            art = md.get("artifact")
+            keep = (
+                keep_all_payloads
+                or kind in _KEEP_PAYLOAD
+                or (kind == "artifact" and isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason")
+            )
+            chunks, size = [], 0
+            hasher = None if keep else hashlib.md5(usedforsecurity=False)
+        if md is not None:
+            yield finish()
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        stats.skipped[f"truncated or corrupt compressed data ({type(exc).__name__})"] += 1
+        if md is not None:
+            yield finish()
+
+
+def replay_file(
+    path: Path,
+    sinks: list[Sink],
+    stats: ReplayStats,
+    keep_all_payloads: bool = False,
+    progress: Any = None,
+    artifacts: bool = False,
+) -> None:
+    stats.files += 1
+    rank_hint = _RANK_RE.search(path.name)
+    interned: dict[int, str] = {}
+    assembler = Assembler(sinks, max_open=4096)
+    try:
+        fh = _open(path)
+    except OSError as exc:
+        stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
+        return
+    with fh:
+        for md, payload in iter_records(fh, stats, keep_all_payloads):
+            stats.records += 1
+            if progress is not None and stats.records % 2000 == 0:
+                progress()
+            if rank_hint and "rank" not in md:
+                md["rank"] = int(rank_hint.group(1))
+            try:
+                kind, events = parse_record(md, payload, interned)
+            except RecordError as exc:
+                stats.skipped[str(exc)] += 1
+                continue
+            except Exception as exc:  # noqa: BLE001 - a record of unexpected shape is a skipped line, never a crash
+                stats.skipped[f"unusable {type(exc).__name__}"] += 1
+                continue
+            if events is None:
+                stats.unknown_kinds[kind] += 1
+                continue
+            for ev in events:
+                if isinstance(ev, ArtifactEvent) and not artifacts:
+                    continue  # default capture: the same events a live default capture sees
+                if hasattr(ev, "size") and not ev.size and "_payload_size" in md:
+                    ev.size = md["_payload_size"]
+                assembler.feed(ev)
+    assembler.flush("the log ends before the compile ended")
+    for k, v in assembler.stats.items():
+        if k.startswith("orphan"):
+            stats.skipped[f"{k.replace('_', ' ')} (no compile open for them)"] += v
+
+
+def print_summary(stats: ReplayStats, out: IO[str]) -> None:
+    total = sum(stats.compiles.values())
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.compiles.items()))
+    out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
+    out.write(f"compiles found: {total}" + (f" ({kinds})" if kinds else "") + "\n")
+    out.write(
+        f"failures: {sum(stats.failures.values())}"
+        + (" (" + ", ".join(f"{k}: {v}" for k, v in stats.failures.most_common()) + ")" if stats.failures else "")
+        + "\n"
+    )
+    out.write(f"recompile-limit hits: {stats.recompile_limit_hits}\n")
+    for title, counter in (("top recompile reasons", stats.recompile_reasons), ("top graph breaks", stats.graph_breaks)):
+        out.write(f"{title}:" + ("" if counter else " none") + "\n")
+        for k, v in counter.most_common(5):
+            out.write(f"  {v:6d}  {k}\n")
+    out.write(f"lines skipped: {sum(stats.skipped.values())}\n")
+    for k, v in stats.skipped.most_common():
+        out.write(f"  {v:6d}  {k}\n")
+    out.write("event kinds not recognised:" + (" none" if not stats.unknown_kinds else "") + "\n")
+    for k, v in stats.unknown_kinds.most_common():
+        out.write(f"  {v:6d}  {k}\n")
+
+
+def replay_paths(
+    paths: list[str], sinks: list[Sink], keep_all_payloads: bool = False, out: IO[str] = sys.stdout, artifacts: bool = False
+) -> tuple[int, ReplayStats]:
+    """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
+    stats = ReplayStats()
+    summary = _SummarySink(stats)
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            sys.stderr.write(
+                f"torch-otel replay: {p}: no such file or directory; pass a TORCH_TRACE log, a .gz of one, or its directory\n"
+            )
+            return 2, stats
+        files.extend(log_files(path))
+    total_bytes = sum(f.stat().st_size for f in files)
+    stats.bytes = total_bytes
+    tty = sys.stderr.isatty()
+    for f in files:
+        progress = None
+        if tty:
+
+            def progress(f: Path = f) -> None:
+                sys.stderr.write(f"\rreplaying {f.name}: {stats.records} records")
+                sys.stderr.flush()
+
+        replay_file(f, [*sinks, summary], stats, keep_all_payloads, progress, artifacts)
+    if tty:
+        sys.stderr.write("\r" + " " * 60 + "\r")
+    print_summary(stats, out)
+    for p in stats.problems:
+        sys.stderr.write(f"torch-otel replay: {p}\n")
+    if stats.records == 0 or (sum(stats.compiles.values()) == 0 and not stats.unknown_kinds and stats.skipped):
+        sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
+        return 1, stats
+    return 0, stats
+
+
+def default_output_name(paths: list[str]) -> str:
+    return os.path.basename(os.path.normpath(paths[0])) + ".otlp.jsonl"
