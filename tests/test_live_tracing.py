@@ -148,6 +148,8 @@ def test_dynamo_tracing_error(cap):
     (exc,) = _events(r, "exception")
     assert exc["exception.type"] == "TorchRuntimeError"
     assert "same reduction dim" in exc["exception.message"]
+    assert r.attributes["torch.compile.fail.file.path"] == __file__
+    assert r.attributes["torch.compile.fail.line.number"] == bad.__code__.co_firstlineno + 1
     assert cap.sample("torch_compile_frame_duration_seconds_count", rank="0", kind="frame", status="failed") == 1
 
 

@@ -179,6 +179,11 @@ class SpanMapper:
             a["torch.compile.eager_fallback"] = True
         if isinstance(fail_type, str) and fail_type:
             a["error.type"] = fail_type
+            fp = self._path(m.get("fail_user_frame_filename"))
+            if fp:
+                a["torch.compile.fail.file.path"] = fp
+            if isinstance(m.get("fail_user_frame_lineno"), int):
+                a["torch.compile.fail.line.number"] = m["fail_user_frame_lineno"]
         elif rec.incomplete:
             a["error.type"] = "Incomplete"
         for node in rec.root.children:
