@@ -187,6 +187,14 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> Any:
             trace.set_tracer_provider(provider)
             owned.append(provider)
     metrics = _list(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS)
+    unsupported = [m for m in metrics if m in ("otlp", "console")]
+    if unsupported and env.get("OTEL_METRICS_EXPORTER"):
+        warn_once(
+            "metrics-otlp",
+            "OTEL_METRICS_EXPORTER=%s: this version serves metrics with 'prometheus' only; %s is not supported yet",
+            env.get("OTEL_METRICS_EXPORTER"),
+            ", ".join(unsupported),
+        )
     if "prometheus" in metrics:
         started = start_prometheus_server(env)
         if started is not None:
