@@ -74,6 +74,37 @@ class CompileRecord:
     def id_str(self) -> str:
         return str(self.compile_id) if self.compile_id is not None else "-/-"
 
+    def _text(self, field_name: str) -> str | None:
+        v = (self.metrics or {}).get(field_name)
+        return v if isinstance(v, str) and v else None
+
+    @property
+    def fail_type(self) -> str | None:
+        """torch's ``fail_type`` (``Unsupported``, ``InductorError``, ...) of a failed compile."""
+        return self._text("fail_type")
+
+    @property
+    def fail_reason(self) -> str | None:
+        return self._text("fail_reason")
+
+    @property
+    def recompile_reason(self) -> str | None:
+        return self._text("recompile_reason")
+
+    @property
+    def recompile_limit_hit(self) -> bool:
+        """The frame exceeded ``recompile_limit``: it runs in eager from now on."""
+        return "recompile limit exceeded" in (self.fail_reason or "").lower()
+
+    @property
+    def eager_fallback(self) -> bool:
+        """This compile left its frame running in eager (limit hit, skipped frame, no guarded code)."""
+        return (
+            self.recompile_limit_hit
+            or (self.metrics or {}).get("has_guarded_code") is False
+            or any(gb.skipped_frame for gb in self.graph_breaks)
+        )
+
     @property
     def duration_s(self) -> float:
         end = self.root.end_ns if self.root.end_ns is not None else self.root.start_ns

@@ -15,7 +15,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from ._assembler import CompileRecord
 from ._categories import PHASES, BoundedLabels, recompile_category
 from ._graph_breaks import graph_break_code
-from ._spans import is_recompile_limit
 from ._version import __version__
 
 # 10 ms .. 30 min: compiles of big models take many minutes.
@@ -123,8 +122,8 @@ class CompileMetrics:
         self._info(rank)
         self.in_progress.labels(rank, rec.kind).dec()
         m: dict[str, Any] = rec.metrics or {}
-        fail_type = m.get("fail_type")
-        failed = bool(fail_type) or rec.incomplete is not None
+        fail_type = rec.fail_type
+        failed = fail_type is not None or rec.incomplete is not None
         status = "failed" if failed else "ok"
         exemplar = {"trace_id": f"{rec.trace_id:032x}"} if rec.trace_id else None
         self.frame_duration.labels(rank, rec.kind, status).observe(rec.duration_s, exemplar)
@@ -136,19 +135,17 @@ class CompileMetrics:
                 continue
             seen.add(phase)  # the outermost occurrence only: nested ones are inside it
             self.phase_duration.labels(rank, phase).observe(max(0.0, (node.end_ns - node.start_ns) / 1e9), exemplar)
-        reason = m.get("recompile_reason")
-        if isinstance(reason, str) and reason:
-            self.recompiles.labels(rank, recompile_category(reason)).inc()
+        if rec.recompile_reason:
+            self.recompiles.labels(rank, recompile_category(rec.recompile_reason)).inc()
         for gb in rec.graph_breaks:
             self.graph_breaks.labels(rank, self._gb_codes(graph_break_code(gb.gb_type, gb.reason))).inc()
         if fail_type:
-            self.failures.labels(rank, self._fail_types(str(fail_type))).inc()
+            self.failures.labels(rank, self._fail_types(fail_type)).inc()
         elif rec.incomplete:
             self.failures.labels(rank, "Incomplete").inc()
-        limit = is_recompile_limit(m.get("fail_reason") if isinstance(m.get("fail_reason"), str) else None)
-        if limit:
+        if rec.recompile_limit_hit:
             self.limit_hits.labels(rank).inc()
-        if limit or m.get("has_guarded_code") is False or any(g.skipped_frame for g in rec.graph_breaks):
+        if rec.eager_fallback:
             self.eager_fallbacks.labels(rank, rec.kind).inc()
         if rec.kind != "compiled_autograd" and not failed:
             gc = m.get("guard_count")

@@ -26,7 +26,6 @@ from ._categories import recompile_category
 from ._events import ArtifactEvent
 from ._graph_breaks import graph_break_code
 from ._parse import RecordError, parse_record
-from ._spans import is_recompile_limit
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
 _GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] ")
@@ -59,13 +58,12 @@ class _SummarySink:
     def on_finish(self, rec: CompileRecord) -> None:
         s = self.stats
         s.compiles[rec.kind] += 1
-        m = rec.metrics or {}
-        if m.get("fail_type"):
-            s.failures[str(m["fail_type"])] += 1
-        if is_recompile_limit(m.get("fail_reason") if isinstance(m.get("fail_reason"), str) else None):
+        if rec.fail_type:
+            s.failures[rec.fail_type] += 1
+        if rec.recompile_limit_hit:
             s.recompile_limit_hits += 1
-        if isinstance(m.get("recompile_reason"), str) and m["recompile_reason"]:
-            s.recompile_reasons[recompile_category(m["recompile_reason"])] += 1
+        if rec.recompile_reason:
+            s.recompile_reasons[recompile_category(rec.recompile_reason)] += 1
         for gb in rec.graph_breaks:
             code = graph_break_code(gb.gb_type, gb.reason)
             s.graph_breaks[f"{code} {gb.gb_type or ''}".strip()] += 1

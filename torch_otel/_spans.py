@@ -58,10 +58,6 @@ _NUMERIC_FIELDS = {
 _PHASE_ARG_SKIP = {"compile_id", "fn_name"}
 
 
-def is_recompile_limit(fail_reason: str | None) -> bool:
-    return bool(fail_reason) and "recompile limit exceeded" in fail_reason.lower()  # type: ignore[union-attr]
-
-
 class SpanMapper:
     """Builds spans for a :class:`CompileRecord` with the given tracer."""
 
@@ -156,8 +152,8 @@ class SpanMapper:
             v = m.get(field)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 a[attr] = v
-        reason = m.get("recompile_reason")
-        if isinstance(reason, str) and reason:
+        reason = rec.recompile_reason
+        if reason:
             a["torch.compile.recompile_reason"] = self._str(strip_recompile_prefix(reason))
             a["torch.compile.recompile_reason.category"] = recompile_category(reason)
             a["torch.compile.is_recompile"] = True
@@ -171,14 +167,12 @@ class SpanMapper:
         if isinstance(restarts, (list, set, tuple)):
             a["torch.compile.restart_count"] = len(restarts)
         a["torch.compile.graph_break_count"] = len(rec.graph_breaks)
-        fail_type, fail_reason = m.get("fail_type"), m.get("fail_reason")
-        limit = is_recompile_limit(fail_reason if isinstance(fail_reason, str) else None)
-        if limit:
+        if rec.recompile_limit_hit:
             a["torch.compile.recompile_limit_exceeded"] = True
-        if limit or m.get("has_guarded_code") is False or any(gb.skipped_frame for gb in rec.graph_breaks):
+        if rec.eager_fallback:
             a["torch.compile.eager_fallback"] = True
-        if isinstance(fail_type, str) and fail_type:
-            a["error.type"] = fail_type
+        if rec.fail_type:
+            a["error.type"] = rec.fail_type
             fp = self._path(m.get("fail_user_frame_filename"))
             if fp:
                 a["torch.compile.fail.file.path"] = fp
@@ -309,11 +303,11 @@ class SpanMapper:
             root.add_event("torch.compile.artifact", aa)
 
     def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
-        fail_type, fail_reason = m.get("fail_type"), m.get("fail_reason")
-        if isinstance(fail_type, str) and fail_type:
-            message = self._str(fail_reason if isinstance(fail_reason, str) else fail_type)
+        fail_type = rec.fail_type
+        if fail_type:
+            message = self._str(rec.fail_reason or fail_type)
             root.add_event("exception", {"exception.type": fail_type, "exception.message": message})
-            if is_recompile_limit(fail_reason if isinstance(fail_reason, str) else None):
+            if rec.recompile_limit_hit:
                 fn = attrs.get("code.function.name") or "frame"
                 desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
                 root.add_event("torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)})
