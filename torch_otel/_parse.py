@@ -188,12 +188,13 @@ HANDLERS: dict[str, Handler] = {
 
 
 def parse_record(
-    md: dict[str, Any], payload: str | None, interned: dict[int, str] | None = None
+    md: dict[str, Any], payload: str | None, interned: dict[int, str] | None = None, payload_size: int | None = None
 ) -> tuple[str, list[Event] | None]:
     """Parse one record. Returns ``(kind, events)``; ``events`` is None for an unknown kind.
 
     ``interned`` is the reader's table of ``str`` records (file names are
-    interned to ints, as tlparse resolves them). Raises :class:`RecordError`
+    interned to ints, as tlparse resolves them). ``payload_size`` is the size of
+    a payload the reader measured but did not keep (``payload`` is then None). Raises :class:`RecordError`
     for a known kind of unusable shape.
     """
     if not md or not isinstance(md, dict):
@@ -214,6 +215,10 @@ def parse_record(
     if not isinstance(rank, int) or isinstance(rank, bool):
         rank = None
     events = handler(md[kind], md, payload, cid, attempt, rank)
+    if payload is None and payload_size:
+        for ev in events:
+            if isinstance(ev, ArtifactEvent):
+                ev.size = payload_size
     if interned is not None:
         for ev in events:
             if isinstance(ev, StartEvent):

@@ -8,10 +8,8 @@ payloads were asked for; other payloads are only measured and hashed.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
-import os
 import re
 import sys
 import zlib
@@ -87,22 +85,23 @@ def _open(path: Path) -> IO[bytes]:
 
 def iter_records(
     fh: IO[bytes], stats: ReplayStats, keep_all_payloads: bool = False
-) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """Yield ``(metadata, payload)`` per record; count every line that is skipped, and why."""
+) -> Iterator[tuple[dict[str, Any], str | None, int]]:
+    """Yield ``(metadata, payload, payload size)`` per record; count every skipped line, and why.
+
+    ``payload`` is None when it was only measured (see the module docstring).
+    """
     md: dict[str, Any] | None = None
     chunks: list[str] = []
     keep = False
-    size = 0
-    hasher: Any = None
+    size = lines = 0
 
-    def finish() -> tuple[dict[str, Any], str | None]:
+    def finish() -> tuple[dict[str, Any], str | None, int]:
         assert md is not None
         if keep:
-            return md, "\n".join(chunks) if (chunks or md.get("has_payload")) else None
-        if size:
-            md.setdefault("_payload_size", size)
-            md.setdefault("_payload_md5", hasher.hexdigest())
-        return md, None
+            payload = "\n".join(chunks) if (chunks or md.get("has_payload")) else None
+            return md, payload, len(payload or "")
+        # Measured, not kept; its hash is torch's own ``has_payload``.
+        return md, None, size + max(lines - 1, 0)
 
     text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="\n")
     try:
@@ -116,8 +115,8 @@ def iter_records(
                 if keep:
                     chunks.append(body)
                 else:
-                    size += len(body) + 1
-                    hasher.update(body.encode("utf-8", "replace"))
+                    size += len(body)
+                    lines += 1
                 continue
             if md is not None:
                 yield finish()
@@ -144,8 +143,7 @@ def iter_records(
                 or kind in _KEEP_PAYLOAD
                 or (kind == "artifact" and isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason")
             )
-            chunks, size = [], 0
-            hasher = None if keep else hashlib.md5(usedforsecurity=False)
+            chunks, size, lines = [], 0, 0
         if md is not None:
             yield finish()
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
@@ -172,14 +170,14 @@ def replay_file(
         stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
         return
     with fh:
-        for md, payload in iter_records(fh, stats, keep_all_payloads):
+        for md, payload, size in iter_records(fh, stats, keep_all_payloads):
             stats.records += 1
             if progress is not None and stats.records % 2000 == 0:
                 progress()
             if rank_hint and "rank" not in md:
                 md["rank"] = int(rank_hint.group(1))
             try:
-                kind, events = parse_record(md, payload, interned)
+                kind, events = parse_record(md, payload, interned, payload_size=size)
             except RecordError as exc:
                 stats.skipped[str(exc)] += 1
                 continue
@@ -192,8 +190,6 @@ def replay_file(
             for ev in events:
                 if isinstance(ev, ArtifactEvent) and not artifacts:
                     continue  # default capture: the same events a live default capture sees
-                if hasattr(ev, "size") and not ev.size and "_payload_size" in md:
-                    ev.size = md["_payload_size"]
                 assembler.feed(ev)
     assembler.flush("the log ends before the compile ended")
     for k, v in assembler.stats.items():
@@ -260,7 +256,3 @@ def replay_paths(
         sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
         return 1, stats
     return 0, stats
-
-
-def default_output_name(paths: list[str]) -> str:
-    return os.path.basename(os.path.normpath(paths[0])) + ".otlp.jsonl"
