@@ -314,6 +314,10 @@ def test_full_capture_adds_artifacts_but_no_payloads_by_default(make_capture):
     assert {"dynamo_output_graph", "aot_forward_graph"} <= kinds or "dynamo_output_graph" in kinds
     assert all(a["torch.compile.artifact.size"] >= 0 for a in arts)
     assert any("torch.compile.artifact.hash" in a for a in arts)
+    # a record's own fields never overwrite the payload size the bridge measured
+    storages = [a for a in arts if a["torch.compile.artifact.kind"] == "describe_storage"]
+    assert storages and all(a["torch.compile.artifact.size"] == 0 for a in storages)
+    assert all(a["torch.compile.artifact.metadata.size"] > 0 for a in storages)
     assert not any("torch.compile.artifact.payload" in a for a in arts)
     # the same phase tree as default capture
     names = {s.name for s in cap.spans() if s.context.trace_id == r.context.trace_id}

@@ -297,7 +297,8 @@ class SpanMapper:
                 aa["torch.compile.artifact.hash"] = art.digest
             for k, v in art.attributes.items():
                 if isinstance(v, (str, int, float, bool)):
-                    aa[f"torch.compile.artifact.{k}"] = v if not isinstance(v, str) else self._str(v)
+                    # The record's own fields, kept apart from ours (describe_storage has its own "size").
+                    aa[f"torch.compile.artifact.metadata.{k}"] = v if not isinstance(v, str) else self._str(v)
             if self.settings.capture_payloads and art.payload is not None:
                 aa["torch.compile.artifact.payload"] = self._str(art.payload)
             root.add_event("torch.compile.artifact", aa)
