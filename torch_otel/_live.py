@@ -21,7 +21,7 @@ from opentelemetry import context as otel_context
 
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
-from ._events import GraphBreakEvent, Origin
+from ._events import Event, GraphBreakEvent, Origin, PhaseEvent
 from ._graph_breaks import parse_graph_break
 from ._internal import guarded, record_error
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
@@ -226,11 +226,18 @@ class LiveCapture:
 
     @guarded("chromium event hook")
     def _on_chromium(self, event: dict[str, Any]) -> None:
-        ev = chromium_to_event(event)
-        if ev.name in ROOTS and ev.ph == "B":
+        self._feed(chromium_to_event(event))
+
+    def _feed(self, ev: Event) -> None:
+        """Feed one event; a compile's root begin also records where the compile came from."""
+        if isinstance(ev, PhaseEvent) and ev.ph == "B" and ev.name in ROOTS:
             ev.origin = self._origin()
-            ev.rank = _rank()
-            if self.level != "full":
+            if ev.rank is None:
+                ev.rank = _rank()
+            # torch's set_logs() clears handlers: put ours back at each compile.
+            if self.level == "full":
+                self._install_trace_handler()
+            else:
                 self._ensure_graph_break_loggers()
         self.assembler.feed(ev)
 
@@ -265,9 +272,4 @@ class LiveCapture:
             self.assembler.stats[f"unknown_kind:{kind}"] += 1
             return
         for ev in events:
-            if getattr(ev, "name", None) in ROOTS and getattr(ev, "ph", None) == "B":
-                ev.origin = self._origin()  # type: ignore[union-attr]
-                if ev.rank is None:  # type: ignore[union-attr]
-                    ev.rank = _rank()  # type: ignore[union-attr]
-                self._install_trace_handler()
-            self.assembler.feed(ev)
+            self._feed(ev)
