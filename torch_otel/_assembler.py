@@ -14,7 +14,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ._compile_id import CompileId
 from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, Origin, PhaseEvent, StartEvent
@@ -111,10 +111,14 @@ class CompileRecord:
         return max(0.0, (end - self.root.start_ns) / 1e9)
 
 
-class Sink(Protocol):
-    def on_start(self, record: CompileRecord) -> None: ...
+class Sink:
+    """Receives compiles from the assembler: ``on_start`` (optional) and ``on_finish``."""
 
-    def on_finish(self, record: CompileRecord) -> None: ...
+    def on_start(self, record: CompileRecord) -> None:
+        return None
+
+    def on_finish(self, record: CompileRecord) -> None:
+        raise NotImplementedError
 
 
 class Assembler:

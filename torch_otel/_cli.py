@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    import dataclasses
     import os
 
     from opentelemetry.sdk.trace import TracerProvider
@@ -49,9 +50,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     if args.payloads:
-        settings = type(settings)(
-            **{**{f: getattr(settings, f) for f in settings.__dataclass_fields__}, "capture_payloads": True}
-        )
+        settings = dataclasses.replace(settings, capture_payloads=True)
     provider = None
     if args.output:
         if os.path.exists(args.output):

@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from ._assembler import CompileRecord
+from ._assembler import CompileRecord, Sink
 from ._categories import PHASES, BoundedLabels, recompile_category
 from ._graph_breaks import graph_break_code
 from ._version import __version__
@@ -28,7 +28,7 @@ def default_rank() -> str:
     return r if r.isdigit() else "0"
 
 
-class CompileMetrics:
+class CompileMetrics(Sink):
     """The series of the contract, on a prometheus_client registry."""
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY, namespace: str = "torch_compile") -> None:
@@ -130,6 +130,9 @@ class CompileMetrics:
         self.compiles.labels(rank, rec.kind, status).inc()
         seen: set[str] = set()
         for node, _ in rec.root.walk():
+            if node.name in ("backend_compile", "inductor_compile") and node.args.get("cache_state") == "bypass":
+                cache = "fx_graph" if node.name == "inductor_compile" else "aot_autograd"
+                self.cache_requests.labels(rank, cache, "local", "bypass").inc()
             phase = PHASES.get(node.name)
             if phase is None or phase in seen or node.end_ns is None:
                 continue
@@ -157,11 +160,6 @@ class CompileMetrics:
                     n = m.get(f"{prefix}_{location}_cache_{result}_count")
                     if isinstance(n, int) and n > 0:
                         self.cache_requests.labels(rank, cache, location, result).inc(n)
-        for node, _ in rec.root.walk():
-            state = node.args.get("cache_state")
-            if node.name in ("backend_compile", "inductor_compile") and state == "bypass":
-                cache = "fx_graph" if node.name == "inductor_compile" else "aot_autograd"
-                self.cache_requests.labels(rank, cache, "local", "bypass").inc()
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             self.cache_saved.labels(rank).inc(saved)

@@ -46,12 +46,9 @@ class ReplayStats:
     problems: list[str] = field(default_factory=list)
 
 
-class _SummarySink:
+class _SummarySink(Sink):
     def __init__(self, stats: ReplayStats) -> None:
         self.stats = stats
-
-    def on_start(self, record: CompileRecord) -> None:
-        return None
 
     def on_finish(self, rec: CompileRecord) -> None:
         s = self.stats

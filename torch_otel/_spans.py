@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
-from ._assembler import CompileRecord, PhaseNode
+from ._assembler import CompileRecord, PhaseNode, Sink
 from ._categories import recompile_category, strip_recompile_prefix
 from ._config import Settings
 from ._graph_breaks import graph_break_code
@@ -58,6 +58,24 @@ _NUMERIC_FIELDS = {
 _PHASE_ARG_SKIP = {"compile_id", "fn_name"}
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Recent(OrderedDict[K, V]):
+    """A dict that keeps only the ``limit`` most recently set keys."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key: K, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
 class SpanMapper:
     """Builds spans for a :class:`CompileRecord` with the given tracer."""
 
@@ -65,12 +83,13 @@ class SpanMapper:
         self.tracer = tracer
         self.settings = settings or Settings()
         self.live = live
-        self._last_ca: dict[int, trace.SpanContext] = {}
-        # Forward compiles by id (bounded): a lazy backward compile links to its forward.
-        self._forward: OrderedDict[str, tuple[trace.SpanContext, dict[str, Any]]] = OrderedDict()
-        # Code location per frame (bounded): a compile that stops before dynamo
-        # reports its code (the recompile-limit check) still names its function.
-        self._frame_code: OrderedDict[tuple[int | None, int | None], tuple[Any, Any, Any]] = OrderedDict()
+        # Compiled-autograd graphs by id: their frames' traces link to them.
+        self._last_ca: _Recent[int, trace.SpanContext] = _Recent(1024)
+        # Forward compiles by id: a lazy backward compile links to its forward.
+        self._forward: _Recent[str, tuple[trace.SpanContext, dict[str, Any]]] = _Recent(4096)
+        # Code location per frame: a compile that stops before dynamo reports
+        # its code (the recompile-limit check) still names its function.
+        self._frame_code: _Recent[tuple[int | None, int | None], tuple[Any, Any, Any]] = _Recent(4096)
 
     # -- helpers ------------------------------------------------------------
     def _str(self, value: object) -> str:
@@ -118,10 +137,7 @@ class SpanMapper:
         elif rec.kind == "frame" and cid is not None:
             fkey = (cid.compiled_autograd_id, cid.frame_id)
             if name and path:
-                self._frame_code[fkey] = (name, path, line)
-                self._frame_code.move_to_end(fkey)
-                while len(self._frame_code) > 4096:
-                    self._frame_code.popitem(last=False)
+                self._frame_code.remember(fkey, (name, path, line))
             elif fkey in self._frame_code:
                 name, path, line = self._frame_code[fkey]
         if isinstance(name, str):
@@ -214,21 +230,10 @@ class SpanMapper:
             ctx = root.get_span_context()
             rec.trace_id, rec.span_id = ctx.trace_id, ctx.span_id
             if rec.kind == "frame":
-                self._forward[rec.id_str] = (
-                    ctx,
-                    {
-                        k: attrs[k]
-                        for k in ("code.function.name", "code.file.path", "code.line.number", "torch.compile.attempt")
-                        if k in attrs
-                    },
-                )
-                self._forward.move_to_end(rec.id_str)
-                while len(self._forward) > 4096:
-                    self._forward.popitem(last=False)
+                keep = ("code.function.name", "code.file.path", "code.line.number", "torch.compile.attempt")
+                self._forward.remember(rec.id_str, (ctx, {k: attrs[k] for k in keep if k in attrs}))
             if rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
-                if len(self._last_ca) > 1024:
-                    self._last_ca.clear()
-                self._last_ca[cid.compiled_autograd_id] = ctx
+                self._last_ca.remember(cid.compiled_autograd_id, ctx)
             self._events(rec, root, m)
             parent_ctx = trace.set_span_in_context(root)
             for child in rec.root.children:
@@ -320,14 +325,11 @@ class SpanMapper:
             root.set_status(Status(StatusCode.ERROR, f"compile did not finish: {rec.incomplete}"))
 
 
-class SpanSink:
+class SpanSink(Sink):
     """The assembler sink that turns each finished compile into a trace."""
 
     def __init__(self, mapper: SpanMapper) -> None:
         self.mapper = mapper
-
-    def on_start(self, record: CompileRecord) -> None:
-        return None
 
     def on_finish(self, record: CompileRecord) -> None:
         self.mapper.emit(record)
