@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,25 @@ def read_otlp_json_spans(path: Path) -> list[dict[str, Any]]:
                     sp["attrs"] = attrs
                     spans.append(sp)
     return spans
+
+
+def tlparse_compile_ids(log: Path, out_dir: Path) -> set[str]:
+    """The compile ids the reference reader, tlparse (a test dependency), lists for a log."""
+    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    subprocess.run(
+        [tlparse, str(log), "-o", str(out_dir), "--no-browser", "--overwrite"], check=True, capture_output=True, timeout=300
+    )
+    directory = json.loads((out_dir / "compile_directory.json").read_text())
+    return {k.strip("[]") for k in directory} - {"-/-"}
+
+
+def span_compile_ids(roots: list[dict[str, Any]]) -> set[str]:
+    """Our root spans' ids in tlparse's form: each restart attempt N adds ``<id>_N``."""
+    ids: set[str] = set()
+    for r in roots:
+        if r["attrs"]["torch.compile.kind"] == "backward":
+            continue  # tlparse files the lazy backward under its forward's id
+        cid, attempt = r["attrs"]["torch.compile.id"], int(r["attrs"]["torch.compile.attempt"])
+        ids.add(cid)
+        ids.update(f"{cid}_{a}" for a in range(1, attempt + 1))
+    return ids

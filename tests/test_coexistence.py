@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from helpers import WORKLOADS, normalize_stderr, read_otlp_json_spans, run_python
+from helpers import WORKLOADS, normalize_stderr, read_otlp_json_spans, run_python, span_compile_ids, tlparse_compile_ids
 
 BRIDGE_ENV = {"WITH_BRIDGE": "1", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
 
@@ -34,10 +28,6 @@ def test_torch_logs_graph_breaks_still_printed(tmp_path):
     assert any(e["name"] == "torch.compile.graph_break" for s in spans for e in s.get("events", []))
 
 
-@pytest.mark.skipif(
-    shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
-    reason="tlparse is installed by the test extra",
-)
 @pytest.mark.parametrize("capture", ["default", "full"])
 def test_torch_trace_still_written_and_compile_ids_match_tlparse(tmp_path, capture):
     trace_dir = tmp_path / "trace"
@@ -55,22 +45,8 @@ def test_torch_trace_still_written_and_compile_ids_match_tlparse(tmp_path, captu
     assert res.returncode == 0, res.stderr[-3000:]
     logs = list(trace_dir.glob("*.log"))
     assert len(logs) == 1 and logs[0].stat().st_size > 10_000, "TORCH_TRACE still gets its log"
-    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
-    out = tmp_path / "tl_out"
-    subprocess.run([tlparse, str(logs[0]), "-o", str(out), "--no-browser"], check=True, capture_output=True, timeout=300)
-    directory = json.loads((out / "compile_directory.json").read_text())
-    tl_ids = {k.strip("[]") for k in directory} - {"-/-"}
-
-    spans = read_otlp_json_spans(spans_file)
-    roots = [s for s in spans if "torch.compile.kind" in s["attrs"]]
-    ours: set[str] = set()
-    for r in roots:
-        cid, attempt = r["attrs"]["torch.compile.id"], int(r["attrs"]["torch.compile.attempt"])
-        if r["attrs"]["torch.compile.kind"] == "backward":
-            continue  # tlparse files the lazy backward under its forward's id
-        ours.add(cid)
-        ours.update(f"{cid}_{a}" for a in range(1, attempt + 1))
-    assert ours == tl_ids
+    roots = [s for s in read_otlp_json_spans(spans_file) if "torch.compile.kind" in s["attrs"]]
+    assert span_compile_ids(roots) == tlparse_compile_ids(logs[0], tmp_path / "tl_out")
     kinds = {r["attrs"]["torch.compile.kind"] for r in roots}
     assert kinds == {"frame", "backward", "compiled_autograd"}
     failed = [r for r in roots if r.get("status", {}).get("code") == "STATUS_CODE_ERROR"]
