@@ -16,6 +16,21 @@ WORKLOADS = HERE / "workloads"
 _GLOG = re.compile(r"^([VIWEC])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
 
 
+def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The test process's environment without any OTEL_/TORCH_OTEL_/TORCH_TRACE/TORCH_LOGS setting, plus ``env``."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
+    full.update(env or {})
+    return full
+
+
+def start_python(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A background ``python ARGS...`` (or ``-m module ...``) with stdout and stderr into ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, *args], env=clean_env(env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+
 def run_python(
     script: Path | str,
     env: dict[str, str] | None = None,
@@ -23,11 +38,9 @@ def run_python(
     timeout: float = 300,
     args: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
-    full.update(env or {})
     return subprocess.run(
         [sys.executable, str(script), *(args or [])],
-        env=full,
+        env=clean_env(env),
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -9,7 +9,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -17,22 +19,30 @@ from ._assembler import Assembler, Sink
 from ._config import Settings, load_settings
 from ._internal import logger, record_error
 from ._live import LiveCapture
-from ._metrics import CompileMetrics
+from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
 from ._spans import SpanMapper, SpanSink
 from ._version import __version__
 
-_metrics_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, CompileMetrics] = weakref.WeakKeyDictionary()
+_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
 _lock = threading.RLock()
 
 
-def compile_metrics_for(registry: CollectorRegistry) -> CompileMetrics:
+def prometheus_backend(registry: CollectorRegistry) -> Backend:
     """One set of series per registry (prometheus_client refuses duplicates)."""
     with _lock:
-        m = _metrics_by_registry.get(registry)
-        if m is None:
-            m = CompileMetrics(registry)
-            _metrics_by_registry[registry] = m
-        return m
+        b = _backends.get(registry)
+        if b is None:
+            b = _backends[registry] = PrometheusBackend(registry)
+        return b
+
+
+def otel_backend(meter_provider: MeterProvider) -> Backend:
+    """One set of instruments per meter provider."""
+    with _lock:
+        b = _backends.get(meter_provider)
+        if b is None:
+            b = _backends[meter_provider] = OTelBackend(meter_provider.get_meter("torch_otel", __version__))
+        return b
 
 
 @dataclass
@@ -51,17 +61,20 @@ _atexit_registered = False
 
 def instrument(
     tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
     *,
     registry: CollectorRegistry | None = REGISTRY,
     capture: str | None = None,
     settings: Settings | None = None,
     _owned: list[Any] | None = None,
 ) -> Bridge | None:
-    """Start turning torch.compile compiles into traces (and Prometheus series on ``registry``).
+    """Start turning torch.compile compiles into traces and metrics.
 
-    ``tracer_provider`` defaults to the global one; ``registry=None`` turns the
-    metrics off. ``capture`` is ``"default"``, ``"full"`` or ``"off"``
-    (default: ``TORCH_OTEL_CAPTURE``). Instrumenting twice is a no-op.
+    ``tracer_provider`` and ``meter_provider`` default to the global ones
+    (never replaced). The metrics go both to ``registry`` (prometheus_client;
+    ``None`` for none) and to the meter provider's readers (OTLP).
+    ``capture`` is ``"default"``, ``"full"`` or ``"off"`` (default:
+    ``TORCH_OTEL_CAPTURE``). Instrumenting twice is a no-op.
     """
     global _bridge, _atexit_registered
     with _lock:
@@ -78,8 +91,10 @@ def instrument(
         tracer = provider.get_tracer("torch_otel", __version__)
         sinks: list[Sink] = [SpanSink(SpanMapper(tracer, settings, live=True))]
         metrics = None
-        if registry is not None and settings.metrics:
-            metrics = compile_metrics_for(registry)
+        if settings.metrics:
+            backends = [prometheus_backend(registry)] if registry is not None else []
+            backends.append(otel_backend(meter_provider or otel_metrics.get_meter_provider()))
+            metrics = CompileMetrics(backends)
             sinks.append(metrics)
         assembler = Assembler(sinks, max_open=settings.max_open_compiles)
         cap = LiveCapture(assembler, level)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ._internal import warn_once
 
@@ -24,6 +25,8 @@ class Settings:
     max_open_compiles: int = 256
     traces_file: str | None = None
     metrics: bool = True
+    pushgateway_url: str | None = None
+    pushgateway_job: str = "torch_compile"
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -55,6 +58,21 @@ def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int, prob
     return v
 
 
+def _url(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
+    try:
+        port_ok = parsed.port is None or 0 < parsed.port
+    except ValueError:
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok:
+        problems.append(f"{name}={raw!r} is not an http(s) URL; use e.g. http://127.0.0.1:9091 (not pushing)")
+        return None
+    return raw if "://" in raw else f"http://{raw}"
+
+
 def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
     env = os.environ if env is None else env
@@ -74,6 +92,8 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         max_open_compiles=_int(env, "TORCH_OTEL_MAX_OPEN_COMPILES", 256, 1, 100_000, problems),
         traces_file=(env.get("TORCH_OTEL_TRACES_FILE") or None),
         metrics=_bool(env, "TORCH_OTEL_METRICS", True, problems),
+        pushgateway_url=_url(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
+        pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )
     if report:

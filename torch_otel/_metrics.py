@@ -1,25 +1,101 @@
-"""Finished compiles -> Prometheus series (prometheus_client), with exemplars linking to traces.
+"""Finished compiles -> metric observations -> Prometheus series and/or OpenTelemetry instruments.
 
-Names are fixed by the contract: ``torch_compile_*``, histograms in
-``_seconds``, counters in ``_total``, every series labelled ``rank``. Label
-values come from bounded sets only.
+One table (``SERIES``) names every series once; one function
+(``CompileMetrics.on_finish``) decides what a compile observes. Two backends
+apply the same observations: a prometheus_client registry (``/metrics``,
+Pushgateway, OpenMetrics exemplars) and an OpenTelemetry meter (OTLP), so both
+expositions always carry the same series.
+
+Names follow the contract: ``torch_compile_*``, histograms in ``_seconds``,
+counters exposed with ``_total``, every series labelled ``rank``. Label values
+come from bounded sets only.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ._assembler import CompileRecord, Sink
 from ._categories import PHASES, BoundedLabels, recompile_category
 from ._graph_breaks import graph_break_code
+from ._internal import record_error
 from ._version import __version__
 
 # 10 ms .. 30 min: compiles of big models take many minutes.
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
+
+Kind = Literal["counter", "histogram", "updown", "gauge"]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series: ``name`` is the Prometheus name without ``_total``."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+    unit: str = ""
+    buckets: tuple[float, ...] | None = None
+
+
+SERIES: dict[str, Series] = {
+    s.name: s
+    for s in (
+        Series(
+            "torch_compile_frame_duration_seconds",
+            "histogram",
+            "Whole compile time of a frame (or compiled-autograd graph / lazy backward).",
+            ("rank", "kind", "status"),
+            "s",
+            DURATION_BUCKETS,
+        ),
+        Series(
+            "torch_compile_phase_duration_seconds",
+            "histogram",
+            "Time spent in one compile phase (see the README for the phase set).",
+            ("rank", "phase"),
+            "s",
+            DURATION_BUCKETS,
+        ),
+        Series("torch_compile_compiles", "counter", "Compiles finished.", ("rank", "kind", "status")),
+        Series("torch_compile_recompiles", "counter", "Recompiles, by guard-failure category.", ("rank", "reason")),
+        Series(
+            "torch_compile_graph_breaks", "counter", "Graph breaks, by torch's graph-break registry code.", ("rank", "reason")
+        ),
+        Series("torch_compile_failures", "counter", "Failed compiles, by torch's fail_type.", ("rank", "fail_type")),
+        Series(
+            "torch_compile_recompile_limit_hits",
+            "counter",
+            "Frames that hit the recompile limit and now run in eager.",
+            ("rank",),
+        ),
+        Series("torch_compile_eager_fallbacks", "counter", "Compiles that left their frame running in eager.", ("rank", "kind")),
+        Series("torch_compile_cache_requests", "counter", "Compile cache lookups.", ("rank", "cache", "location", "result")),
+        Series("torch_compile_cache_time_saved_seconds", "counter", "Compile time saved by the remote cache.", ("rank",), "s"),
+        Series("torch_compile_guards", "histogram", "Guards per compiled frame.", ("rank",), "", GUARD_BUCKETS),
+        Series("torch_compile_in_progress", "updown", "Compiles running now.", ("rank", "kind")),
+        Series(
+            "torch_compile_build_info",
+            "gauge",
+            "Versions of torch and torch-otel.",
+            ("rank", "torch_version", "torch_otel_version"),
+        ),
+    )
+}
+
+# (series name, label values in the series' order, value, exemplar trace/span ids)
+Observation = tuple[str, tuple[str, ...], float, "tuple[int, int] | None"]
+
+
+class Backend(Protocol):
+    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None: ...
 
 
 def default_rank() -> str:
@@ -28,138 +104,165 @@ def default_rank() -> str:
     return r if r.isdigit() else "0"
 
 
-class CompileMetrics(Sink):
-    """The series of the contract, on a prometheus_client registry."""
+class PrometheusBackend:
+    """The series on a prometheus_client registry, with trace-id exemplars on histograms."""
 
-    def __init__(self, registry: CollectorRegistry | None = REGISTRY, namespace: str = "torch_compile") -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        ns = namespace
-        self.frame_duration = Histogram(
-            f"{ns}_frame_duration_seconds",
-            "Whole compile time of a frame (or compiled-autograd graph / lazy backward).",
-            ["rank", "kind", "status"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.phase_duration = Histogram(
-            f"{ns}_phase_duration_seconds",
-            "Time spent in one compile phase (see the README for the phase set).",
-            ["rank", "phase"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.compiles = Counter(f"{ns}_compiles", "Compiles finished.", ["rank", "kind", "status"], registry=registry)
-        self.recompiles = Counter(
-            f"{ns}_recompiles", "Recompiles, by guard-failure category.", ["rank", "reason"], registry=registry
-        )
-        self.graph_breaks = Counter(
-            f"{ns}_graph_breaks",
-            "Graph breaks, by torch's graph-break registry code.",
-            ["rank", "reason"],
-            registry=registry,
-        )
-        self.failures = Counter(
-            f"{ns}_failures", "Failed compiles, by torch's fail_type.", ["rank", "fail_type"], registry=registry
-        )
-        self.limit_hits = Counter(
-            f"{ns}_recompile_limit_hits",
-            "Frames that hit the recompile limit and now run in eager.",
-            ["rank"],
-            registry=registry,
-        )
-        self.eager_fallbacks = Counter(
-            f"{ns}_eager_fallbacks",
-            "Compiles that left their frame running in eager.",
-            ["rank", "kind"],
-            registry=registry,
-        )
-        self.cache_requests = Counter(
-            f"{ns}_cache_requests",
-            "Compile cache lookups.",
-            ["rank", "cache", "location", "result"],
-            registry=registry,
-        )
-        self.cache_saved = Counter(
-            f"{ns}_cache_time_saved_seconds",
-            "Compile time saved by the remote cache.",
-            ["rank"],
-            registry=registry,
-        )
-        self.guards = Histogram(f"{ns}_guards", "Guards per compiled frame.", ["rank"], buckets=GUARD_BUCKETS, registry=registry)
-        self.in_progress = Gauge(f"{ns}_in_progress", "Compiles running now.", ["rank", "kind"], registry=registry)
-        self.build_info = Gauge(
-            f"{ns}_build_info",
-            "Versions of torch and torch-otel.",
-            ["rank", "torch_version", "torch_otel_version"],
-            registry=registry,
-        )
+        self._metrics: dict[str, Any] = {}
+        for s in SERIES.values():
+            if s.kind == "histogram":
+                m: Any = Histogram(s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry)
+            elif s.kind == "counter":
+                m = Counter(s.name, s.help, s.labels, registry=registry)
+            else:
+                m = Gauge(
+                    s.name, s.help, s.labels, registry=registry, multiprocess_mode="livesum" if s.kind == "updown" else "max"
+                )
+            self._metrics[s.name] = m
+
+    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
+        m = self._metrics[name].labels(*labels)
+        kind = SERIES[name].kind
+        if kind == "histogram":
+            m.observe(value, {"trace_id": f"{exemplar[0]:032x}"} if exemplar else None)
+        elif kind == "gauge":
+            m.set(value)
+        else:
+            m.inc(value)
+
+
+class OTelBackend:
+    """The same series as OpenTelemetry instruments (exported over OTLP by the meter provider's readers).
+
+    Counters are named without ``_total`` (Prometheus-compatible backends add
+    it); histograms carry explicit buckets and an exemplar context pointing at
+    the compile's root span.
+    """
+
+    def __init__(self, meter: Any) -> None:
+        self._instruments: dict[str, Any] = {}
+        for s in SERIES.values():
+            if s.kind == "histogram":
+                inst = meter.create_histogram(
+                    s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
+                )
+            elif s.kind == "counter":
+                inst = meter.create_counter(s.name, unit=s.unit, description=s.help)
+            elif s.kind == "gauge":
+                inst = meter.create_gauge(s.name, unit=s.unit, description=s.help)
+            else:
+                inst = meter.create_up_down_counter(s.name, unit=s.unit, description=s.help)
+            self._instruments[s.name] = inst
+
+    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
+        attrs = dict(zip(SERIES[name].labels, labels, strict=True))
+        inst = self._instruments[name]
+        ctx = _span_context(exemplar) if exemplar else None
+        kind = SERIES[name].kind
+        if kind == "histogram":
+            inst.record(value, attrs, context=ctx)
+        elif kind == "gauge":
+            inst.set(value, attrs)
+        else:
+            inst.add(value, attrs, context=ctx)
+
+
+def _span_context(ids: tuple[int, int]) -> Any:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+    return set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, TraceFlags(TraceFlags.SAMPLED))))
+
+
+def _torch_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # noqa: BLE001 - replay needs no torch
+        return "unknown"
+
+
+class CompileMetrics(Sink):
+    """Turns each finished compile into observations and applies them to every backend."""
+
+    def __init__(self, backends: list[Backend]) -> None:
+        self.backends = backends
         self._fail_types = BoundedLabels(50)
         self._gb_codes = BoundedLabels(200)
         self._build_seen: set[str] = set()
 
+    def _emit(self, observations: Iterator[Observation]) -> None:
+        for name, labels, value, exemplar in observations:
+            for b in self.backends:
+                try:
+                    b.apply(name, labels, value, exemplar)
+                except Exception as exc:  # noqa: BLE001 - one broken backend never stops the others
+                    record_error(f"metrics backend {type(b).__name__}", exc)
+
     def _rank(self, rec: CompileRecord) -> str:
         return str(rec.rank) if rec.rank is not None else default_rank()
 
-    def _info(self, rank: str) -> None:
-        if rank in self._build_seen:
-            return
-        self._build_seen.add(rank)
-        try:
-            import torch
-
-            tv = str(torch.__version__)
-        except Exception:  # noqa: BLE001
-            tv = "unknown"
-        self.build_info.labels(rank, tv, __version__).set(1)
+    def _info(self, rank: str) -> Iterator[Observation]:
+        if rank not in self._build_seen:
+            self._build_seen.add(rank)
+            yield "torch_compile_build_info", (rank, _torch_version(), __version__), 1, None
 
     def on_start(self, rec: CompileRecord) -> None:
+        self._emit(self._start(rec))
+
+    def _start(self, rec: CompileRecord) -> Iterator[Observation]:
         rank = self._rank(rec)
-        self._info(rank)
-        self.in_progress.labels(rank, rec.kind).inc()
+        yield from self._info(rank)
+        yield "torch_compile_in_progress", (rank, rec.kind), 1, None
 
     def on_finish(self, rec: CompileRecord) -> None:
+        self._emit(self.observations(rec))
+
+    def observations(self, rec: CompileRecord) -> Iterator[Observation]:
+        """Everything one finished compile contributes to the series."""
         rank = self._rank(rec)
-        self._info(rank)
-        self.in_progress.labels(rank, rec.kind).dec()
+        yield from self._info(rank)
+        yield "torch_compile_in_progress", (rank, rec.kind), -1, None
         m: dict[str, Any] = rec.metrics or {}
         fail_type = rec.fail_type
         failed = fail_type is not None or rec.incomplete is not None
         status = "failed" if failed else "ok"
-        exemplar = {"trace_id": f"{rec.trace_id:032x}"} if rec.trace_id else None
-        self.frame_duration.labels(rank, rec.kind, status).observe(rec.duration_s, exemplar)
-        self.compiles.labels(rank, rec.kind, status).inc()
+        ex = (rec.trace_id, rec.span_id or 0) if rec.trace_id else None
+        yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
+        yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
         seen: set[str] = set()
         for node, _ in rec.root.walk():
             if node.name in ("backend_compile", "inductor_compile") and node.args.get("cache_state") == "bypass":
                 cache = "fx_graph" if node.name == "inductor_compile" else "aot_autograd"
-                self.cache_requests.labels(rank, cache, "local", "bypass").inc()
+                yield "torch_compile_cache_requests", (rank, cache, "local", "bypass"), 1, None
             phase = PHASES.get(node.name)
             if phase is None or phase in seen or node.end_ns is None:
                 continue
             seen.add(phase)  # the outermost occurrence only: nested ones are inside it
-            self.phase_duration.labels(rank, phase).observe(max(0.0, (node.end_ns - node.start_ns) / 1e9), exemplar)
+            yield "torch_compile_phase_duration_seconds", (rank, phase), max(0.0, (node.end_ns - node.start_ns) / 1e9), ex
         if rec.recompile_reason:
-            self.recompiles.labels(rank, recompile_category(rec.recompile_reason)).inc()
+            yield "torch_compile_recompiles", (rank, recompile_category(rec.recompile_reason)), 1, None
         for gb in rec.graph_breaks:
-            self.graph_breaks.labels(rank, self._gb_codes(graph_break_code(gb.gb_type, gb.reason))).inc()
+            yield "torch_compile_graph_breaks", (rank, self._gb_codes(graph_break_code(gb.gb_type, gb.reason))), 1, None
         if fail_type:
-            self.failures.labels(rank, self._fail_types(fail_type)).inc()
+            yield "torch_compile_failures", (rank, self._fail_types(fail_type)), 1, None
         elif rec.incomplete:
-            self.failures.labels(rank, "Incomplete").inc()
+            yield "torch_compile_failures", (rank, "Incomplete"), 1, None
         if rec.recompile_limit_hit:
-            self.limit_hits.labels(rank).inc()
+            yield "torch_compile_recompile_limit_hits", (rank,), 1, None
         if rec.eager_fallback:
-            self.eager_fallbacks.labels(rank, rec.kind).inc()
+            yield "torch_compile_eager_fallbacks", (rank, rec.kind), 1, None
         if rec.kind != "compiled_autograd" and not failed:
             gc = m.get("guard_count")
             if isinstance(gc, int) and not isinstance(gc, bool):
-                self.guards.labels(rank).observe(gc)
+                yield "torch_compile_guards", (rank,), gc, None
         for cache, prefix in (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd")):
             for location in ("local", "remote"):
                 for result in ("hit", "miss"):
                     n = m.get(f"{prefix}_{location}_cache_{result}_count")
-                    if isinstance(n, int) and n > 0:
-                        self.cache_requests.labels(rank, cache, location, result).inc(n)
+                    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                        yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
-            self.cache_saved.labels(rank).inc(saved)
+            yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None

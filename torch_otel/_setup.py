@@ -11,7 +11,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -122,12 +122,106 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
     return provider
 
 
+def _otlp_metric_exporter(env: Mapping[str, str]) -> Any:
+    var = (
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
+    proto = (env.get(var) or "grpc").strip().lower()
+    if proto not in PROTOCOLS:
+        warn_once(
+            f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (metrics not exported over OTLP)", var, proto
+        )
+        return None
+    try:
+        if proto == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+            return GrpcExporter()
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+
+        return HttpExporter()
+    except Exception as exc:  # noqa: BLE001 - bad endpoint/headers/certificate: one line, go on
+        warn_once(
+            f"otlpm:{exc}",
+            "cannot set up the OTLP metric exporter (%s); check OTEL_EXPORTER_OTLP_* (metrics not exported over OTLP)",
+            exc,
+        )
+        return None
+
+
+def build_meter_provider(env: Mapping[str, str], exporters: list[str]) -> Any:
+    """A MeterProvider pushing to the ``otlp``/``console`` exporters named, or None if none are.
+
+    ``prometheus`` needs no reader: the bridge serves its prometheus_client
+    registry directly (with exemplars), see :func:`start_prometheus_server`.
+    """
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
+    readers = []
+    for name in exporters:
+        exporter = _otlp_metric_exporter(env) if name == "otlp" else ConsoleMetricExporter() if name == "console" else None
+        if exporter is not None:
+            readers.append(PeriodicExportingMetricReader(exporter))
+    if not readers:
+        return None
+    return MeterProvider(metric_readers=readers, resource=job_resource(env))
+
+
+def global_meter_provider_is_set() -> bool:
+    from opentelemetry.metrics import _internal as metrics_internal
+
+    return not isinstance(metrics.get_meter_provider(), metrics_internal._ProxyMeterProvider)
+
+
+class PushAtExit:
+    """Pushes the registry to a Prometheus Pushgateway when the bridge shuts down (short jobs).
+
+    Grouping key: ``job`` and ``rank``. One bounded attempt; a failure is one
+    warning line.
+    """
+
+    def __init__(self, url: str, job: str, env: Mapping[str, str], registry: Any = None, timeout_s: float = 5.0) -> None:
+        from prometheus_client import REGISTRY
+
+        rank = env.get("RANK", "0").strip()
+        self.url, self.job, self.timeout_s = url, job, timeout_s
+        self.grouping_key = {"rank": rank if rank.isdigit() else "0"}
+        self.registry = registry or REGISTRY
+
+    def shutdown(self) -> None:
+        from prometheus_client import push_to_gateway
+
+        try:
+            push_to_gateway(self.url, self.job, self.registry, grouping_key=self.grouping_key, timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - an unreachable gateway never fails the job
+            warn_once(
+                f"push:{self.url}",
+                "cannot push metrics to the Pushgateway at %s (%s); check TORCH_OTEL_PUSHGATEWAY_URL",
+                self.url,
+                exc,
+            )
+
+
 def global_provider_is_set() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
+def prometheus_port(env: Mapping[str, str]) -> int:
+    """OTEL_EXPORTER_PROMETHEUS_PORT (default 9464) plus torchrun's LOCAL_RANK: one port per rank on a node."""
+    raw = (env.get("OTEL_EXPORTER_PROMETHEUS_PORT") or "9464").strip()
+    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
+        warn_once(f"promport:{raw}", "OTEL_EXPORTER_PROMETHEUS_PORT=%r is not a port; use 0-65535 (using 9464)", raw)
+        raw = "9464"
+    port = int(raw)
+    local_rank = env.get("LOCAL_RANK", "").strip()
+    if port and local_rank.isdigit():
+        port = min(65535, port + int(local_rank))
+    return port
+
+
 def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any = None) -> tuple[Any, int] | None:
-    """Serve ``/metrics`` on OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default 127.0.0.1:9464).
+    """Serve ``/metrics`` on OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default 127.0.0.1:9464, + LOCAL_RANK).
 
     A port in use gives one warning line and no server; training goes on.
     """
@@ -135,13 +229,9 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
 
     env = os.environ if env is None else env
     host = (env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1").strip()
-    raw_port = (env.get("OTEL_EXPORTER_PROMETHEUS_PORT") or "9464").strip()
-    if not raw_port.isdigit() or not 0 <= int(raw_port) <= 65535:
-        warn_once(f"promport:{raw_port}", "OTEL_EXPORTER_PROMETHEUS_PORT=%r is not a port; use 0-65535 (using 9464)", raw_port)
-        raw_port = "9464"
-    port = int(raw_port)
+    port = prometheus_port(env)
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry or REGISTRY)
+        server, _thread = start_http_server(port, addr=host, registry=registry or REGISTRY)
     except OSError as exc:
         warn_once(
             f"promserve:{host}:{port}",
@@ -186,17 +276,17 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> Any:
         if provider is not None:
             trace.set_tracer_provider(provider)
             owned.append(provider)
-    metrics = _list(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS)
-    unsupported = [m for m in metrics if m in ("otlp", "console")]
-    if unsupported and env.get("OTEL_METRICS_EXPORTER"):
-        warn_once(
-            "metrics-otlp",
-            "OTEL_METRICS_EXPORTER=%s: this version serves metrics with 'prometheus' only; %s is not supported yet",
-            env.get("OTEL_METRICS_EXPORTER"),
-            ", ".join(unsupported),
-        )
-    if "prometheus" in metrics:
+    metric_exporters = _list(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS) if settings.metrics else []
+    meter_provider = None
+    if not global_meter_provider_is_set():
+        meter_provider = build_meter_provider(env, metric_exporters)
+        if meter_provider is not None:
+            metrics.set_meter_provider(meter_provider)
+            owned.append(meter_provider)
+    if "prometheus" in metric_exporters:
         started = start_prometheus_server(env)
         if started is not None:
             owned.append(_ServerHandle(started[0]))
-    return instrument(provider, settings=settings, _owned=owned)
+    if settings.pushgateway_url and settings.metrics:
+        owned.append(PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env))
+    return instrument(provider, meter_provider, settings=settings, _owned=owned)

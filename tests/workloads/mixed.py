@@ -1,7 +1,8 @@
-"""A workload with a graph break, recompiles, a failure, a recompile-limit hit and compiled autograd.
+"""A workload with a graph break, recompiles, a failure, a recompile-limit hit, compiled autograd and inductor.
 
 Run by the tests in a subprocess, with or without the bridge (``WITH_BRIDGE=1``
-imports ``torch_otel.auto``) and with or without ``TORCH_TRACE``.
+imports ``torch_otel.auto``) and with or without ``TORCH_TRACE``. Compiled
+autograd (``COMPILED_AUTOGRAD=1``) and an inductor compile (``INDUCTOR=1``) are opt-in.
 """
 
 import os
@@ -52,4 +53,10 @@ if os.environ.get("COMPILED_AUTOGRAD") == "1":
     with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager")):
         cm(torch.randn(2, 4)).sum().backward()
         cm(torch.randn(3, 4)).sum().backward()
+if os.environ.get("INDUCTOR") == "1":  # the same function as test_inductor.py: a warm shared cache
+
+    def g(x):
+        return torch.nn.functional.gelu(x) * 2
+
+    torch.compile(g, backend="inductor")(torch.randn(16))
 print("done")

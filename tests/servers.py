@@ -1,0 +1,317 @@
+"""Real receivers for the tests, on 127.0.0.1 with free ports: Prometheus, Pushgateway, rotel.
+
+Each is a context manager that starts the real program, waits until it
+answers, and stops it (and removes its temporary state) on exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def free_port(consecutive: int = 1) -> int:
+    """A port (the first of ``consecutive`` free ones) nobody listens on right now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + consecutive > 65535:
+            continue
+        if all(_is_free(base + i) for i in range(1, consecutive)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5) -> str:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback only
+        return r.read().decode()
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - not up yet
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last})")
+
+
+def require(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            f"{program} is not installed (apt-get install prometheus prometheus-pushgateway)"
+        )
+    return path
+
+
+class _Process:
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._out.close()
+
+    def output(self) -> str:
+        self._out.flush()
+        return self.log.read_text(errors="replace")
+
+
+class Prometheus:
+    """Debian's prometheus, scraping ``targets`` every second, with exemplar storage on."""
+
+    def __init__(self, targets: list[str], rule_files: list[Path] | None = None) -> None:
+        self.targets = targets
+        self.rule_files = rule_files or []
+
+    def __enter__(self) -> Prometheus:
+        binary = require("prometheus")
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-prom-"))
+        self.port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": [
+                {"job_name": "torch", "scrape_interval": "1s", "static_configs": [{"targets": self.targets}]},
+            ],
+        }
+        (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        self._p = _Process(
+            [
+                binary,
+                f"--config.file={self.dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--enable-feature=exemplar-storage",
+            ],
+            self.dir / "prometheus.log",
+        )
+        wait_until(lambda: http_get(f"{self.url}/-/ready"), 30, "prometheus to be ready")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, path: str, **params: str) -> Any:
+        body = json.loads(http_get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"))
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """Instant query: the result vector (or matrix) as Prometheus returns it."""
+        return self.api("query", query=promql)["result"]
+
+    def wait_for(self, promql: str, timeout: float = 60) -> list[dict[str, Any]]:
+        return wait_until(lambda: self.query(promql), timeout, f"prometheus to have {promql}")
+
+    def __exit__(self, *exc: object) -> None:
+        self._p.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Pushgateway:
+    """Debian's prometheus-pushgateway, in memory only."""
+
+    def __enter__(self) -> Pushgateway:
+        binary = require("prometheus-pushgateway")
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-pgw-"))
+        self.port = free_port()
+        self._p = _Process([binary, f"--web.listen-address=127.0.0.1:{self.port}"], self.dir / "pushgateway.log")
+        wait_until(lambda: http_get(f"{self.url}/-/ready"), 30, "the pushgateway to be ready")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metrics(self) -> str:
+        return http_get(f"{self.url}/metrics")
+
+    def __exit__(self, *exc: object) -> None:
+        self._p.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def rotel_binary() -> str:
+    try:
+        import rotel
+    except ImportError:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("the rotel package is not installed (pip install -e '.[test]')")
+    path = Path(rotel.__file__).parent / "rotel-agent"
+    if not path.exists():
+        pytest.skip(f"rotel-agent is missing from {path.parent}")
+    return str(path)
+
+
+_ATTR = re.compile(r"^\s*-> ([^:]+): ?(\w+)\((.*)$")
+_FIELD = re.compile(r"^\s+(Trace ID|Parent ID|ID|Name|Status code)\s*: ?(.*)$")
+
+
+class Rotel:
+    """The rotel OTLP collector (gRPC and HTTP), printing everything it receives; parsed by ``received()``."""
+
+    def __init__(self, extra_args: list[str] | None = None) -> None:
+        self.extra_args = extra_args or []
+
+    def __enter__(self) -> Rotel:
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-rotel-"))
+        self.grpc_port, self.http_port = free_port(), free_port()
+        self.start()
+        return self
+
+    def start(self) -> None:
+        self._p = _Process(
+            [
+                rotel_binary(),
+                "start",
+                "--otlp-grpc-endpoint",
+                f"127.0.0.1:{self.grpc_port}",
+                "--otlp-http-endpoint",
+                f"127.0.0.1:{self.http_port}",
+                "--exporter",
+                "blackhole",
+                "--debug-log",
+                "traces",
+                "--debug-log",
+                "metrics",
+                "--debug-log",
+                "logs",
+                "--debug-log-verbosity",
+                "detailed",
+                "--pid-file",
+                str(self.dir / "rotel.pid"),
+                "--log-file",
+                str(self.dir / "rotel.log"),
+                *self.extra_args,
+            ],
+            self.dir / f"rotel-{time.monotonic_ns()}.out",
+        )
+        wait_until(lambda: _connects(self.grpc_port) and _connects(self.http_port), 30, "rotel to listen")
+
+    def stop(self) -> None:
+        self._p.stop()
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def text(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(self.dir.glob("rotel-*.out")))
+
+    def received(self) -> dict[str, list[dict[str, Any]]]:
+        return parse_rotel_debug(self.text())
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _connects(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def parse_rotel_debug(text: str) -> dict[str, list[dict[str, Any]]]:
+    """rotel's detailed debug log -> spans, metric points and log records, each with its resource attributes.
+
+    Values that span several lines keep their first line only.
+    """
+    out: dict[str, list[dict[str, Any]]] = {"spans": [], "points": [], "logs": []}
+    resource: dict[str, Any] = {}
+    target: dict[str, Any] | None = None  # where ``-> key: Type(value)`` lines go
+    item: dict[str, Any] = {}
+    metric = ""
+    section = ""
+    for line in text.splitlines():
+        if line.startswith(("ResourceSpans #", "ResourceMetrics #", "ResourceLogs #")):
+            resource, target, section = {}, None, "resource"
+        elif line == "Resource attributes:":
+            target = resource
+        elif line.startswith("Span #"):
+            item = {"resource": resource, "attrs": {}, "events": []}
+            out["spans"].append(item)
+            section, target = "span", None
+        elif line.startswith("SpanEvent #"):
+            event: dict[str, Any] = {"attrs": {}}
+            item["events"].append(event)
+            section, target = "event", event
+        elif line.startswith("LogRecord #"):
+            item = {"resource": resource, "attrs": {}}
+            out["logs"].append(item)
+            section, target = "log", None
+        elif line.startswith("Metric #"):
+            section, target = "metric", None
+        elif line.startswith(("HistogramDataPoints #", "NumberDataPoints #")):
+            item = {"resource": resource, "metric": metric, "attrs": {}, "exemplars": []}
+            out["points"].append(item)
+            section, target = "point", None
+        elif line.startswith("Exemplar #"):
+            section, target = "exemplar", None
+        elif line in ("Attributes:", "Data point attributes:") and section in ("span", "point", "log"):
+            target = item["attrs"]
+        elif line.strip() == "-> Attributes::" and section == "event":
+            target = item["events"][-1]["attrs"]
+        elif line.startswith(("Events:", "Links:", "Exemplars:", "ScopeSpans", "ScopeMetrics", "ScopeLogs", "Instrumentation")):
+            target = None
+        elif section == "metric" and line.strip().startswith("-> Name:"):
+            metric = line.split(":", 1)[1].strip()
+        elif section == "event" and line.strip().startswith("-> Name:"):
+            item["events"][-1]["name"] = line.split(":", 1)[1].strip()
+        elif section == "exemplar" and line.strip().startswith("-> Trace ID:"):
+            item["exemplars"].append(line.split(":", 1)[1].strip())
+        elif section == "point" and line.startswith(("Count: ", "Value: ", "Sum: ")):
+            k, v = line.split(": ", 1)
+            item[k.lower()] = float(v)
+        elif section == "log" and line.split(":", 1)[0] in ("Body", "Trace ID", "Span ID", "SeverityText"):
+            k, v = line.split(":", 1)
+            item[k.lower().replace(" ", "_")] = v.strip()
+        elif section == "span" and (f := _FIELD.match(line)):
+            item[f.group(1).lower().replace(" ", "_")] = f.group(2).strip()
+        elif target is not None and (m := _ATTR.match(line)):
+            key, _typ, value = m.groups()
+            target[key] = value[:-1] if value.endswith(")") else value
+    return out
