@@ -306,9 +306,9 @@ def parse_rotel_debug(text: str) -> dict[str, list[dict[str, Any]]]:
         elif section == "point" and line.startswith(("Count: ", "Value: ", "Sum: ")):
             k, v = line.split(": ", 1)
             item[k.lower()] = float(v)
-        elif section == "log" and line.split(":", 1)[0] in ("Body", "Trace ID", "Span ID", "SeverityText"):
+        elif section == "log" and line.split(":", 1)[0].strip() in ("Body", "Trace ID", "Span ID", "SeverityText"):
             k, v = line.split(":", 1)
-            item[k.lower().replace(" ", "_")] = v.strip()
+            item[k.strip().lower().replace(" ", "_")] = v.strip()
         elif section == "span" and (f := _FIELD.match(line)):
             item[f.group(1).lower().replace(" ", "_")] = f.group(2).strip()
         elif target is not None and (m := _ATTR.match(line)):

@@ -294,7 +294,7 @@ def test_otel_instruments_carry_the_prometheus_series():
 
 
 def test_metrics_endpoint_binds_loopback_by_default():
-    from torch_otel._setup import start_prometheus_server
+    from torch_otel._exposition import start_prometheus_server
 
     started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, CollectorRegistry())
     assert started is not None

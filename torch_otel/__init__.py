@@ -8,6 +8,7 @@ from ._version import __version__
 
 __all__ = [
     "Settings",
+    "TorchCompileInstrumentor",
     "UrandomIdGenerator",
     "__version__",
     "force_flush",
@@ -18,3 +19,11 @@ __all__ = [
     "shutdown",
     "uninstrument",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "TorchCompileInstrumentor":  # imported on use: it pulls in opentelemetry-instrumentation
+        from ._instrumentor import TorchCompileInstrumentor
+
+        return TorchCompileInstrumentor
+    raise AttributeError(f"module 'torch_otel' has no attribute {name!r}")

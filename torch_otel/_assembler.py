@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._compile_id import CompileId
-from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, Origin, PhaseEvent, StartEvent
+from ._events import ArtifactEvent, Event, GraphBreakEvent, LogEvent, MetricsEvent, Origin, PhaseEvent, StartEvent
 from ._internal import record_error
 
 ROOTS: dict[str, str] = {
@@ -29,6 +29,7 @@ ROOTS: dict[str, str] = {
 MAX_PHASES = 2000
 MAX_GRAPH_BREAKS = 256
 MAX_ARTIFACTS = 512
+MAX_LOGS = 32
 
 
 @dataclass(slots=True)
@@ -59,6 +60,7 @@ class CompileRecord:
     origin: Origin | None = None
     metrics: dict[str, Any] | None = None
     graph_breaks: list[GraphBreakEvent] = field(default_factory=list)
+    logs: list[LogEvent] = field(default_factory=list)
     artifacts: list[ArtifactEvent] = field(default_factory=list)
     start_stack: list[dict[str, Any]] | None = None
     incomplete: str | None = None
@@ -120,6 +122,10 @@ class Sink:
     def on_finish(self, record: CompileRecord) -> None:
         raise NotImplementedError
 
+    def on_orphan_log(self, event: LogEvent) -> None:
+        """A torch warning logged outside any compile the assembler knows of (optional)."""
+        return None
+
 
 class Assembler:
     """Feeds typed events in, hands finished :class:`CompileRecord` objects to the sinks."""
@@ -153,6 +159,15 @@ class Assembler:
                 elif len(rec.artifacts) < MAX_ARTIFACTS:
                     rec.artifacts.append(event)
                     rec.attempt = max(rec.attempt, event.attempt)
+                else:
+                    rec.dropped += 1
+            elif isinstance(event, LogEvent):
+                rec = self._find(event.compile_id, prefer="frame")
+                if rec is None:
+                    self.stats["orphan_logs"] += 1
+                    self._notify_orphan_log(event)
+                elif len(rec.logs) < MAX_LOGS:
+                    rec.logs.append(event)
                 else:
                     rec.dropped += 1
             elif isinstance(event, StartEvent):
@@ -322,6 +337,13 @@ class Assembler:
         rec._stack.clear()
         self.stats[f"compiles_{rec.kind}"] += 1
         self._notify("on_finish", rec)
+
+    def _notify_orphan_log(self, ev: LogEvent) -> None:
+        for sink in self.sinks:
+            try:
+                sink.on_orphan_log(ev)
+            except Exception as exc:  # noqa: BLE001
+                record_error(f"{type(sink).__name__}.on_orphan_log", exc)
 
     def _notify(self, what: str, rec: CompileRecord) -> None:
         for sink in self.sinks:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
+import signal
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +22,7 @@ from ._assembler import Assembler, Sink
 from ._config import Settings, load_settings
 from ._internal import logger, record_error
 from ._live import LiveCapture
+from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
 from ._spans import SpanMapper, SpanSink
 from ._version import __version__
@@ -45,6 +49,24 @@ def otel_backend(meter_provider: MeterProvider) -> Backend:
         return b
 
 
+class _FirstCompile(Sink):
+    """Runs the given callbacks once, when the first compile starts (lazy servers, arming the push)."""
+
+    def __init__(self, callbacks: list[Callable[[], None]]) -> None:
+        self._callbacks: list[Callable[[], None]] | None = list(callbacks)
+
+    def on_start(self, record: Any) -> None:
+        callbacks, self._callbacks = self._callbacks, None
+        for cb in callbacks or ():
+            try:
+                cb()
+            except Exception as exc:  # noqa: BLE001
+                record_error("first-compile setup", exc)
+
+    def on_finish(self, record: Any) -> None:
+        return None
+
+
 @dataclass
 class Bridge:
     settings: Settings
@@ -63,16 +85,20 @@ def instrument(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     *,
+    logger_provider: Any = None,
     registry: CollectorRegistry | None = REGISTRY,
     capture: str | None = None,
     settings: Settings | None = None,
     _owned: list[Any] | None = None,
+    _on_first_compile: list[Callable[[], None]] | None = None,
 ) -> Bridge | None:
     """Start turning torch.compile compiles into traces and metrics.
 
     ``tracer_provider`` and ``meter_provider`` default to the global ones
     (never replaced). The metrics go both to ``registry`` (prometheus_client;
     ``None`` for none) and to the meter provider's readers (OTLP).
+    ``logger_provider`` (none by default) turns torch's compile warnings and
+    graph breaks into log records correlated with the compile's trace.
     ``capture`` is ``"default"``, ``"full"`` or ``"off"`` (default:
     ``TORCH_OTEL_CAPTURE``). Instrumenting twice is a no-op.
     """
@@ -90,14 +116,18 @@ def instrument(
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("torch_otel", __version__)
         sinks: list[Sink] = [SpanSink(SpanMapper(tracer, settings, live=True))]
+        if _on_first_compile:
+            sinks.insert(0, _FirstCompile(_on_first_compile))
         metrics = None
         if settings.metrics:
             backends = [prometheus_backend(registry)] if registry is not None else []
             backends.append(otel_backend(meter_provider or otel_metrics.get_meter_provider()))
             metrics = CompileMetrics(backends)
             sinks.append(metrics)
+        if logger_provider is not None:
+            sinks.append(LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths))
         assembler = Assembler(sinks, max_open=settings.max_open_compiles)
-        cap = LiveCapture(assembler, level)
+        cap = LiveCapture(assembler, level, warnings=logger_provider is not None)
         try:
             cap.install()
         except Exception as exc:  # noqa: BLE001 - never break the user's program
@@ -138,11 +168,16 @@ def uninstrument() -> None:
         _shutdown_owned(b)
 
 
-def _shutdown_owned(b: Bridge) -> None:
+def _shutdown_owned(b: Bridge, timeout_millis: int = 5_000) -> None:
     for obj in b.owned:
         try:
-            if hasattr(obj, "shutdown"):
-                obj.shutdown()
+            stop = getattr(obj, "shutdown", None)
+            if stop is None:
+                continue
+            if "timeout_millis" in inspect.signature(stop).parameters:
+                stop(timeout_millis=timeout_millis)
+            else:
+                stop()
         except Exception as exc:  # noqa: BLE001
             record_error("shutdown", exc)
     b.owned.clear()
@@ -173,6 +208,37 @@ def shutdown(timeout_millis: int = 5_000) -> None:
         record_error("shutdown flush", exc)
     force_flush(timeout_millis)
     uninstrument()
+
+
+_sigterm_installed = False
+
+
+def flush_on_sigterm(timeout_millis: int = 5_000) -> bool:
+    """On SIGTERM, shut the bridge down (flushing what finished), then die of SIGTERM as before.
+
+    Installed only over the default disposition and from the main thread: a
+    handler the application set is never replaced. Returns whether it was installed.
+    """
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return False
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                shutdown(timeout_millis)
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except (ValueError, OSError) as exc:  # not the main interpreter, or no SIGTERM here
+        record_error("SIGTERM handler", exc)
+        return False
+    _sigterm_installed = True
+    return True
 
 
 def _after_fork_in_child() -> None:

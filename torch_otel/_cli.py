@@ -24,7 +24,15 @@ def main(argv: list[str] | None = None) -> int:
         help="full: also artifact events (names, sizes, hashes), as live full capture",
     )
     rep.add_argument("--payloads", action="store_true", help="attach payload contents (code, graphs) to spans: opt-in")
+    run = sub.add_parser(
+        "run",
+        help="run a command with the bridge on in every Python process it starts",
+        description="torch-otel run -- torchrun --nproc-per-node 2 train.py",
+    )
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args.cmd)
     if args.command == "replay":
         return _replay(args)
     if args.command == "demo":
@@ -32,6 +40,30 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_demo(args.traces_file, args.metrics_port, args.serve, args.backend)
     return 2
+
+
+def _run(cmd: list[str]) -> int:
+    """Put the auto-start ``sitecustomize`` first on PYTHONPATH and exec the command (as opentelemetry-instrument does)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        print("torch-otel run: no command given; use: torch-otel run -- python train.py", file=sys.stderr)
+        return 2
+    program = shutil.which(cmd[0])
+    if program is None:
+        print(f"torch-otel run: command not found: {cmd[0]!r}", file=sys.stderr)
+        return 127
+    autostart = str(Path(__file__).parent / "_autostart")
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != autostart]
+    os.environ["PYTHONPATH"] = os.pathsep.join([autostart, *path])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(program, cmd)
+    return 0  # not reached
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ class Settings:
     metrics: bool = True
     pushgateway_url: str | None = None
     pushgateway_job: str = "torch_compile"
+    flush_on_sigterm: bool = True
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -93,6 +94,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         traces_file=(env.get("TORCH_OTEL_TRACES_FILE") or None),
         metrics=_bool(env, "TORCH_OTEL_METRICS", True, problems),
         pushgateway_url=_url(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
+        flush_on_sigterm=_bool(env, "TORCH_OTEL_FLUSH_ON_SIGTERM", True, problems),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

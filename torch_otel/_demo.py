@@ -102,9 +102,10 @@ def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextI
     from prometheus_client import CollectorRegistry
 
     from . import _bridge
+    from ._exposition import start_prometheus_server
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._ids import UrandomIdGenerator
-    from ._setup import job_resource, start_prometheus_server
+    from ._setup import job_resource
 
     if os.path.exists(traces_file):
         os.remove(traces_file)

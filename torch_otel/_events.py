@@ -89,4 +89,15 @@ class StartEvent:
     rank: int | None = None
 
 
-Event = PhaseEvent | MetricsEvent | GraphBreakEvent | ArtifactEvent | StartEvent
+@dataclass(slots=True)
+class LogEvent:
+    """A warning or error torch logged (``torch._dynamo``/``torch._inductor``), live capture only."""
+
+    compile_id: CompileId | None
+    ts_ns: int
+    level: int
+    logger: str
+    message: str
+
+
+Event = PhaseEvent | MetricsEvent | GraphBreakEvent | ArtifactEvent | StartEvent | LogEvent

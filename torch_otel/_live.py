@@ -21,7 +21,7 @@ from opentelemetry import context as otel_context
 
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
-from ._events import Event, GraphBreakEvent, Origin, PhaseEvent
+from ._events import Event, GraphBreakEvent, LogEvent, Origin, PhaseEvent
 from ._graph_breaks import parse_graph_break
 from ._internal import guarded, record_error
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
@@ -32,6 +32,7 @@ GRAPH_BREAK_LOGGERS = (
     "torch._dynamo.exc.__graph_breaks",
 )
 TRACE_LOGGER = "torch.__trace"
+WARNING_LOGGERS = ("torch._dynamo", "torch._inductor")
 
 
 def _skip_dirs() -> tuple[str, ...]:
@@ -75,6 +76,20 @@ class _GraphBreakHandler(logging.Handler):
         return None
 
 
+class _WarningHandler(logging.Handler):
+    """torch's own warnings (``torch._dynamo``, ``torch._inductor``), for log records. Adds no output."""
+
+    def __init__(self, capture: LiveCapture) -> None:
+        super().__init__(logging.WARNING)
+        self._capture = capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._capture._on_warning(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
 class _TraceHandler(logging.Handler):
     def __init__(self, capture: LiveCapture) -> None:
         super().__init__(logging.DEBUG)
@@ -101,9 +116,11 @@ class _LoggerState:
 class LiveCapture:
     """Installs and removes the hooks; every hook is guarded and never raises."""
 
-    def __init__(self, assembler: Assembler, level: str = "default") -> None:
+    def __init__(self, assembler: Assembler, level: str = "default", warnings: bool = False) -> None:
         self.assembler = assembler
         self.level = level
+        self.warnings = warnings
+        self._warning_handler = _WarningHandler(self)
         self.installed = False
         self._orig_record: Any = None
         self._orig_log_event: Any = None
@@ -130,6 +147,9 @@ class LiveCapture:
                 du.record_chromium_event_internal = self._record_chromium_event
                 du.log_compilation_event = self._log_compilation_event
                 self._ensure_graph_break_loggers()
+            if self.warnings:
+                for name in WARNING_LOGGERS:
+                    logging.getLogger(name).addHandler(self._warning_handler)
             self.installed = True
 
     def uninstall(self) -> None:
@@ -155,6 +175,10 @@ class LiveCapture:
                     lg.setLevel(state.level)
                     lg.propagate = state.propagate
             self._logger_states.clear()
+            for name in WARNING_LOGGERS:
+                lg = logging.getLogger(name)
+                if self._warning_handler in lg.handlers:
+                    lg.removeHandler(self._warning_handler)
             self.installed = False
 
     def _ensure_graph_break_loggers(self) -> None:
@@ -249,6 +273,14 @@ class LiveCapture:
 
             fields = {f.name: getattr(metrics, f.name, None) for f in dataclasses.fields(metrics)}
         self.assembler.feed(metrics_to_event(dict(fields)))
+
+    @guarded("warning hook")
+    def _on_warning(self, record: logging.LogRecord) -> None:
+        if record.name.endswith("__graph_breaks"):
+            return  # graph breaks are their own events
+        self.assembler.feed(
+            LogEvent(_current_compile_id(), int(record.created * 1e9), record.levelno, record.name, record.getMessage())
+        )
 
     @guarded("graph break handler")
     def _on_graph_break(self, record: logging.LogRecord) -> None:

@@ -174,93 +174,130 @@ def global_meter_provider_is_set() -> bool:
     return not isinstance(metrics.get_meter_provider(), metrics_internal._ProxyMeterProvider)
 
 
-class PushAtExit:
-    """Pushes the registry to a Prometheus Pushgateway when the bridge shuts down (short jobs).
-
-    Grouping key: ``job`` and ``rank``. One bounded attempt; a failure is one
-    warning line.
-    """
-
-    def __init__(self, url: str, job: str, env: Mapping[str, str], registry: Any = None, timeout_s: float = 5.0) -> None:
-        from prometheus_client import REGISTRY
-
-        rank = env.get("RANK", "0").strip()
-        self.url, self.job, self.timeout_s = url, job, timeout_s
-        self.grouping_key = {"rank": rank if rank.isdigit() else "0"}
-        self.registry = registry or REGISTRY
-
-    def shutdown(self) -> None:
-        from prometheus_client import push_to_gateway
-
-        try:
-            push_to_gateway(self.url, self.job, self.registry, grouping_key=self.grouping_key, timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - an unreachable gateway never fails the job
-            warn_once(
-                f"push:{self.url}",
-                "cannot push metrics to the Pushgateway at %s (%s); check TORCH_OTEL_PUSHGATEWAY_URL",
-                self.url,
-                exc,
-            )
-
-
 def global_provider_is_set() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
-def prometheus_port(env: Mapping[str, str]) -> int:
-    """OTEL_EXPORTER_PROMETHEUS_PORT (default 9464) plus torchrun's LOCAL_RANK: one port per rank on a node."""
-    raw = (env.get("OTEL_EXPORTER_PROMETHEUS_PORT") or "9464").strip()
-    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
-        warn_once(f"promport:{raw}", "OTEL_EXPORTER_PROMETHEUS_PORT=%r is not a port; use 0-65535 (using 9464)", raw)
-        raw = "9464"
-    port = int(raw)
-    local_rank = env.get("LOCAL_RANK", "").strip()
-    if port and local_rank.isdigit():
-        port = min(65535, port + int(local_rank))
-    return port
+LOG_EXPORTERS = ("otlp", "console", "none")
 
 
-def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any = None) -> tuple[Any, int] | None:
-    """Serve ``/metrics`` on OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default 127.0.0.1:9464, + LOCAL_RANK).
+def _otlp_log_exporter(env: Mapping[str, str]) -> Any:
+    var = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    proto = (env.get(var) or "grpc").strip().lower()
+    if proto not in PROTOCOLS:
+        warn_once(f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (logs not exported over OTLP)", var, proto)
+        return None
+    try:
+        if proto == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcExporter
 
-    A port in use gives one warning line and no server; training goes on.
+            return GrpcExporter()
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
+
+        return HttpExporter()
+    except Exception as exc:  # noqa: BLE001
+        warn_once(f"otlpl:{exc}", "cannot set up the OTLP log exporter (%s); check OTEL_EXPORTER_OTLP_* (logs not exported)", exc)
+        return None
+
+
+def build_logger_provider(env: Mapping[str, str]) -> Any:
+    """A LoggerProvider for the exporters ``OTEL_LOGS_EXPORTER`` names, or None."""
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogExporter
+
+    processors = []
+    for name in _list(env, "OTEL_LOGS_EXPORTER", "none", LOG_EXPORTERS):
+        exporter = _otlp_log_exporter(env) if name == "otlp" else ConsoleLogExporter() if name == "console" else None
+        if exporter is not None:
+            processors.append(BatchLogRecordProcessor(exporter))
+    if not processors:
+        return None
+    provider = LoggerProvider(resource=job_resource(env))
+    for p in processors:
+        provider.add_log_record_processor(p)
+    return provider
+
+
+def global_logger_provider() -> Any:
+    from opentelemetry._logs import _internal as logs_internal
+    from opentelemetry._logs import get_logger_provider
+
+    p = get_logger_provider()
+    return None if isinstance(p, (logs_internal.ProxyLoggerProvider, logs_internal.NoOpLoggerProvider)) else p
+
+
+def set_logger_provider(provider: Any) -> None:
+    from opentelemetry._logs import set_logger_provider as _set
+
+    _set(provider)
+
+
+class Configured:
+    """Providers and servers built from the environment, handed to the bridge (which shuts them down)."""
+
+    def __init__(self) -> None:
+        self.tracer_provider: Any = None
+        self.meter_provider: Any = None
+        self.logger_provider: Any = None
+        self.owned: list[Any] = []
+        self.on_first_compile: list[Any] = []
+
+
+_configured: Configured | None = None
+
+
+def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
+    """Set the global tracer and meter providers from ``OTEL_*``, unless the application already set them.
+
+    Also prepares the Prometheus endpoint and the Pushgateway push. Both start
+    working at the first compile, so a process that never compiles (a torchrun
+    launcher, a helper script) binds no port and pushes nothing. Runs once per
+    process: the ``opentelemetry-instrument`` configurator and
+    ``torch_otel.auto`` share it.
     """
-    from prometheus_client import REGISTRY, start_http_server
+    global _configured
+    if _configured is not None:
+        return _configured
+    from ._config import load_settings
+    from ._exposition import LazyPrometheusServer, PushAtExit
 
     env = os.environ if env is None else env
-    host = (env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1").strip()
-    port = prometheus_port(env)
-    try:
-        server, _thread = start_http_server(port, addr=host, registry=registry or REGISTRY)
-    except OSError as exc:
-        warn_once(
-            f"promserve:{host}:{port}",
-            "cannot serve metrics on %s:%d (%s); set OTEL_EXPORTER_PROMETHEUS_PORT to a free port. Tracing goes on.",
-            host,
-            port,
-            exc.strerror or exc,
-        )
-        return None
-    return server, server.server_address[1]
+    c = _configured = Configured()
+    if sdk_disabled(env):
+        return c
+    settings = load_settings(env)
+    if settings.capture == "off":
+        return c
+    if not global_provider_is_set():
+        c.tracer_provider = build_tracer_provider(env, settings.traces_file)
+        if c.tracer_provider is not None:
+            trace.set_tracer_provider(c.tracer_provider)
+            c.owned.append(c.tracer_provider)
+    metric_exporters = _list(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS) if settings.metrics else []
+    if not global_meter_provider_is_set():
+        c.meter_provider = build_meter_provider(env, metric_exporters)
+        if c.meter_provider is not None:
+            metrics.set_meter_provider(c.meter_provider)
+            c.owned.append(c.meter_provider)
+    if env.get("OTEL_LOGS_EXPORTER"):  # asked for explicitly: torch's compile warnings as log records
+        c.logger_provider = global_logger_provider() or build_logger_provider(env)
+        if c.logger_provider is not None and global_logger_provider() is None:
+            set_logger_provider(c.logger_provider)
+            c.owned.append(c.logger_provider)
+    if "prometheus" in metric_exporters:
+        server = LazyPrometheusServer(env)
+        c.on_first_compile.append(server.start)
+        c.owned.append(server)
+    if settings.pushgateway_url and settings.metrics:
+        push = PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env)
+        c.on_first_compile.append(push.arm)
+        c.owned.append(push)
+    return c
 
 
-class _ServerHandle:
-    """Lets the bridge shut the metrics HTTP server down with its other resources."""
-
-    def __init__(self, server: Any) -> None:
-        self._server = server
-
-    def shutdown(self) -> None:
-        try:
-            self._server.shutdown()
-            self._server.server_close()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def configure_from_env(env: Mapping[str, str] | None = None) -> Any:
+def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None."""
-    from ._bridge import instrument
+    from ._bridge import flush_on_sigterm, instrument
     from ._config import load_settings
 
     env = os.environ if env is None else env
@@ -269,24 +306,15 @@ def configure_from_env(env: Mapping[str, str] | None = None) -> Any:
     settings = load_settings(env)
     if settings.capture == "off":
         return None
-    owned: list[Any] = []
-    provider = None
-    if not global_provider_is_set():
-        provider = build_tracer_provider(env, settings.traces_file)
-        if provider is not None:
-            trace.set_tracer_provider(provider)
-            owned.append(provider)
-    metric_exporters = _list(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS) if settings.metrics else []
-    meter_provider = None
-    if not global_meter_provider_is_set():
-        meter_provider = build_meter_provider(env, metric_exporters)
-        if meter_provider is not None:
-            metrics.set_meter_provider(meter_provider)
-            owned.append(meter_provider)
-    if "prometheus" in metric_exporters:
-        started = start_prometheus_server(env)
-        if started is not None:
-            owned.append(_ServerHandle(started[0]))
-    if settings.pushgateway_url and settings.metrics:
-        owned.append(PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env))
-    return instrument(provider, meter_provider, settings=settings, _owned=owned)
+    c = configure_providers(env)
+    bridge = instrument(
+        tracer_provider or c.tracer_provider,
+        meter_provider or c.meter_provider,
+        logger_provider=c.logger_provider,
+        settings=settings,
+        _owned=c.owned,
+        _on_first_compile=c.on_first_compile,
+    )
+    if bridge is not None and settings.flush_on_sigterm:
+        flush_on_sigterm()
+    return bridge
