@@ -315,3 +315,79 @@ def parse_rotel_debug(text: str) -> dict[str, list[dict[str, Any]]]:
             key, _typ, value = m.groups()
             target[key] = value[:-1] if value.endswith(")") else value
     return out
+
+
+class Tap:
+    """A TCP relay in front of a real receiver that keeps a copy of every byte the client sent.
+
+    With ``certfile``/``keyfile`` it terminates TLS (the receiver behind it
+    speaks plain OTLP), so a test can check what reached the receiver's door:
+    HTTP/1.1 request headers, or that the traffic was encrypted on the wire.
+    """
+
+    def __init__(self, upstream_port: int, certfile: str | None = None, keyfile: str | None = None) -> None:
+        import ssl
+        import threading
+
+        self.upstream_port = upstream_port
+        self.received = bytearray()
+        self._lock = threading.Lock()
+        self._ctx = None
+        if certfile:
+            self._ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._ctx.load_cert_chain(certfile, keyfile)
+            self._ctx.set_alpn_protocols(["h2", "http/1.1"])
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.port = self._sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        import threading
+
+        try:
+            if self._ctx is not None:
+                client = self._ctx.wrap_socket(client, server_side=True)
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        except OSError:
+            client.close()
+            return
+
+        def pipe(src: socket.socket, dst: socket.socket, keep: bool) -> None:
+            try:
+                while data := src.recv(65536):
+                    if keep:
+                        with self._lock:
+                            self.received += data
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=pipe, args=(upstream, client, False), daemon=True).start()
+        pipe(client, upstream, True)
+
+    def text(self) -> str:
+        with self._lock:
+            return self.received.decode("latin-1")
+
+    def close(self) -> None:
+        self._stop = True
+        self._sock.close()

@@ -88,3 +88,11 @@ def test_public_surface():
     assert set(torch_otel.__all__) >= {"instrument", "uninstrument", "shutdown", "force_flush", "__version__"}
     assert (Path(torch_otel.__file__).parent / "py.typed").exists()
     assert sys.modules["torch_otel"].__version__ == torch_otel.__version__
+
+
+def test_every_torch_otel_variable_is_documented_in_the_readme_table():
+    used = set()
+    for path in (ROOT / "torch_otel").rglob("*.py"):
+        used |= set(re.findall(r"TORCH_OTEL_[A-Z_]+[A-Z]", path.read_text()))
+    table = {m for m in re.findall(r"^\| `(TORCH_OTEL_[A-Z_]+)` \|", (ROOT / "README.md").read_text(), re.M)}
+    assert used <= table, sorted(used - table)

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from ._assembler import Assembler, Sink
 from ._config import Settings, load_settings
-from ._internal import logger, record_error
+from ._internal import logger, record_error, warn_once
 from ._live import LiveCapture
 from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
@@ -65,6 +65,17 @@ class _FirstCompile(Sink):
 
     def on_finish(self, record: Any) -> None:
         return None
+
+
+class _ChildFlush(Sink):
+    """In a forked child, export each compile as it finishes: pool workers are often killed (terminate) before exit."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+
+    def on_finish(self, record: Any) -> None:
+        if os.getpid() != self._pid:
+            force_flush(2_000)
 
 
 @dataclass
@@ -126,6 +137,7 @@ def instrument(
             sinks.append(metrics)
         if logger_provider is not None:
             sinks.append(LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths))
+        sinks.append(_ChildFlush())
         assembler = Assembler(sinks, max_open=settings.max_open_compiles)
         cap = LiveCapture(assembler, level, warnings=logger_provider is not None)
         try:
@@ -137,6 +149,7 @@ def instrument(
         if not _atexit_registered:
             atexit.register(shutdown)
             os.register_at_fork(after_in_child=_after_fork_in_child)
+            _register_multiprocessing_hook()
             _atexit_registered = True
         return _bridge
 
@@ -149,8 +162,8 @@ def current() -> Bridge | None:
     return _bridge
 
 
-def uninstrument() -> None:
-    """Remove every hook and leave torch's loggers exactly as they were."""
+def uninstrument(timeout_millis: int | None = None) -> None:
+    """Remove every hook and leave torch's loggers exactly as they were; stop what the bridge started."""
     global _bridge
     with _lock:
         b = _bridge
@@ -165,22 +178,62 @@ def uninstrument() -> None:
             b.assembler.flush("the bridge was uninstrumented during the compile")
         except Exception as exc:  # noqa: BLE001
             record_error("uninstrument flush", exc)
-        _shutdown_owned(b)
+    _stop_owned(b, b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
 
 
-def _shutdown_owned(b: Bridge, timeout_millis: int = 5_000) -> None:
-    for obj in b.owned:
+def _stop_owned(b: Bridge, timeout_millis: int) -> None:
+    """Flush and stop the providers and servers the bridge started, within ``timeout_millis`` in all.
+
+    The work runs on a daemon thread: an unreachable or slow collector can cost
+    at most the timeout, then the process goes on (or exits) without waiting.
+    """
+    if not b.owned:
+        return
+    owned, b.owned = list(b.owned), []
+    from ._export_guard import reachable, targets
+
+    dead = sorted(t for t in targets() if not reachable(t))
+    if dead:
+        warn_once(
+            "dead-at-exit",
+            "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
+            ", ".join(dead),
+        )
+        if len(dead) == len(targets()):
+            timeout_millis = min(timeout_millis, 200)
+    done = threading.Event()
+
+    def work() -> None:
         try:
-            stop = getattr(obj, "shutdown", None)
-            if stop is None:
-                continue
-            if "timeout_millis" in inspect.signature(stop).parameters:
-                stop(timeout_millis=timeout_millis)
-            else:
-                stop()
-        except Exception as exc:  # noqa: BLE001
-            record_error("shutdown", exc)
-    b.owned.clear()
+            for obj in owned:
+                flush = getattr(obj, "force_flush", None)
+                if flush is not None:
+                    _call(flush, timeout_millis)
+            for obj in owned:
+                stop = getattr(obj, "shutdown", None)
+                if stop is not None:
+                    _call(stop, timeout_millis)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="torch-otel-shutdown", daemon=True).start()
+    if not done.wait(timeout_millis / 1000) and not dead:
+        warn_once(
+            "shutdown-timeout",
+            "could not finish exporting within %.1f s (is the collector reachable?); going on without waiting. "
+            "Set TORCH_OTEL_SHUTDOWN_TIMEOUT to wait longer",
+            timeout_millis / 1000,
+        )
+
+
+def _call(fn: Callable[..., Any], timeout_millis: int) -> None:
+    try:
+        if "timeout_millis" in inspect.signature(fn).parameters:
+            fn(timeout_millis=timeout_millis)
+        else:
+            fn()
+    except Exception as exc:  # noqa: BLE001
+        record_error(f"{getattr(fn, '__qualname__', fn)}", exc)
 
 
 def force_flush(timeout_millis: int = 10_000) -> bool:
@@ -197,8 +250,11 @@ def force_flush(timeout_millis: int = 10_000) -> bool:
         return False
 
 
-def shutdown(timeout_millis: int = 5_000) -> None:
-    """Finish compiles in flight (as incomplete), flush, and stop what the bridge started. Safe twice."""
+def shutdown(timeout_millis: int | None = None) -> None:
+    """Finish compiles in flight (as incomplete), flush, and stop what the bridge started. Safe twice.
+
+    Waits at most ``timeout_millis`` (default ``TORCH_OTEL_SHUTDOWN_TIMEOUT``) for exporters.
+    """
     b = _bridge
     if b is None:
         return
@@ -206,14 +262,15 @@ def shutdown(timeout_millis: int = 5_000) -> None:
         b.assembler.flush()
     except Exception as exc:  # noqa: BLE001
         record_error("shutdown flush", exc)
-    force_flush(timeout_millis)
-    uninstrument()
+    if not b.owned:  # providers the application owns: flush them, as before
+        force_flush(b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
+    uninstrument(timeout_millis)
 
 
 _sigterm_installed = False
 
 
-def flush_on_sigterm(timeout_millis: int = 5_000) -> bool:
+def flush_on_sigterm() -> bool:
     """On SIGTERM, shut the bridge down (flushing what finished), then die of SIGTERM as before.
 
     Installed only over the default disposition and from the main thread: a
@@ -229,7 +286,7 @@ def flush_on_sigterm(timeout_millis: int = 5_000) -> bool:
         def on_sigterm(signum: int, frame: Any) -> None:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             try:
-                shutdown(timeout_millis)
+                shutdown()
             finally:
                 os.kill(os.getpid(), signal.SIGTERM)
 
@@ -248,3 +305,27 @@ def _after_fork_in_child() -> None:
     # The parent's compiles in flight are the parent's to report.
     b.assembler._open.clear()
     b.assembler._lock = threading.RLock()
+
+
+class _ForkToken:
+    """Kept alive for multiprocessing's after-fork registry (it holds objects weakly)."""
+
+
+_fork_token = _ForkToken()
+
+
+def _in_multiprocessing_child(_token: object) -> None:
+    # multiprocessing children leave through os._exit (no atexit): flush from its own exit hook.
+    # Registered here, after Process._bootstrap has cleared the finalizers inherited from the parent.
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, shutdown, exitpriority=10)
+
+
+def _register_multiprocessing_hook() -> None:
+    try:
+        import multiprocessing.util
+
+        multiprocessing.util.register_after_fork(_fork_token, _in_multiprocessing_child)
+    except Exception as exc:  # noqa: BLE001
+        record_error("multiprocessing hook", exc)

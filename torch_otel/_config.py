@@ -28,6 +28,7 @@ class Settings:
     pushgateway_url: str | None = None
     pushgateway_job: str = "torch_compile"
     flush_on_sigterm: bool = True
+    shutdown_timeout_ms: int = 5_000
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -55,6 +56,20 @@ def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int, prob
         return default
     if not lo <= v <= hi:
         problems.append(f"{name}={raw!r} is out of range; use a whole number from {lo} to {hi} (using {default})")
+        return default
+    return v
+
+
+def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: float, problems: list[str]) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = float(raw.strip())
+    except ValueError:
+        v = float("nan")
+    if not lo <= v <= hi:  # also NaN
+        problems.append(f"{name}={raw!r} is not a number of seconds from {lo:g} to {hi:g} (using {default:g})")
         return default
     return v
 
@@ -95,6 +110,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         metrics=_bool(env, "TORCH_OTEL_METRICS", True, problems),
         pushgateway_url=_url(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
         flush_on_sigterm=_bool(env, "TORCH_OTEL_FLUSH_ON_SIGTERM", True, problems),
+        shutdown_timeout_ms=int(_float(env, "TORCH_OTEL_SHUTDOWN_TIMEOUT", 5.0, 0.0, 3600.0, problems) * 1000),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

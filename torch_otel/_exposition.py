@@ -66,13 +66,15 @@ class LazyPrometheusServer:
             started = start_prometheus_server(self.env, self.registry)
             if started is not None:
                 self._server, self.port = started
+                self._pid = os.getpid()
 
     def shutdown(self) -> None:
         with self._lock:
             server, self._server = self._server, None
         if server is not None:
             try:
-                server.shutdown()
+                if getattr(self, "_pid", None) == os.getpid():
+                    server.shutdown()  # a forked child has no serving thread to wait for
                 server.server_close()
             except Exception:  # noqa: BLE001
                 pass
@@ -93,6 +95,7 @@ class PushAtExit:
         self.grouping_key = {"rank": rank if rank.isdigit() else "0"}
         self.registry = registry or REGISTRY
         self.armed = False
+        self._pid = os.getpid()
 
     def arm(self) -> None:
         """Called at the first compile: a process that compiled nothing pushes nothing (a torchrun launcher
@@ -102,7 +105,7 @@ class PushAtExit:
     def shutdown(self) -> None:
         from prometheus_client import push_to_gateway
 
-        if not self.armed:
+        if not self.armed or self._pid != os.getpid():  # forked children never push over their parent's group
             return
         self.armed = False
         try:

@@ -120,6 +120,7 @@ class PrometheusBackend:
                     s.name, s.help, s.labels, registry=registry, multiprocess_mode="livesum" if s.kind == "updown" else "max"
                 )
             self._metrics[s.name] = m
+        registry.register(SelfMetrics())
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
         m = self._metrics[name].labels(*labels)
@@ -130,6 +131,29 @@ class PrometheusBackend:
             m.set(value)
         else:
             m.inc(value)
+
+
+class SelfMetrics:
+    """The bridge's own health: items the exporters dropped, and internal errors caught."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        from ._export_guard import dropped
+        from ._internal import internal_error_count
+
+        d = CounterMetricFamily(
+            "torch_otel_dropped", "Spans, metric points and log records the exporters could not deliver.", labels=["signal"]
+        )
+        for signal, n in sorted(dropped().items()):
+            d.add_metric([signal], n)
+        yield d
+        e = CounterMetricFamily("torch_otel_internal_errors", "Exceptions caught inside the bridge (torch.compile went on).")
+        e.add_metric([], internal_error_count())
+        yield e
+
+    def describe(self) -> list[Any]:
+        return []
 
 
 class OTelBackend:

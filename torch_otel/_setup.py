@@ -7,9 +7,11 @@ bridge never replaces providers it did not create.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
@@ -72,33 +74,92 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
     return Resource.create(attrs)
 
 
-def _otlp_span_exporter(env: Mapping[str, str]) -> SpanExporter | None:
-    proto = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc").strip().lower()
+_EXPORTER_CLASSES = {
+    ("traces", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
+    ("traces", "http/protobuf"): ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+    ("metrics", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
+    ("metrics", "http/protobuf"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
+    ("logs", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc._log_exporter", "OTLPLogExporter"),
+    ("logs", "http/protobuf"): ("opentelemetry.exporter.otlp.proto.http._log_exporter", "OTLPLogExporter"),
+}
+_HEADER_KEY = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+def _var(env: Mapping[str, str], signal: str, what: str) -> tuple[str, str | None]:
+    """The per-signal variable if set, else the generic one: (name, value)."""
+    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_{what}"
+    if env.get(specific):
+        return specific, env[specific]
+    generic = f"OTEL_EXPORTER_OTLP_{what}"
+    return generic, env.get(generic)
+
+
+def otlp_problem(env: Mapping[str, str], signal: str) -> tuple[str, str] | tuple[None, str]:
+    """(a one-line problem, or None; the endpoint) for the OTLP settings of one signal. Never quotes header values."""
+    name, proto = _var(env, signal, "PROTOCOL")
+    proto = (proto or "grpc").strip().lower()
     if proto not in PROTOCOLS:
-        var = (
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-            if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            else "OTEL_EXPORTER_OTLP_PROTOCOL"
-        )
-        warn_once(
-            f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (traces not exported over OTLP)", var, proto
-        )
-        return None
+        return f"{name}={proto!r} is not an OTLP protocol; use grpc or http/protobuf", ""
+    name, endpoint = _var(env, signal, "ENDPOINT")
+    default = "http://localhost:4317" if proto == "grpc" else "http://localhost:4318"
+    endpoint = (endpoint or default).strip()
+    parsed = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
     try:
-        if proto == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        port_ok = parsed.port is None or parsed.port > 0
+    except ValueError:
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok or " " in endpoint:
+        return f"{name}={endpoint!r} is not a URL; use e.g. {default}", endpoint
+    name, headers = _var(env, signal, "HEADERS")
+    for pair in (headers or "").split(","):
+        if not pair.strip():
+            continue
+        key, sep, _value = pair.partition("=")
+        if not sep or not _HEADER_KEY.match(key.strip()):
+            return f"{name} is not a list of key=value pairs (value not shown); use e.g. authorization=Bearer%20TOKEN", endpoint
+    name, timeout = _var(env, signal, "TIMEOUT")
+    if timeout:
+        try:
+            ok = float(timeout) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            return f"{name}={timeout!r} is not a positive number", endpoint
+    name, compression = _var(env, signal, "COMPRESSION")
+    if compression and compression.strip().lower() not in ("gzip", "deflate", "none"):
+        return f"{name}={compression!r} is not a compression; use gzip, deflate or none", endpoint
+    for what in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE"):
+        name, path = _var(env, signal, what)
+        if path and not os.access(path, os.R_OK):
+            return f"{name}={path!r} is not a readable file; give the path of a PEM file", endpoint
+    return None, endpoint
 
-            return GrpcExporter()
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
-        return HttpExporter()
-    except Exception as exc:  # noqa: BLE001 - bad endpoint/headers/certificate: one line, go on
-        warn_once(
-            f"otlp:{exc}",
-            "cannot set up the OTLP span exporter (%s); check OTEL_EXPORTER_OTLP_* (traces not exported over OTLP)",
-            exc,
-        )
+def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
+    """The OTLP exporter for ``signal`` (traces, metrics, logs), wrapped to count what it drops; None if misconfigured."""
+    import importlib
+
+    from ._export_guard import GuardedMetricExporter, GuardedSpanExporter, guarded_log_exporter, quiet_exporter_logs
+
+    problem, endpoint = otlp_problem(env, signal)
+    if problem is not None:
+        warn_once(f"otlp:{problem}", "%s; not exporting over OTLP until it is fixed", problem)
         return None
+    proto = (_var(env, signal, "PROTOCOL")[1] or "grpc").strip().lower()
+    module, cls = _EXPORTER_CLASSES[(signal, proto)]
+    try:
+        factory = getattr(importlib.import_module(module), cls)
+        if signal == "traces":
+            exporter = GuardedSpanExporter(factory, endpoint)
+        elif signal == "metrics":
+            exporter = GuardedMetricExporter(factory, endpoint)
+        else:
+            exporter = guarded_log_exporter(factory, endpoint)
+    except Exception as exc:  # noqa: BLE001 - anything the exporter itself rejects: one line, go on
+        warn_once(f"otlp:{signal}:{exc}", "cannot set up the OTLP %s exporter (%s); check OTEL_EXPORTER_OTLP_*", signal, exc)
+        return None
+    quiet_exporter_logs()
+    return exporter
 
 
 def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> TracerProvider | None:
@@ -107,7 +168,7 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
     exporters: list[SpanExporter] = []
     for name in _list(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS):
         if name == "otlp":
-            e = _otlp_span_exporter(env)
+            e = otlp_exporter(env, "traces")
             if e is not None:
                 exporters.append(e)
         elif name == "console":
@@ -116,37 +177,10 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
         exporters.append(OTLPJsonFileSpanExporter(traces_file))
     if not exporters:
         return None
-    provider = TracerProvider(resource=job_resource(env), id_generator=UrandomIdGenerator())
+    provider = TracerProvider(resource=job_resource(env), id_generator=UrandomIdGenerator(), shutdown_on_exit=False)
     for e in exporters:
         provider.add_span_processor(BatchSpanProcessor(e))
     return provider
-
-
-def _otlp_metric_exporter(env: Mapping[str, str]) -> Any:
-    var = (
-        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
-    )
-    proto = (env.get(var) or "grpc").strip().lower()
-    if proto not in PROTOCOLS:
-        warn_once(
-            f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (metrics not exported over OTLP)", var, proto
-        )
-        return None
-    try:
-        if proto == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-            return GrpcExporter()
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
-
-        return HttpExporter()
-    except Exception as exc:  # noqa: BLE001 - bad endpoint/headers/certificate: one line, go on
-        warn_once(
-            f"otlpm:{exc}",
-            "cannot set up the OTLP metric exporter (%s); check OTEL_EXPORTER_OTLP_* (metrics not exported over OTLP)",
-            exc,
-        )
-        return None
 
 
 def build_meter_provider(env: Mapping[str, str], exporters: list[str]) -> Any:
@@ -160,12 +194,12 @@ def build_meter_provider(env: Mapping[str, str], exporters: list[str]) -> Any:
 
     readers = []
     for name in exporters:
-        exporter = _otlp_metric_exporter(env) if name == "otlp" else ConsoleMetricExporter() if name == "console" else None
+        exporter = otlp_exporter(env, "metrics") if name == "otlp" else ConsoleMetricExporter() if name == "console" else None
         if exporter is not None:
             readers.append(PeriodicExportingMetricReader(exporter))
     if not readers:
         return None
-    return MeterProvider(metric_readers=readers, resource=job_resource(env))
+    return MeterProvider(metric_readers=readers, resource=job_resource(env), shutdown_on_exit=False)
 
 
 def global_meter_provider_is_set() -> bool:
@@ -181,25 +215,6 @@ def global_provider_is_set() -> bool:
 LOG_EXPORTERS = ("otlp", "console", "none")
 
 
-def _otlp_log_exporter(env: Mapping[str, str]) -> Any:
-    var = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL") else "OTEL_EXPORTER_OTLP_PROTOCOL"
-    proto = (env.get(var) or "grpc").strip().lower()
-    if proto not in PROTOCOLS:
-        warn_once(f"proto:{proto}", "%s=%r is not supported; use grpc or http/protobuf (logs not exported over OTLP)", var, proto)
-        return None
-    try:
-        if proto == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcExporter
-
-            return GrpcExporter()
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
-
-        return HttpExporter()
-    except Exception as exc:  # noqa: BLE001
-        warn_once(f"otlpl:{exc}", "cannot set up the OTLP log exporter (%s); check OTEL_EXPORTER_OTLP_* (logs not exported)", exc)
-        return None
-
-
 def build_logger_provider(env: Mapping[str, str]) -> Any:
     """A LoggerProvider for the exporters ``OTEL_LOGS_EXPORTER`` names, or None."""
     from opentelemetry.sdk._logs import LoggerProvider
@@ -207,12 +222,12 @@ def build_logger_provider(env: Mapping[str, str]) -> Any:
 
     processors = []
     for name in _list(env, "OTEL_LOGS_EXPORTER", "none", LOG_EXPORTERS):
-        exporter = _otlp_log_exporter(env) if name == "otlp" else ConsoleLogExporter() if name == "console" else None
+        exporter = otlp_exporter(env, "logs") if name == "otlp" else ConsoleLogExporter() if name == "console" else None
         if exporter is not None:
             processors.append(BatchLogRecordProcessor(exporter))
     if not processors:
         return None
-    provider = LoggerProvider(resource=job_resource(env))
+    provider = LoggerProvider(resource=job_resource(env), shutdown_on_exit=False)
     for p in processors:
         provider.add_log_record_processor(p)
     return provider

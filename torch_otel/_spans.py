@@ -83,6 +83,8 @@ class SpanMapper:
         self.tracer = tracer
         self.settings = settings or Settings()
         self.live = live
+        # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
+        self._pid = os.getpid()
         # Compiled-autograd graphs by id: their frames' traces link to them.
         self._last_ca: _Recent[int, trace.SpanContext] = _Recent(1024)
         # Forward compiles by id: a lazy backward compile links to its forward.
@@ -114,6 +116,9 @@ class SpanMapper:
             if cid.compiled_autograd_id is not None:
                 a["torch.compiled_autograd.id"] = cid.compiled_autograd_id
         a["torch.compile.attempt"] = rec.attempt
+        if self.live and os.getpid() != self._pid:
+            a["process.pid"] = os.getpid()
+            a["process.parent_pid"] = self._pid
         if rec.rank is not None:
             a["torch.distributed.rank"] = rec.rank
         # Code location: metrics first, then the live origin, then dynamo_start.

@@ -1,0 +1,216 @@
+"""Exporters the bridge creates, wrapped so a dead, slow or rejecting collector costs one warning line.
+
+Each wrapper counts what it could not deliver (``dropped()``, served as
+``torch_otel_dropped_total{signal}``) and reports the first failure per signal
+in one line. The OTLP exporters' own retry messages are folded into that line
+(a filter on their loggers, added only when the bridge built the exporters).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from ._internal import record_error, warn_once
+
+_lock = threading.Lock()
+_dropped: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
+
+# Loggers of the OTLP exporters and the SDK's batch processors: their per-attempt messages.
+EXPORT_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http._log_exporter",
+    "opentelemetry.exporter.otlp.proto.http",
+    "opentelemetry.sdk._shared_internal",
+    "opentelemetry.sdk.metrics._internal.export",
+)
+
+
+_targets: set[str] = set()
+
+
+def targets() -> set[str]:
+    """The endpoints of the exporters the bridge built."""
+    with _lock:
+        return set(_targets)
+
+
+def reachable(endpoint: str, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections at the endpoint's host and port (a dead collector does not)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        with socket.create_connection((u.hostname or "localhost", port), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def dropped() -> dict[str, int]:
+    with _lock:
+        return dict(_dropped)
+
+
+def _count(signal: str, n: int, target: str, why: str) -> None:
+    with _lock:
+        _dropped[signal] += n
+    warn_once(
+        f"export:{signal}",
+        'cannot export %s to %s (%s); they are dropped and counted in torch_otel_dropped_total{signal="%s"}. Training goes on',
+        signal,
+        target,
+        why,
+        signal,
+    )
+
+
+class _Quiet(logging.Filter):
+    """Drops the exporters' own per-attempt messages: the wrapper reports failures once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+_quiet = _Quiet()
+
+
+def quiet_exporter_logs() -> None:
+    for name in EXPORT_LOGGERS:
+        lg = logging.getLogger(name)
+        if _quiet not in lg.filters:
+            lg.addFilter(_quiet)
+
+
+def _points(data: Any) -> int:
+    try:
+        return sum(len(m.data.data_points) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+    except Exception:  # noqa: BLE001
+        return 1
+
+
+def _register(target: str) -> None:
+    with _lock:
+        _targets.add(target)
+
+
+class _Renewed:
+    """Holds an exporter built by ``factory``; a forked child builds its own.
+
+    gRPC channels do not survive fork: a child using its parent's channel hangs
+    or re-sends the parent's requests, so each process gets a fresh exporter.
+    """
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory = factory
+        self.inner = factory()
+        weak = weakref.WeakMethod(self._renew)
+
+        def after_in_child() -> None:
+            renew = weak()
+            if renew is not None:
+                renew()
+
+        os.register_at_fork(after_in_child=after_in_child)
+
+    def _renew(self) -> None:
+        try:
+            self.inner = self._factory()
+        except Exception as exc:  # noqa: BLE001
+            record_error("exporter after fork", exc)
+
+
+class GuardedSpanExporter(_Renewed, SpanExporter):
+    def __init__(self, factory: Callable[[], SpanExporter], target: str) -> None:
+        _Renewed.__init__(self, factory)
+        self.target = target
+        _register(target)
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+            why = "the collector did not accept them"
+        except Exception as exc:  # noqa: BLE001
+            result, why = SpanExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
+        if result is not SpanExportResult.SUCCESS:
+            _count("traces", len(spans), self.target, why)
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            self.inner.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            record_error("span exporter shutdown", exc)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+class GuardedMetricExporter(_Renewed, MetricExporter):
+    def __init__(self, factory: Callable[[], MetricExporter], target: str) -> None:
+        _Renewed.__init__(self, factory)
+        MetricExporter.__init__(
+            self,
+            preferred_temporality=getattr(self.inner, "_preferred_temporality", None),
+            preferred_aggregation=getattr(self.inner, "_preferred_aggregation", None),
+        )
+        self.target = target
+        _register(target)
+
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            why = "the collector did not accept them"
+        except Exception as exc:  # noqa: BLE001
+            result, why = MetricExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
+        if result is not MetricExportResult.SUCCESS:
+            _count("metrics", _points(metrics_data), self.target, why)
+        return result
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        try:
+            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            record_error("metric exporter shutdown", exc)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis=timeout_millis))
+
+
+def guarded_log_exporter(factory: Callable[[], Any], target: str) -> Any:
+    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+
+    _register(target)
+
+    class GuardedLogExporter(_Renewed, LogRecordExporter):  # type: ignore[misc]
+        def export(self, batch: Sequence[Any]) -> Any:
+            try:
+                result = self.inner.export(batch)
+                why = "the collector did not accept them"
+            except Exception as exc:  # noqa: BLE001
+                result, why = LogRecordExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
+            if getattr(result, "name", "") != "SUCCESS":
+                _count("logs", len(batch), target, why)
+            return result
+
+        def shutdown(self) -> None:
+            try:
+                self.inner.shutdown()
+            except Exception as exc:  # noqa: BLE001
+                record_error("log exporter shutdown", exc)
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(self.inner.force_flush(timeout_millis))
+
+    return GuardedLogExporter(factory)
