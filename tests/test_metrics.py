@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import Prometheus, Pushgateway, Rotel, free_port, http_get, require, wait_until
 
 import torch_otel
+from torch_otel._categories import RECOMPILE_CATEGORIES
 from torch_otel._metrics import DURATION_BUCKETS, SERIES
 
 MIXED = str(WORKLOADS / "mixed.py")
@@ -143,7 +144,7 @@ def test_torchrun_ranks_each_serve_their_own_port(tmp_path):
     assert proc.returncode == 0, log.read_text()[-3000:]
     by_rank = {r["metric"]["rank"]: r["metric"]["instance"] for r in compiles}
     assert by_rank == {"0": f"127.0.0.1:{base}", "1": f"127.0.0.1:{base + 1}"}  # LOCAL_RANK offsets the port
-    assert recompiles == {"rank=1": 1.0}
+    assert recompiles == {"rank=0": 0.0, "rank=1": 1.0}  # every rank's counters exist from its first compile
 
 
 def test_short_job_pushes_to_the_pushgateway_at_exit():
@@ -281,14 +282,18 @@ def test_otel_instruments_carry_the_prometheus_series():
     torch_otel.uninstrument()
     metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     compiles = {tuple(sorted(dp.attributes.items())): dp.value for dp in metrics["torch_compile_compiles"].data.data_points}
-    assert compiles == {(("kind", "frame"), ("rank", "0"), ("status", "ok")): 2}
+    assert compiles == {
+        (("kind", "frame"), ("rank", "0"), ("status", "ok")): 2,
+        (("kind", "frame"), ("rank", "0"), ("status", "failed")): 0,
+    }
     assert registry.get_sample_value("torch_compile_compiles_total", {"rank": "0", "kind": "frame", "status": "ok"}) == 2
     (hist,) = metrics["torch_compile_frame_duration_seconds"].data.data_points
     assert tuple(hist.explicit_bounds) == DURATION_BUCKETS and hist.count == 2
     roots = {(s.context.trace_id, s.context.span_id) for s in spans.get_finished_spans() if s.name == "torch.compile"}
     assert hist.exemplars and {(e.trace_id, e.span_id) for e in hist.exemplars} <= roots
     recompiles = metrics["torch_compile_recompiles"].data.data_points
-    assert [(dict(dp.attributes), dp.value) for dp in recompiles] == [({"rank": "0", "reason": "size_mismatch"}, 1)]
+    assert [(dict(dp.attributes), dp.value) for dp in recompiles if dp.value] == [({"rank": "0", "reason": "size_mismatch"}, 1)]
+    assert len(recompiles) == len(RECOMPILE_CATEGORIES)  # all at 0 from the first compile, so rate() sees the first one
     mp.shutdown()
     tp.shutdown()
 

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ._assembler import CompileRecord, Sink
-from ._categories import PHASES, BoundedLabels, recompile_category
+from ._categories import PHASES, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
 from ._version import __version__
@@ -228,9 +228,22 @@ class CompileMetrics(Sink):
         return str(rec.rank) if rec.rank is not None else default_rank()
 
     def _info(self, rank: str) -> Iterator[Observation]:
-        if rank not in self._build_seen:
-            self._build_seen.add(rank)
-            yield "torch_compile_build_info", (rank, _torch_version(), __version__), 1, None
+        """Once per rank: the build info, and the alerting counters at 0.
+
+        A counter that first appears already at 1 shows no ``increase()`` in
+        Prometheus, so the series alerts and dashboards rate on exist from the
+        first compile on (bounded label sets only).
+        """
+        if rank in self._build_seen:
+            return
+        self._build_seen.add(rank)
+        yield "torch_compile_build_info", (rank, _torch_version(), __version__), 1, None
+        for status in ("ok", "failed"):
+            yield "torch_compile_compiles", (rank, "frame", status), 0, None
+        yield "torch_compile_recompile_limit_hits", (rank,), 0, None
+        yield "torch_compile_eager_fallbacks", (rank, "frame"), 0, None
+        for reason in RECOMPILE_CATEGORIES:
+            yield "torch_compile_recompiles", (rank, reason), 0, None
 
     def on_start(self, rec: CompileRecord) -> None:
         self._emit(self._start(rec))

@@ -1,0 +1,128 @@
+"""The Prometheus alert rules (grafana/alerts/): promtool checks them, and unit-tests each alert firing and not firing.
+
+The promtool test file is built here from the scenarios below: the expected
+annotations are the rules' own, with their template fields filled in, so the
+runbook text lives in one place (the rules file).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from servers import require
+
+RULES = Path(__file__).resolve().parent.parent / "grafana" / "alerts" / "torch-compile-rules.yml"
+
+# alert -> (input series, [(eval time, [(expected labels, value as the template shows it)])])
+SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dict[str, str], str]]]]]] = {
+    "TorchCompileRecompileLimitHit": (
+        [
+            ('torch_compile_recompile_limit_hits_total{job="train",rank="0"}', "0x5 1x10"),
+            ('torch_compile_recompile_limit_hits_total{job="train",rank="1"}', "0x15"),
+        ],
+        [("4m", []), ("8m", [({"job": "train", "rank": "0"}, "1")]), ("16m", [])],
+    ),
+    "TorchCompileRecompileStorm": (
+        [
+            ('torch_compile_recompiles_total{job="train",rank="0",reason="size_mismatch"}', "0+20x30"),
+            ('torch_compile_recompiles_total{job="train",rank="1",reason="size_mismatch"}', "0+2x30"),
+        ],
+        [("3m", []), ("15m", [({"job": "train", "rank": "0"}, "20")])],
+    ),
+    "TorchCompileFailures": (
+        [
+            ('torch_compile_compiles_total{job="train",rank="0",kind="frame",status="failed"}', "0 0 1x10"),
+            ('torch_compile_compiles_total{job="train",rank="1",kind="frame",status="failed"}', "0x12"),
+            ('torch_compile_compiles_total{job="train",rank="1",kind="frame",status="ok"}', "0 0 5x10"),
+        ],
+        [("1m", []), ("5m", [({"job": "train", "rank": "0"}, "1")])],
+    ),
+    "TorchCompileSlow": (
+        [
+            ('torch_compile_frame_duration_seconds_bucket{job="big",kind="frame",le="60"}', "0x60"),
+            ('torch_compile_frame_duration_seconds_bucket{job="big",kind="frame",le="600"}', "0+1x60"),
+            ('torch_compile_frame_duration_seconds_bucket{job="big",kind="frame",le="+Inf"}', "0+1x60"),
+            ('torch_compile_frame_duration_seconds_bucket{job="small",kind="frame",le="10"}', "0+1x60"),
+            ('torch_compile_frame_duration_seconds_bucket{job="small",kind="frame",le="600"}', "0+1x60"),
+            ('torch_compile_frame_duration_seconds_bucket{job="small",kind="frame",le="+Inf"}', "0+1x60"),
+        ],
+        [("10m", []), ("40m", [({"job": "big"}, "9m 32s")])],
+    ),
+    "TorchCompileRankSkew": (
+        [
+            ('torch_compile_frame_duration_seconds_sum{job="train",rank="0",kind="frame",status="ok"}', "0+10x30"),
+            ('torch_compile_frame_duration_seconds_sum{job="train",rank="1",kind="frame",status="ok"}', "0+10x30"),
+            ('torch_compile_frame_duration_seconds_sum{job="train",rank="2",kind="frame",status="ok"}', "0+30x30"),
+            ('torch_compile_frame_duration_seconds_sum{job="even",rank="0",kind="frame",status="ok"}', "0+10x30"),
+            ('torch_compile_frame_duration_seconds_sum{job="even",rank="1",kind="frame",status="ok"}', "0+11x30"),
+        ],
+        [("5m", []), ("25m", [({"job": "train"}, "8m 20s")])],
+    ),
+}
+
+
+def _rules() -> dict[str, dict[str, Any]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r["alert"]: r for g in groups for r in g["rules"]}
+
+
+def _render(template: str, labels: dict[str, str], value: str) -> str:
+    """Fill the two template forms the rules use: {{ $labels.x }} and {{ $value | ... }}."""
+    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+    return re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, out)
+
+
+def _promtool_tests() -> dict[str, Any]:
+    rules = _rules()
+    tests = []
+    for alert, (series, evals) in SCENARIOS.items():
+        rule = rules[alert]
+        checks = []
+        for at, firing in evals:
+            exp = []
+            for labels, value in firing:
+                exp.append(
+                    {
+                        "exp_labels": {**rule.get("labels", {}), **labels},
+                        "exp_annotations": {k: _render(v, labels, value) for k, v in rule["annotations"].items()},
+                    }
+                )
+            checks.append({"eval_time": at, "alertname": alert, "exp_alerts": exp})
+        tests.append(
+            {
+                "name": alert,
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series],
+                "alert_rule_test": checks,
+            }
+        )
+    return {"rule_files": [RULES.name], "evaluation_interval": "1m", "tests": tests}
+
+
+def test_promtool_checks_the_rules():
+    r = subprocess.run([require("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "SUCCESS: 5 rules found" in r.stdout, r.stdout + r.stderr
+
+
+def test_every_alert_has_a_scenario_and_a_runbook():
+    rules = _rules()
+    assert set(rules) == set(SCENARIOS)
+    for name, rule in rules.items():
+        runbook = rule["annotations"].get("runbook", "")
+        assert len(runbook.split()) >= 20, name  # says what to do, not just a link
+        assert any(not firing for _, firing in SCENARIOS[name][1]), f"{name}: no not-firing case"
+        assert any(firing for _, firing in SCENARIOS[name][1]), f"{name}: no firing case"
+
+
+def test_promtool_unit_tests_each_alert_firing_and_not(tmp_path):
+    shutil.copy(RULES, tmp_path / RULES.name)
+    (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(_promtool_tests(), sort_keys=False))
+    r = subprocess.run(
+        [require("promtool"), "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout[-6000:] + r.stderr
