@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +179,69 @@ def test_mutated_real_logs_never_crash_and_every_skip_is_counted(recorded, data)
     assert code in (0, 1)
     # every line is either part of a record or counted as skipped
     assert stats.records + sum(stats.skipped.values()) > 0
+
+
+def test_replay_pushes_the_runs_metrics_to_the_pushgateway(recorded, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+    from servers import Pushgateway
+
+    out = tmp_path / "replayed.jsonl"
+    with Pushgateway() as gw:
+        r = _replay([str(recorded["dir"]), "-o", str(out), "--pushgateway", gw.url, "--run", "nightly-42"], tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert "metrics pushed to" in r.stdout
+        samples = [s for f in text_string_to_metric_families(gw.metrics()) for s in f.samples]
+    ours = [s for s in samples if s.labels.get("job") == "torch_compile_replay" and s.labels.get("run") == "nightly-42"]
+    compiles = sum(s.value for s in ours if s.name == "torch_compile_compiles_total")
+    roots = [s for s in read_otlp_json_spans(out) if "torch.compile.kind" in s["attrs"]]
+    assert compiles == len(roots) > 0  # one count per compile the replay found
+    assert [s.value for s in ours if s.name == "torch_compile_recompile_limit_hits_total"] == [1.0]
+    assert {s.labels["rank"] for s in ours if s.name == "torch_compile_compiles_total"} == {"0"}
+
+
+def test_replay_sends_metrics_over_otlp_labelled_with_the_run(recorded, tmp_path):
+    from servers import Rotel, wait_until
+
+    with Rotel() as rotel:
+        r = subprocess.run(
+            [*CLI, str(recorded["log"]), "--run", "ci-7"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp"},
+        )
+        assert r.returncode == 0, r.stderr
+        got = wait_until(lambda: (g := rotel.received())["points"] and g["spans"] and g, 30, "replayed spans and metrics")
+    limit = [p for p in got["points"] if p["metric"] == "torch_compile_recompile_limit_hits" and p.get("value")]
+    assert limit and all(p["resource"]["torch_otel.replay.run"] == "ci-7" for p in got["points"])
+
+
+def test_progress_bar_on_a_terminal_only(recorded, tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, str(recorded["log"]), "-o", str(tmp_path / "a.jsonl")],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(120) == 0
+    os.close(master)
+    text = seen.decode(errors="replace")
+    assert re.search(r"\r\[#*-*\] +\d+\.\d% +\d+\.\d MB +\d+\.\d MB/s \d+ records", text), text[:500]
+    piped = _replay([str(recorded["log"]), "-o", str(tmp_path / "b.jsonl")], tmp_path)
+    assert "\r" not in piped.stderr and "MB/s" not in piped.stderr

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
         help="full: also artifact events (names, sizes, hashes), as live full capture",
     )
     rep.add_argument("--payloads", action="store_true", help="attach payload contents (code, graphs) to spans: opt-in")
+    rep.add_argument(
+        "--pushgateway",
+        metavar="URL",
+        default=os.environ.get("TORCH_OTEL_PUSHGATEWAY_URL"),
+        help="push the run's metrics to this Prometheus Pushgateway (default: $TORCH_OTEL_PUSHGATEWAY_URL)",
+    )
+    rep.add_argument("--run", help="the run the log came from: the `run` label of pushed metrics (default: the path's name)")
     run = sub.add_parser(
         "run",
         help="run a command with the bridge on in every Python process it starts",
@@ -91,15 +101,85 @@ def _replay(args: argparse.Namespace) -> int:
         provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(args.output), max_queue_size=65536))
     elif not sdk_disabled():
         provider = build_tracer_provider()
-    sinks = []
+    sinks: list[Any] = []
     if provider is not None:
         sinks.append(SpanSink(SpanMapper(provider.get_tracer("torch_otel.replay"), settings, live=False)))
+    run = args.run or _run_name(args.paths)
+    metrics = _replay_metrics(args.pushgateway, run)
+    if metrics is not None:
+        sinks.append(metrics.sink)
     code, _ = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, artifacts=args.capture == "full")
     if provider is not None:
         provider.shutdown()
+    if metrics is not None:
+        _finish_replay_metrics(metrics, code)
     if args.output and code == 0:
         print(f"spans written to {args.output}")
     return code
+
+
+def _run_name(paths: list[str]) -> str:
+    from pathlib import Path
+
+    name = Path(paths[0]).resolve().name or "replay"
+    return name[:64]
+
+
+@dataclass
+class _ReplayMetrics:
+    sink: Any
+    registry: Any
+    meter_provider: Any
+    url: str | None
+    run: str
+
+
+def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
+    """The metrics sink of a replay: a fresh registry for the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER asks."""
+    from prometheus_client import CollectorRegistry
+
+    from ._config import _url
+    from ._metrics import CompileMetrics, OTelBackend, PrometheusBackend
+    from ._setup import _list, build_meter_provider
+
+    backends: list[Any] = []
+    registry = None
+    url = None
+    if pushgateway:
+        problems: list[str] = []
+        url = _url({"--pushgateway": pushgateway}, "--pushgateway", problems)
+        if url is None:
+            print(f"torch-otel replay: {problems[0]}", file=sys.stderr)
+        else:
+            registry = CollectorRegistry()
+            backends.append(PrometheusBackend(registry))
+    meter_provider = None
+    if os.environ.get("OTEL_METRICS_EXPORTER"):
+        names = _list(os.environ, "OTEL_METRICS_EXPORTER", "none", ("prometheus", "otlp", "console", "none"))
+        env = dict(os.environ)
+        env["OTEL_RESOURCE_ATTRIBUTES"] = ",".join(
+            filter(None, [env.get("OTEL_RESOURCE_ATTRIBUTES"), f"torch_otel.replay.run={run}"])
+        )
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"] = env["OTEL_RESOURCE_ATTRIBUTES"]
+        meter_provider = build_meter_provider(env, [n for n in names if n in ("otlp", "console")])
+        if meter_provider is not None:
+            backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
+    if not backends:
+        return None
+    return _ReplayMetrics(CompileMetrics(backends), registry, meter_provider, url, run)
+
+
+def _finish_replay_metrics(m: _ReplayMetrics, code: int) -> None:
+    if m.meter_provider is not None:
+        m.meter_provider.shutdown()
+    if m.registry is not None and m.url and code == 0:
+        from prometheus_client import push_to_gateway
+
+        try:
+            push_to_gateway(m.url, "torch_compile_replay", m.registry, grouping_key={"run": m.run}, timeout=10)
+            print(f"metrics pushed to {m.url} (job torch_compile_replay, run {m.run})")
+        except Exception as exc:  # noqa: BLE001
+            print(f"torch-otel replay: cannot push metrics to {m.url} ({exc}); check --pushgateway", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import io
 import json
 import re
 import sys
+import time
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -149,12 +150,45 @@ def iter_records(
             yield finish()
 
 
+class Progress:
+    """A one-line progress bar on a terminal: percent of bytes, MB/s, records. At most 10 redraws a second."""
+
+    WIDTH = 30
+
+    def __init__(self, total_bytes: int, out: IO[str]) -> None:
+        self.total = max(total_bytes, 1)
+        self.out = out
+        self.done_files = 0  # bytes of the files already finished
+        self.t0 = time.monotonic()
+        self._last = self.t0 - 1.0  # draw at the first update
+
+    def update(self, pos: int, records: int, name: str) -> None:
+        now = time.monotonic()
+        if now - self._last < 0.1:
+            return
+        self._last = now
+        done = min(self.done_files + pos, self.total)
+        frac = done / self.total
+        fill = int(frac * self.WIDTH)
+        rate = done / 1e6 / max(now - self.t0, 1e-9)
+        bar = "#" * fill + "-" * (self.WIDTH - fill)
+        self.out.write(f"\r[{bar}] {frac:6.1%} {done / 1e6:8.1f} MB {rate:6.1f} MB/s {records} records  {name[:30]}")
+        self.out.flush()
+
+    def file_done(self, size: int) -> None:
+        self.done_files += size
+
+    def close(self) -> None:
+        self.out.write("\r" + " " * 110 + "\r")
+        self.out.flush()
+
+
 def replay_file(
     path: Path,
     sinks: list[Sink],
     stats: ReplayStats,
     keep_all_payloads: bool = False,
-    progress: Any = None,
+    progress: Progress | None = None,
     artifacts: bool = False,
 ) -> None:
     stats.files += 1
@@ -166,11 +200,12 @@ def replay_file(
     except OSError as exc:
         stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
         return
+    raw = getattr(fh, "fileobj", fh)  # a gzip file's position in the compressed bytes
     with fh:
         for md, payload, size in iter_records(fh, stats, keep_all_payloads):
             stats.records += 1
-            if progress is not None and stats.records % 2000 == 0:
-                progress()
+            if progress is not None and stats.records % 200 == 0:
+                progress.update(raw.tell(), stats.records, path.name)
             if rank_hint and "rank" not in md:
                 md["rank"] = int(rank_hint.group(1))
             try:
@@ -234,18 +269,13 @@ def replay_paths(
         files.extend(log_files(path))
     total_bytes = sum(f.stat().st_size for f in files)
     stats.bytes = total_bytes
-    tty = sys.stderr.isatty()
+    progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        progress = None
-        if tty:
-
-            def progress(f: Path = f) -> None:
-                sys.stderr.write(f"\rreplaying {f.name}: {stats.records} records")
-                sys.stderr.flush()
-
         replay_file(f, [*sinks, summary], stats, keep_all_payloads, progress, artifacts)
-    if tty:
-        sys.stderr.write("\r" + " " * 60 + "\r")
+        if progress is not None:
+            progress.file_done(f.stat().st_size)
+    if progress is not None:
+        progress.close()
     print_summary(stats, out)
     for p in stats.problems:
         sys.stderr.write(f"torch-otel replay: {p}\n")
