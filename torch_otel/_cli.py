@@ -95,8 +95,8 @@ def _replay(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, capture_payloads=True)
     provider = None
     if args.output:
-        if os.path.exists(args.output):
-            os.remove(args.output)
+        if os.path.isfile(args.output):
+            open(args.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
         provider = TracerProvider(resource=job_resource(), id_generator=UrandomIdGenerator())
         provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(args.output), max_queue_size=65536))
     elif not sdk_disabled():
@@ -104,6 +104,7 @@ def _replay(args: argparse.Namespace) -> int:
     sinks: list[Any] = []
     if provider is not None:
         sinks.append(SpanSink(SpanMapper(provider.get_tracer("torch_otel.replay"), settings, live=False)))
+        sinks.append(_Backpressure(provider))
     run = args.run or _run_name(args.paths)
     metrics = _replay_metrics(args.pushgateway, run)
     if metrics is not None:
@@ -116,6 +117,24 @@ def _replay(args: argparse.Namespace) -> int:
     if args.output and code == 0:
         print(f"spans written to {args.output}")
     return code
+
+
+class _Backpressure:
+    """Replay produces spans faster than an exporter sends them: drain the batch queue before it can overflow."""
+
+    def __init__(self, provider: Any, every_spans: int = 1000) -> None:
+        self.provider = provider
+        self.every = every_spans
+        self.pending = 0
+
+    def on_start(self, record: Any) -> None:
+        return None
+
+    def on_finish(self, record: Any) -> None:
+        self.pending += getattr(record, "_nodes", 1) + 1
+        if self.pending >= self.every:
+            self.pending = 0
+            self.provider.force_flush()
 
 
 def _run_name(paths: list[str]) -> str:
