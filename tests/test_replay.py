@@ -245,3 +245,28 @@ def test_progress_bar_on_a_terminal_only(recorded, tmp_path):
     assert re.search(r"\r\[#*-*\] +\d+\.\d% +\d+\.\d MB +\d+\.\d MB/s \d+ records", text), text[:500]
     piped = _replay([str(recorded["log"]), "-o", str(tmp_path / "b.jsonl")], tmp_path)
     assert "\r" not in piped.stderr and "MB/s" not in piped.stderr
+
+
+def _peak_rss_mb(argv: list[str], cwd: Path) -> float:
+    """Peak RSS of one command, measured by a parent that runs only it."""
+    probe = (
+        "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+    )
+    r = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, cwd=cwd, timeout=900)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip()) / 1024
+
+
+def test_memory_stays_flat_from_50_to_500_mb(recorded, tmp_path):
+    """Streaming: replaying a 500 MB log (real records, fresh compile ids) needs no more memory than a 50 MB one."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from synthetic import make_log
+
+    peaks = {}
+    for mb in (50, 500):
+        log = tmp_path / f"synthetic-{mb}.log"
+        make_log(recorded["log"], log, mb * 1_000_000)
+        peaks[mb] = _peak_rss_mb([*CLI, str(log), "-o", os.devnull], tmp_path)
+        log.unlink()
+    assert peaks[500] < peaks[50] + 25, peaks  # measured here: about 43 MB and 47 MB
