@@ -8,7 +8,6 @@ payloads were asked for; other payloads are only measured and hashed.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
 import sys
@@ -89,36 +88,35 @@ def iter_records(
     ``payload`` is None when it was only measured (see the module docstring).
     """
     md: dict[str, Any] | None = None
-    chunks: list[str] = []
+    chunks: list[bytes] = []
     keep = False
     size = lines = 0
 
     def finish() -> tuple[dict[str, Any], str | None, int]:
         assert md is not None
         if keep:
-            payload = "\n".join(chunks) if (chunks or md.get("has_payload")) else None
+            payload = b"\n".join(chunks).decode("utf-8", "replace") if (chunks or md.get("has_payload")) else None
             return md, payload, len(payload or "")
-        # Measured, not kept; its hash is torch's own ``has_payload``.
+        # Measured (in bytes), not kept; its hash is torch's own ``has_payload``.
         return md, None, size + max(lines - 1, 0)
 
-    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="\n")
     try:
-        for raw in text:
-            line = raw.rstrip("\n")
-            if line.startswith("\t"):
+        # Bytes, line by line: payload lines (most of a log) are only measured, never decoded.
+        for raw in fh:
+            if raw[:1] == b"\t":
                 if md is None:
                     stats.skipped["payload line without a record"] += 1
                     continue
-                body = line[1:]
                 if keep:
-                    chunks.append(body)
+                    chunks.append(raw[1:].rstrip(b"\n"))
                 else:
-                    size += len(body)
+                    size += len(raw) - (2 if raw[-1:] == b"\n" else 1)
                     lines += 1
                 continue
             if md is not None:
                 yield finish()
                 md = None
+            line = raw.decode("utf-8", "replace").rstrip("\n")
             if not line.strip():
                 continue
             m = _GLOG_RE.match(line)
