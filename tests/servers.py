@@ -95,6 +95,20 @@ class _Process:
         return self.log.read_text(errors="replace")
 
 
+def _ready(proc: _Process, url: str, what: str, timeout: float = 30) -> bool:
+    """True once ``url`` answers from our process; False if the process died first (its port was taken)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.proc.poll() is not None:
+            return False
+        try:
+            http_get(url, timeout=1)
+            return proc.proc.poll() is None
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{proc.output()[-2000:]}")
+
+
 class Prometheus:
     """Debian's prometheus, scraping ``targets`` every second, with exemplar storage on."""
 
@@ -105,7 +119,6 @@ class Prometheus:
     def __enter__(self) -> Prometheus:
         binary = require("prometheus")
         self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-prom-"))
-        self.port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
@@ -114,18 +127,22 @@ class Prometheus:
             ],
         }
         (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        self._p = _Process(
-            [
-                binary,
-                f"--config.file={self.dir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--enable-feature=exemplar-storage",
-            ],
-            self.dir / "prometheus.log",
-        )
-        wait_until(lambda: http_get(f"{self.url}/-/ready"), 30, "prometheus to be ready")
-        return self
+        for attempt in range(3):  # another process may take the free port before we bind it
+            self.port = free_port()
+            self._p = _Process(
+                [
+                    binary,
+                    f"--config.file={self.dir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.dir / f'data{attempt}'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--enable-feature=exemplar-storage",
+                ],
+                self.dir / f"prometheus{attempt}.log",
+            )
+            if _ready(self._p, f"{self.url}/-/ready", "prometheus to be ready"):
+                return self
+            self._p.stop()
+        raise AssertionError(f"prometheus did not start:\n{self._p.output()[-2000:]}")
 
     @property
     def url(self) -> str:
@@ -154,10 +171,13 @@ class Pushgateway:
     def __enter__(self) -> Pushgateway:
         binary = require("prometheus-pushgateway")
         self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-pgw-"))
-        self.port = free_port()
-        self._p = _Process([binary, f"--web.listen-address=127.0.0.1:{self.port}"], self.dir / "pushgateway.log")
-        wait_until(lambda: http_get(f"{self.url}/-/ready"), 30, "the pushgateway to be ready")
-        return self
+        for attempt in range(3):  # another process may take the free port before we bind it
+            self.port = free_port()
+            self._p = _Process([binary, f"--web.listen-address=127.0.0.1:{self.port}"], self.dir / f"pushgateway{attempt}.log")
+            if _ready(self._p, f"{self.url}/-/ready", "the pushgateway to be ready"):
+                return self
+            self._p.stop()
+        raise AssertionError(f"the pushgateway did not start:\n{self._p.output()[-2000:]}")
 
     @property
     def url(self) -> str:
@@ -189,8 +209,9 @@ _FIELD = re.compile(r"^\s+(Trace ID|Parent ID|ID|Name|Status code)\s*: ?(.*)$")
 class Rotel:
     """The rotel OTLP collector (gRPC and HTTP), printing everything it receives; parsed by ``received()``."""
 
-    def __init__(self, extra_args: list[str] | None = None) -> None:
+    def __init__(self, extra_args: list[str] | None = None, debug: bool = True) -> None:
         self.extra_args = extra_args or []
+        self.debug = debug  # print what arrives (tests parse it); off for benchmarks
 
     def __enter__(self) -> Rotel:
         self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-rotel-"))
@@ -209,14 +230,20 @@ class Rotel:
                 f"127.0.0.1:{self.http_port}",
                 "--exporter",
                 "blackhole",
-                "--debug-log",
-                "traces",
-                "--debug-log",
-                "metrics",
-                "--debug-log",
-                "logs",
-                "--debug-log-verbosity",
-                "detailed",
+                *(
+                    [
+                        "--debug-log",
+                        "traces",
+                        "--debug-log",
+                        "metrics",
+                        "--debug-log",
+                        "logs",
+                        "--debug-log-verbosity",
+                        "detailed",
+                    ]
+                    if self.debug
+                    else []
+                ),
                 "--pid-file",
                 str(self.dir / "rotel.pid"),
                 "--log-file",

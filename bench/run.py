@@ -1,0 +1,307 @@
+"""torch-otel benchmarks: one command, paired and alternating comparisons, a Markdown table at the end.
+
+    python bench/run.py [--reps N] [--quick] [--out bench/results.md]
+
+1. Compile overhead, whole process: each workload (mlp, transformer, inductor) runs in a fresh
+   process per configuration (none, none again for the A/A baseline, torch-otel default, full,
+   TORCH_TRACE), in a rotated order each repetition. Ratios are paired per repetition against
+   `none`, and reported as median [min, max], for CPU seconds (the child's user+sys) and wall.
+   Also: torch's own compile seconds and its `structured_logging_overhead_s`, per configuration.
+2. In one process: the bridge switched on and off around blocks of compiles (median CPU per compile).
+3. Steady state: time per training step after compilation, bridge on and off, in one process.
+4. Replay throughput: `torch-otel replay -o FILE` against `tlparse --no-browser` on the same logs
+   (a real one and a large synthetic one), MB/s and peak RSS, alternating.
+5. Long runs: RSS and live objects over 2,000 frame compiles: no bridge, the bridge exporting to a
+   collector (rotel) that receives, and to one that is down.
+6. Export cost: spans per second through the mapping alone, and through OTLP to rotel on loopback.
+
+Public tools only: Python, torch, tlparse and rotel from PyPI. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+sys.path.insert(0, str(ROOT / "tests"))  # the test suite's real-receiver helpers (rotel)
+sys.path.insert(0, str(HERE))
+
+
+def child(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float, float, str]:
+    """Run a command; its wall seconds, CPU seconds (user+sys), peak RSS (MB) and stdout."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
+    full.update(env or {})
+    out = tempfile.TemporaryFile()
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, env=full, cwd=cwd, stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    out.seek(0)
+    text = out.read().decode()
+    if p.returncode != 0:
+        raise RuntimeError(f"{argv} exited {p.returncode}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, text
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def compile_overhead(reps: int, workloads: list[str]) -> list[dict[str, Any]]:
+    configs = ["none", "none (A/A)", "default", "full", "trace"]
+    rows = []
+    for wl in workloads:
+        if wl == "inductor":
+            child([PY, str(HERE / "workloads.py"), wl, "none"])  # warm the inductor cache first
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+        for rep in range(reps):
+            order = configs[rep % len(configs) :] + configs[: rep % len(configs)]
+            for cfg in order:
+                env = {}
+                with tempfile.TemporaryDirectory() as trace_dir:
+                    if cfg == "trace":
+                        env["TORCH_TRACE"] = trace_dir
+                    mode = "none" if cfg.startswith("none") else ("none" if cfg == "trace" else cfg)
+                    wall, cpu, _, out = child([PY, str(HERE / "workloads.py"), wl, mode], env)
+                r = json.loads(out.strip().splitlines()[-1])
+                runs[cfg].append({"wall": wall, "cpu": cpu, **r})
+        for cfg in configs:
+            cpu_ratio = [a["cpu"] / b["cpu"] for a, b in zip(runs[cfg], runs["none"], strict=True)]
+            wall_ratio = [a["wall"] / b["wall"] for a, b in zip(runs[cfg], runs["none"], strict=True)]
+            rows.append(
+                {
+                    "workload": wl,
+                    "config": cfg,
+                    "compiles": runs[cfg][0]["compiles"],
+                    "cpu_s": statistics.median(r["cpu"] for r in runs[cfg]),
+                    "cpu_ratio": cpu_ratio,
+                    "wall_ratio": wall_ratio,
+                    "torch_compile_s": statistics.median(r["torch_compile_s"] for r in runs[cfg]),
+                    "structured_logging_overhead_s": statistics.median(r["structured_logging_overhead_s"] for r in runs[cfg]),
+                }
+            )
+        print(f"compile overhead: {wl} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def in_process() -> dict[str, Any]:
+    _, _, _, out = child([PY, str(HERE / "workloads.py"), "alternate", "none"])
+    alt = json.loads(out.strip().splitlines()[-1])
+    _, _, _, out = child([PY, str(HERE / "workloads.py"), "steady", "none"])
+    steady = json.loads(out.strip().splitlines()[-1])
+    print("in-process alternation and steady state done", file=sys.stderr, flush=True)
+    return {"alternate": alt, "steady": steady}
+
+
+def real_log(tmp: Path) -> Path:
+    """A real TORCH_TRACE log of a few MB: the transformer and MLP workloads with TORCH_TRACE on."""
+    d = tmp / "trace"
+    for wl in ("transformer", "mlp", "transformer"):
+        child([PY, str(HERE / "workloads.py"), wl, "none"], {"TORCH_TRACE": str(d)})
+    logs = sorted(d.glob("*.log"))
+    out = tmp / "real.log"
+    with out.open("wb") as fh:
+        for log in logs:
+            fh.write(log.read_bytes())  # several runs, one after another, as a long job writes them
+    return out
+
+
+def replay(tmp: Path, reps: int, big_mb: int) -> list[dict[str, Any]]:
+    from synthetic import make_log
+
+    tlparse = shutil.which("tlparse") or str(Path(PY).parent / "tlparse")
+    real = real_log(tmp)
+    big = tmp / f"synthetic-{big_mb}mb.log"
+    make_log(real, big, big_mb * 1_000_000)
+    rows = []
+    for log in (real, big):
+        mb = log.stat().st_size / 1e6
+        res: dict[str, list[tuple[float, float]]] = {"torch-otel replay": [], "tlparse": []}
+        for rep in range(reps):
+            tools = ["torch-otel replay", "tlparse"] if rep % 2 == 0 else ["tlparse", "torch-otel replay"]
+            for tool in tools:
+                if tool == "tlparse":
+                    argv = [tlparse, str(log), "-o", str(tmp / "tlparse-out"), "--no-browser", "--overwrite"]
+                else:
+                    argv = [PY, "-m", "torch_otel", "replay", str(log), "-o", str(tmp / "replayed.jsonl")]
+                wall, _, rss, _ = child(argv, cwd=tmp)
+                res[tool].append((mb / wall, rss))
+        for tool, vals in res.items():
+            rows.append(
+                {
+                    "log": f"{'real' if log == real else 'synthetic'} ({mb:.0f} MB)",
+                    "tool": tool,
+                    "mb_s": [v[0] for v in vals],
+                    "rss_mb": max(v[1] for v in vals),
+                }
+            )
+        print(f"replay {log.name} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def long_runs(n: int) -> list[dict[str, Any]]:
+    from servers import Rotel, free_port
+
+    rows = []
+    with Rotel(debug=False) as rotel:
+        rotel_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp"}
+        dead_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}", "OTEL_METRICS_EXPORTER": "otlp"}
+        for name, cfg, env in (
+            ("no bridge", "none", {}),
+            ("bridge, collector receiving", "otlp", rotel_env),
+            ("bridge, collector down", "otlp", dead_env),
+        ):
+            _, _, _, out = child([PY, str(HERE / "workloads.py"), "long", cfg], {**env, "BENCH_LONG_COMPILES": str(n)})
+            s = json.loads(out.strip().splitlines()[-1])["samples"]
+            first, last = s["200"], s[str(n)]
+            rows.append(
+                {
+                    "run": name,
+                    "rss_200": first["rss_mb"],
+                    "rss_end": last["rss_mb"],
+                    "objects_growth": last["objects"] - first["objects"],
+                }
+            )
+            print(f"long run ({name}) done", file=sys.stderr, flush=True)
+    return rows
+
+
+def export_cost(tmp: Path) -> list[dict[str, Any]]:
+    """Spans/s: the replay of a real log with spans to a no-op exporter, then to rotel over OTLP gRPC."""
+    from servers import Rotel
+
+    log = tmp / "real.log"
+    script = r"""
+import sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+from torch_otel._config import Settings
+from torch_otel._replay import ReplayStats, replay_file
+from torch_otel._spans import SpanMapper, SpanSink
+from pathlib import Path
+
+class Null(SpanExporter):
+    n = 0
+    def export(self, spans):
+        Null.n += len(spans)
+        return SpanExportResult.SUCCESS
+
+provider = TracerProvider()
+if sys.argv[2] == "null":
+    provider.add_span_processor(SimpleSpanProcessor(Null()))
+else:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    class Counting(OTLPSpanExporter):
+        def export(self, spans):
+            Null.n += len(spans)
+            return super().export(spans)
+    provider.add_span_processor(BatchSpanProcessor(Counting(endpoint=sys.argv[2], insecure=True), max_queue_size=1_000_000))
+sink = SpanSink(SpanMapper(provider.get_tracer("bench"), Settings(), live=False))
+t = time.perf_counter()
+replay_file(Path(sys.argv[1]), [sink], ReplayStats())
+provider.force_flush(600_000)
+print(Null.n / (time.perf_counter() - t))
+"""
+    rows = []
+    with Rotel(debug=False) as rotel:
+        for name, target in (
+            ("mapping only (no-op exporter)", "null"),
+            ("OTLP gRPC to rotel on loopback", f"127.0.0.1:{rotel.grpc_port}"),
+        ):
+            _, _, _, out = child([PY, "-c", script, str(log), target], cwd=tmp)
+            rows.append({"path": name, "spans_s": float(out.strip().splitlines()[-1])})
+    print("export cost done", file=sys.stderr, flush=True)
+    return rows
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["### Compile overhead (whole process; ratio to no instrumentation, median [min, max])", ""]
+    lines.append(
+        "| workload | config | compiles | CPU s | CPU ratio | wall ratio | torch compile s | structured_logging_overhead_s |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for r in results["compile"]:
+        lines.append(
+            f"| {r['workload']} | {r['config']} | {r['compiles']} | {r['cpu_s']:.2f} | {spread(r['cpu_ratio'])} | "
+            f"{spread(r['wall_ratio'])} | {r['torch_compile_s']:.2f} | {r['structured_logging_overhead_s']:.3f} |"
+        )
+    alt, steady = results["in_process"]["alternate"], results["in_process"]["steady"]
+    c, t = alt["cpu_per_compile_s"], alt["torch_per_compile_s"]
+    s = steady["step_s"]
+    lines += [
+        "",
+        "### In one process, bridge switched on and off (median per compile / per step)",
+        "",
+        "| measure | off | on | ratio |",
+        "|---|---|---|---|",
+        f"| CPU per frame compile (MLP fwd+bwd, aot_eager) | {c['off'] * 1e3:.1f} ms | {c['on'] * 1e3:.1f} ms | {c['on'] / c['off']:.3f} |",
+        f"| torch's own compile time per frame | {t['off'] * 1e3:.1f} ms | {t['on'] * 1e3:.1f} ms | {t['on'] / t['off']:.3f} |",
+        f"| steady-state training step (compiled) | {s['off'] * 1e6:.0f} us | {s['on'] * 1e6:.0f} us | {s['on'] / s['off']:.3f} |",
+        "",
+        "### Replay throughput (alternating runs; MB/s median [min, max], peak RSS)",
+        "",
+        "| log | tool | MB/s | peak RSS |",
+        "|---|---|---|---|",
+    ]
+    for r in results["replay"]:
+        lines.append(f"| {r['log']} | {r['tool']} | {spread(r['mb_s'])} | {r['rss_mb']:.0f} MB |")
+    n = results["long_compiles"]
+    lines += ["", f"### Long runs ({n} frame compiles)", "", "| run | RSS at 200 | RSS at end | growth | live objects growth |"]
+    lines.append("|---|---|---|---|---|")
+    for r in results["long"]:
+        lines.append(
+            f"| {r['run']} | {r['rss_200']:.0f} MB | {r['rss_end']:.0f} MB | {r['rss_end'] - r['rss_200']:+.1f} MB | {r['objects_growth']:+d} |"
+        )
+    lines += ["", "### Export cost", "", "| path | spans/s |", "|---|---|"]
+    for r in results["export"]:
+        lines.append(f"| {r['path']} | {r['spans_s']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each paired comparison")
+    ap.add_argument("--quick", action="store_true", help="3 repetitions, a 100 MB synthetic log, 500 long-run compiles")
+    ap.add_argument("--out", default=str(HERE / "results.md"), help="where to write the Markdown table")
+    args = ap.parse_args()
+    reps = min(args.reps, 3) if args.quick else args.reps
+    big_mb = 100 if args.quick else 300
+    long_n = 500 if args.quick else 2000
+    results: dict[str, Any] = {"long_compiles": long_n}
+    with tempfile.TemporaryDirectory(prefix="torch-otel-bench-") as d:
+        tmp = Path(d)
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / "torch-otel-bench-inductor"))
+        results["compile"] = compile_overhead(reps, ["mlp", "transformer", "inductor"])
+        results["in_process"] = in_process()
+        results["replay"] = replay(tmp, reps, big_mb)
+        results["export"] = export_cost(tmp)
+        results["long"] = long_runs(long_n)
+    text = table(results)
+    header = f"Measured with `python bench/run.py{' --quick' if args.quick else ''}` ({reps} repetitions), torch {_torch()}.\n\n"
+    Path(args.out).write_text(header + text)
+    (Path(args.out).with_suffix(".json")).write_text(json.dumps(results, indent=1))
+    print(header + text)
+    return 0
+
+
+def _torch() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
