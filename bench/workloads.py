@@ -96,27 +96,69 @@ def compile_once(i: int) -> float:
     return time.process_time() - t
 
 
-def run_alternate(blocks: int = 12, per_block: int = 8) -> dict[str, object]:
+def _abba(n_pairs: int) -> list[str]:
+    """off/on in ABBA order: a slow drift of the machine weighs on both states alike."""
+    order: list[str] = []
+    for i in range(n_pairs):
+        order += ["off", "on"] if i % 2 == 0 else ["on", "off"]
+    return order
+
+
+def _paired_ratios(blocks: list[tuple[str, float]]) -> list[float]:
+    pairs = [blocks[i : i + 2] for i in range(0, len(blocks) - 1, 2)]
+    return [dict(p)["on"] / dict(p)["off"] for p in pairs]
+
+
+def _self_timer() -> dict[str, float]:
+    """Wraps the bridge's handlers (what each hook does besides calling torch's original) to add up their time."""
+    from torch_otel import _live
+
+    spent = {"s": 0.0}
+    for name in ("_on_chromium", "_on_metrics", "_on_graph_break"):  # our side only, not torch's own logging
+        orig = getattr(_live.LiveCapture, name)
+
+        def timed(self, *a, _orig=orig, **k):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return _orig(self, *a, **k)
+            finally:
+                spent["s"] += time.perf_counter() - t
+
+        setattr(_live.LiveCapture, name, timed)
+    return spent
+
+
+def run_alternate(pairs: int = 12, per_block: int = 6) -> dict[str, object]:
     import torch_otel
 
-    times: dict[str, list[float]] = {"off": [], "on": []}
-    torch_times: dict[str, list[float]] = {"off": [], "on": []}
+    spent = _self_timer()
+    cpu_blocks: list[tuple[str, float]] = []
+    torch_blocks: list[tuple[str, float]] = []
     compile_once(-1)  # warm up
-    for b in range(blocks):
-        state = "on" if b % 2 else "off"
+    on_compiles = 0
+    for state in _abba(pairs):
         if state == "on":
             bridge_on("default")
-        for i in range(per_block):
-            seen = len(du.get_compilation_metrics())
-            times[state].append(compile_once(i))
-            torch_times[state].extend(m.entire_frame_compile_time_s or 0 for m in du.get_compilation_metrics()[seen:])
+        seen = len(du.get_compilation_metrics())
+        cpu = statistics.median(compile_once(i) for i in range(per_block))
+        frames = [m.entire_frame_compile_time_s or 0 for m in du.get_compilation_metrics()[seen:]]
+        cpu_blocks.append((state, cpu))
+        torch_blocks.append((state, statistics.median(frames)))
+        on_compiles += per_block if state == "on" else 0
         torch_otel.uninstrument()
-    med = {s: statistics.median(v) for s, v in times.items()}
-    tmed = {s: statistics.median(v) for s, v in torch_times.items()}
-    return {"cpu_per_compile_s": med, "torch_per_compile_s": tmed, "compiles": sum(len(v) for v in times.values())}
+    med = {st: statistics.median(v for s, v in cpu_blocks if s == st) for st in ("off", "on")}
+    tmed = {st: statistics.median(v for s, v in torch_blocks if s == st) for st in ("off", "on")}
+    return {
+        "cpu_per_compile_s": med,
+        "cpu_ratio": _paired_ratios(cpu_blocks),
+        "torch_per_compile_s": tmed,
+        "torch_ratio": _paired_ratios(torch_blocks),
+        "bridge_self_s_per_compile": spent["s"] / max(on_compiles, 1),
+        "compiles": 2 * pairs * per_block,
+    }
 
 
-def run_steady(blocks: int = 10, steps: int = 300) -> dict[str, object]:
+def run_steady(pairs: int = 16, steps: int = 300) -> dict[str, object]:
     import torch_otel
 
     model = mlp()
@@ -129,19 +171,21 @@ def run_steady(blocks: int = 10, steps: int = 300) -> dict[str, object]:
         cm(x).sum().backward()
         opt.step()
 
-    for _ in range(20):
+    for _ in range(50):
         step()  # compiled, warm
-    per_step: dict[str, list[float]] = {"off": [], "on": []}
-    for b in range(blocks):
-        state = "on" if b % 2 else "off"
+    blocks: list[tuple[str, float]] = []
+    for state in _abba(pairs):
         if state == "on":
             bridge_on("default")
         t = time.perf_counter()
         for _ in range(steps):
             step()
-        per_step[state].append((time.perf_counter() - t) / steps)
+        blocks.append((state, (time.perf_counter() - t) / steps))
         torch_otel.uninstrument()
-    return {"step_s": {s: statistics.median(v) for s, v in per_step.items()}}
+    return {
+        "step_s": {st: statistics.median(v for s, v in blocks if s == st) for st in ("off", "on")},
+        "step_ratio": _paired_ratios(blocks),
+    }
 
 
 def rss_mb() -> float:

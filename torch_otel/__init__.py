@@ -1,10 +1,34 @@
-"""torch-otel: every torch.compile compile as an OpenTelemetry trace, and its metrics in Prometheus."""
+"""torch-otel: every torch.compile compile as an OpenTelemetry trace, and its metrics in Prometheus.
 
-from ._bridge import force_flush, instrument, is_instrumented, shutdown, uninstrument
-from ._config import Settings, load_settings
-from ._ids import UrandomIdGenerator
-from ._internal import internal_error_count
+Names are imported on first use, so ``torch-otel replay`` (and ``import torch_otel``) start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._bridge import force_flush, instrument, is_instrumented, shutdown, uninstrument
+    from ._config import Settings, load_settings
+    from ._ids import UrandomIdGenerator
+    from ._instrumentor import TorchCompileInstrumentor
+    from ._internal import internal_error_count
+
+_WHERE = {
+    "force_flush": "._bridge",
+    "instrument": "._bridge",
+    "is_instrumented": "._bridge",
+    "shutdown": "._bridge",
+    "uninstrument": "._bridge",
+    "Settings": "._config",
+    "load_settings": "._config",
+    "UrandomIdGenerator": "._ids",
+    "TorchCompileInstrumentor": "._instrumentor",
+    "internal_error_count": "._internal",
+}
 
 __all__ = [
     "Settings",
@@ -22,8 +46,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name == "TorchCompileInstrumentor":  # imported on use: it pulls in opentelemetry-instrumentation
-        from ._instrumentor import TorchCompileInstrumentor
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torch_otel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
-        return TorchCompileInstrumentor
-    raise AttributeError(f"module 'torch_otel' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

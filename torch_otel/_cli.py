@@ -155,6 +155,8 @@ class _ReplayMetrics:
 
 def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
     """The metrics sink of a replay: a fresh registry for the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER asks."""
+    if not pushgateway and not os.environ.get("OTEL_METRICS_EXPORTER"):
+        return None
     from prometheus_client import CollectorRegistry
 
     from ._config import _url
