@@ -39,21 +39,33 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test suite's real-receiver helper
 sys.path.insert(0, str(HERE))
 
 
+_PROBE = (
+    "import os, resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+    "os.write(2, b'maxrss_kb=%d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+)
+
+
 def child(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float, float, str]:
-    """Run a command; its wall seconds, CPU seconds (user+sys), peak RSS (MB) and stdout."""
+    """Run a command; its wall seconds, CPU seconds (user+sys), peak RSS (MB) and stdout.
+
+    The command runs under a small Python probe that reports its peak RSS: measured from here,
+    a forked child's peak would include this process's own size before exec.
+    """
     full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
     full.update(env or {})
-    out = tempfile.TemporaryFile()
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     t = time.perf_counter()
-    p = subprocess.Popen(argv, env=full, cwd=cwd, stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    p = subprocess.Popen([PY, "-c", _PROBE, *argv], env=full, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     p.returncode = os.waitstatus_to_exitcode(status)
     out.seek(0)
-    text = out.read().decode()
+    err.seek(0)
+    text, errors = out.read().decode(), err.read().decode(errors="replace")
     if p.returncode != 0:
-        raise RuntimeError(f"{argv} exited {p.returncode}")
-    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, text
+        raise RuntimeError(f"{argv} exited {p.returncode}: {errors[-2000:]}")
+    rss = [int(line.split("=")[1]) for line in errors.splitlines() if line.startswith("maxrss_kb=")]
+    return wall, ru.ru_utime + ru.ru_stime, (rss[-1] / 1024 if rss else float("nan")), text
 
 
 def spread(values: list[float]) -> str:
@@ -228,15 +240,20 @@ print(Null.n / (time.perf_counter() - t))
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["### Compile overhead (whole process; ratio to no instrumentation, median [min, max])", ""]
+    lines = ["### Compile overhead (whole process; paired ratios, median [min, max])", ""]
     lines.append(
-        "| workload | config | compiles | CPU s | CPU ratio | wall ratio | torch compile s | structured_logging_overhead_s |"
+        "| workload | config | compiles | CPU s | CPU vs none | CPU vs TORCH_TRACE | wall vs none "
+        "| torch compile s | structured_logging_overhead_s |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    by = {(r["workload"], r["config"]): r for r in results["compile"]}
     for r in results["compile"]:
+        trace = by[(r["workload"], "trace")]["cpu_ratio"]
+        vs_trace = [a / b for a, b in zip(r["cpu_ratio"], trace, strict=True)]
         lines.append(
             f"| {r['workload']} | {r['config']} | {r['compiles']} | {r['cpu_s']:.2f} | {spread(r['cpu_ratio'])} | "
-            f"{spread(r['wall_ratio'])} | {r['torch_compile_s']:.2f} | {r['structured_logging_overhead_s']:.3f} |"
+            f"{spread(vs_trace)} | {spread(r['wall_ratio'])} | {r['torch_compile_s']:.2f} "
+            f"| {r['structured_logging_overhead_s']:.3f} |"
         )
     alt, steady = results["in_process"]["alternate"], results["in_process"]["steady"]
     c, t = alt["cpu_per_compile_s"], alt["torch_per_compile_s"]
@@ -279,7 +296,11 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each paired comparison")
     ap.add_argument("--quick", action="store_true", help="3 repetitions, a 100 MB synthetic log, 500 long-run compiles")
     ap.add_argument("--out", default=str(HERE / "results.md"), help="where to write the Markdown table")
+    ap.add_argument("--table-from", metavar="JSON", help="only print the tables of an earlier run's results.json")
     args = ap.parse_args()
+    if args.table_from:
+        print(table(json.loads(Path(args.table_from).read_text())))
+        return 0
     reps = min(args.reps, 3) if args.quick else args.reps
     big_mb = 100 if args.quick else 300
     long_n = 500 if args.quick else 2000
