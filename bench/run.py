@@ -13,7 +13,8 @@
    (a real one and a large synthetic one), MB/s and peak RSS, alternating.
 5. Long runs: RSS and live objects over 2,000 frame compiles: no bridge, the bridge exporting to a
    collector (rotel) that receives, and to one that is down.
-6. Export cost: spans per second through the mapping alone, and through OTLP to rotel on loopback.
+6. Export cost: spans per second through the replay pipeline (read, parse, assemble, build spans) with a no-op
+   exporter, and with OTLP to rotel on loopback.
 
 Public tools only: Python, torch, tlparse and rotel from PyPI. Nothing here asserts a time.
 """
@@ -230,8 +231,8 @@ print(Null.n / (time.perf_counter() - t))
     rows = []
     with Rotel(debug=False) as rotel:
         for name, target in (
-            ("mapping only (no-op exporter)", "null"),
-            ("OTLP gRPC to rotel on loopback", f"127.0.0.1:{rotel.grpc_port}"),
+            ("read, parse, assemble, build spans; no-op exporter", "null"),
+            ("the same, then OTLP gRPC to rotel on loopback", f"127.0.0.1:{rotel.grpc_port}"),
         ):
             _, _, _, out = child([PY, "-c", script, str(log), target], cwd=tmp)
             rows.append({"path": name, "spans_s": float(out.strip().splitlines()[-1])})

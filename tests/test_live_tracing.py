@@ -338,3 +338,26 @@ def test_redacted_paths_keep_basenames(make_capture):
     a = cap.root("0/0").attributes
     assert a["code.file.path"] == "test_live_tracing.py"
     assert a["torch.compile.caller.file.path"] == "test_live_tracing.py"
+
+
+def test_no_bridge_work_per_step_once_compiled(cap):
+    """Steady state: after compilation, a training step never enters the bridge."""
+    from torch_otel import _assembler
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    cm = torch.compile(model, backend="aot_eager")
+    x = torch.randn(4, 8)
+
+    def step() -> None:
+        opt.zero_grad()
+        cm(x).sum().backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    assert cap.roots(None)  # compiled, and traced
+    with mock.patch.object(_assembler.Assembler, "feed", side_effect=AssertionError("bridge entered")) as feed:
+        for _ in range(20):
+            step()
+    assert feed.call_count == 0
