@@ -24,8 +24,14 @@ SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dic
         [
             ('torch_compile_recompile_limit_hits_total{job="train",rank="0"}', "0x5 1x10"),
             ('torch_compile_recompile_limit_hits_total{job="train",rank="1"}', "0x15"),
+            # first scraped already at 1: no earlier sample for increase() to start from
+            ('torch_compile_recompile_limit_hits_total{job="train",rank="2"}', "_x3 1x12"),
         ],
-        [("4m", []), ("8m", [({"job": "train", "rank": "0"}, "1")]), ("16m", [])],
+        [
+            ("2m", []),
+            ("8m", [({"job": "train", "rank": "0"}, "1"), ({"job": "train", "rank": "2"}, "1")]),
+            ("16m", []),
+        ],
     ),
     "TorchCompileRecompileStorm": (
         [
@@ -39,8 +45,9 @@ SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dic
             ('torch_compile_compiles_total{job="train",rank="0",kind="frame",status="failed"}', "0 0 1x10"),
             ('torch_compile_compiles_total{job="train",rank="1",kind="frame",status="failed"}', "0x12"),
             ('torch_compile_compiles_total{job="train",rank="1",kind="frame",status="ok"}', "0 0 5x10"),
+            ('torch_compile_compiles_total{job="train",rank="2",kind="frame",status="failed"}', "_x3 2x10"),
         ],
-        [("1m", []), ("5m", [({"job": "train", "rank": "0"}, "1")])],
+        [("1m", []), ("5m", [({"job": "train", "rank": "0"}, "1"), ({"job": "train", "rank": "2"}, "2")]), ("14m", [])],
     ),
     "TorchCompileSlow": (
         [

@@ -134,10 +134,11 @@ def test_torchrun_ranks_each_serve_their_own_port(tmp_path):
         )
         try:
             _wait_for_output(log, "HOLDING", count=2, proc=proc)
-            compiles = prom.wait_for("sum by (rank, instance) (torch_compile_compiles_total)")
-            wait_until(lambda: len(prom.query("sum by (rank) (torch_compile_compiles_total)")) == 2, 30, "both ranks")
+            # the series exist (at 0) from each rank's first compile: wait for the final values
+            prom.wait_for('sum by (rank) (torch_compile_recompiles_total{rank="1"}) == 1')
+            prom.wait_for('count(sum by (rank) (torch_compile_compiles_total{status="ok"}) > 0) == 2')
             compiles = prom.query("sum by (rank, instance) (torch_compile_compiles_total)")
-            recompiles = _values(prom.wait_for("sum by (rank) (torch_compile_recompiles_total)"))
+            recompiles = _values(prom.query("sum by (rank) (torch_compile_recompiles_total)"))
         finally:
             release.touch()
             proc.wait(120)
