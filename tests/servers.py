@@ -109,8 +109,34 @@ def _ready(proc: _Process, url: str, what: str, timeout: float = 30) -> bool:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{proc.output()[-2000:]}")
 
 
-class Prometheus:
+class _LoopbackServer:
+    """A real server started on a free 127.0.0.1 port, retried if another process takes the port first."""
+
+    name = ""
+    port = 0
+
+    def _start(self, argv_for: Callable[[int, int], list[str]]) -> None:
+        for attempt in range(3):
+            self.port = free_port()
+            self._p = _Process(argv_for(self.port, attempt), self.dir / f"{self.name}{attempt}.log")
+            if _ready(self._p, f"{self.url}/-/ready", f"{self.name} to be ready"):
+                return
+            self._p.stop()
+        raise AssertionError(f"{self.name} did not start:\n{self._p.output()[-2000:]}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self._p.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Prometheus(_LoopbackServer):
     """Debian's prometheus, scraping ``targets`` every second, with exemplar storage on."""
+
+    name = "prometheus"
 
     def __init__(self, targets: list[str], rule_files: list[Path] | None = None) -> None:
         self.targets = targets
@@ -127,26 +153,16 @@ class Prometheus:
             ],
         }
         (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        for attempt in range(3):  # another process may take the free port before we bind it
-            self.port = free_port()
-            self._p = _Process(
-                [
-                    binary,
-                    f"--config.file={self.dir / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={self.dir / f'data{attempt}'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--enable-feature=exemplar-storage",
-                ],
-                self.dir / f"prometheus{attempt}.log",
-            )
-            if _ready(self._p, f"{self.url}/-/ready", "prometheus to be ready"):
-                return self
-            self._p.stop()
-        raise AssertionError(f"prometheus did not start:\n{self._p.output()[-2000:]}")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self._start(
+            lambda port, attempt: [
+                binary,
+                f"--config.file={self.dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.dir / f'data{attempt}'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--enable-feature=exemplar-storage",
+            ]
+        )
+        return self
 
     def api(self, path: str, **params: str) -> Any:
         body = json.loads(http_get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"))
@@ -160,35 +176,20 @@ class Prometheus:
     def wait_for(self, promql: str, timeout: float = 60) -> list[dict[str, Any]]:
         return wait_until(lambda: self.query(promql), timeout, f"prometheus to have {promql}")
 
-    def __exit__(self, *exc: object) -> None:
-        self._p.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
-
-class Pushgateway:
+class Pushgateway(_LoopbackServer):
     """Debian's prometheus-pushgateway, in memory only."""
+
+    name = "pushgateway"
 
     def __enter__(self) -> Pushgateway:
         binary = require("prometheus-pushgateway")
         self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-pgw-"))
-        for attempt in range(3):  # another process may take the free port before we bind it
-            self.port = free_port()
-            self._p = _Process([binary, f"--web.listen-address=127.0.0.1:{self.port}"], self.dir / f"pushgateway{attempt}.log")
-            if _ready(self._p, f"{self.url}/-/ready", "the pushgateway to be ready"):
-                return self
-            self._p.stop()
-        raise AssertionError(f"the pushgateway did not start:\n{self._p.output()[-2000:]}")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self._start(lambda port, _attempt: [binary, f"--web.listen-address=127.0.0.1:{port}"])
+        return self
 
     def metrics(self) -> str:
         return http_get(f"{self.url}/metrics")
-
-    def __exit__(self, *exc: object) -> None:
-        self._p.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def rotel_binary() -> str:

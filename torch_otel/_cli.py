@@ -161,7 +161,7 @@ def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
 
     from ._config import _url
     from ._metrics import CompileMetrics, OTelBackend, PrometheusBackend
-    from ._setup import _list, build_meter_provider
+    from ._setup import METRIC_EXPORTERS, _list, build_meter_provider
 
     backends: list[Any] = []
     registry = None
@@ -176,13 +176,9 @@ def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
             backends.append(PrometheusBackend(registry))
     meter_provider = None
     if os.environ.get("OTEL_METRICS_EXPORTER"):
-        names = _list(os.environ, "OTEL_METRICS_EXPORTER", "none", ("prometheus", "otlp", "console", "none"))
-        env = dict(os.environ)
-        env["OTEL_RESOURCE_ATTRIBUTES"] = ",".join(
-            filter(None, [env.get("OTEL_RESOURCE_ATTRIBUTES"), f"torch_otel.replay.run={run}"])
-        )
-        os.environ["OTEL_RESOURCE_ATTRIBUTES"] = env["OTEL_RESOURCE_ATTRIBUTES"]
-        meter_provider = build_meter_provider(env, [n for n in names if n in ("otlp", "console")])
+        names = _list(os.environ, "OTEL_METRICS_EXPORTER", "none", METRIC_EXPORTERS)
+        pushed = [n for n in names if n in ("otlp", "console")]  # prometheus: nothing to serve after a replay
+        meter_provider = build_meter_provider(os.environ, pushed, {"torch_otel.replay.run": run})
         if meter_provider is not None:
             backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
     if not backends:

@@ -105,16 +105,20 @@ def _register(target: str) -> None:
         _targets.add(target)
 
 
-class _Renewed:
-    """Holds an exporter built by ``factory``; a forked child builds its own.
+class _Guarded:
+    """Holds an exporter built by ``factory``, counts what it fails to deliver, and rebuilds it after fork.
 
     gRPC channels do not survive fork: a child using its parent's channel hangs
     or re-sends the parent's requests, so each process gets a fresh exporter.
     """
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    signal = ""
+
+    def __init__(self, factory: Callable[[], Any], target: str) -> None:
         self._factory = factory
         self.inner = factory()
+        self.target = target
+        _register(target)
         weak = weakref.WeakMethod(self._renew)
 
         def after_in_child() -> None:
@@ -130,87 +134,76 @@ class _Renewed:
         except Exception as exc:  # noqa: BLE001
             record_error("exporter after fork", exc)
 
-
-class GuardedSpanExporter(_Renewed, SpanExporter):
-    def __init__(self, factory: Callable[[], SpanExporter], target: str) -> None:
-        _Renewed.__init__(self, factory)
-        self.target = target
-        _register(target)
-
-    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+    def _export(self, call: Callable[[], Any], failure: Any, items: Callable[[], int]) -> Any:
+        """Run the inner export; a failure (returned or raised) is counted and reported once."""
         try:
-            result = self.inner.export(spans)
+            result = call()
             why = "the collector did not accept them"
         except Exception as exc:  # noqa: BLE001
-            result, why = SpanExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
-        if result is not SpanExportResult.SUCCESS:
-            _count("traces", len(spans), self.target, why)
+            result, why = failure, f"{type(exc).__name__}: {exc}"
+        if getattr(result, "name", "") != "SUCCESS":
+            _count(self.signal, items(), self.target, why)
         return result
 
-    def shutdown(self) -> None:
+    def _shutdown(self, **kwargs: Any) -> None:
         try:
-            self.inner.shutdown()
+            self.inner.shutdown(**kwargs)
         except Exception as exc:  # noqa: BLE001
-            record_error("span exporter shutdown", exc)
+            record_error(f"{self.signal} exporter shutdown", exc)
+
+
+class GuardedSpanExporter(_Guarded, SpanExporter):
+    signal = "traces"
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        return self._export(lambda: self.inner.export(spans), SpanExportResult.FAILURE, lambda: len(spans))  # type: ignore[no-any-return]
+
+    def shutdown(self) -> None:
+        self._shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return bool(self.inner.force_flush(timeout_millis))
 
 
-class GuardedMetricExporter(_Renewed, MetricExporter):
+class GuardedMetricExporter(_Guarded, MetricExporter):
+    signal = "metrics"
+
     def __init__(self, factory: Callable[[], MetricExporter], target: str) -> None:
-        _Renewed.__init__(self, factory)
+        _Guarded.__init__(self, factory, target)
         MetricExporter.__init__(
             self,
             preferred_temporality=getattr(self.inner, "_preferred_temporality", None),
             preferred_aggregation=getattr(self.inner, "_preferred_aggregation", None),
         )
-        self.target = target
-        _register(target)
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        try:
-            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-            why = "the collector did not accept them"
-        except Exception as exc:  # noqa: BLE001
-            result, why = MetricExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
-        if result is not MetricExportResult.SUCCESS:
-            _count("metrics", _points(metrics_data), self.target, why)
-        return result
+        return self._export(  # type: ignore[no-any-return]
+            lambda: self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
+            MetricExportResult.FAILURE,
+            lambda: _points(metrics_data),
+        )
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        try:
-            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            record_error("metric exporter shutdown", exc)
+        self._shutdown(timeout_millis=timeout_millis, **kwargs)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return bool(self.inner.force_flush(timeout_millis=timeout_millis))
 
 
 def guarded_log_exporter(factory: Callable[[], Any], target: str) -> Any:
+    """The logs twin of the two above (the SDK's logs module is imported only when logs are on)."""
     from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
-    _register(target)
+    class GuardedLogExporter(_Guarded, LogRecordExporter):  # type: ignore[misc]
+        signal = "logs"
 
-    class GuardedLogExporter(_Renewed, LogRecordExporter):  # type: ignore[misc]
         def export(self, batch: Sequence[Any]) -> Any:
-            try:
-                result = self.inner.export(batch)
-                why = "the collector did not accept them"
-            except Exception as exc:  # noqa: BLE001
-                result, why = LogRecordExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
-            if getattr(result, "name", "") != "SUCCESS":
-                _count("logs", len(batch), target, why)
-            return result
+            return self._export(lambda: self.inner.export(batch), LogRecordExportResult.FAILURE, lambda: len(batch))
 
         def shutdown(self) -> None:
-            try:
-                self.inner.shutdown()
-            except Exception as exc:  # noqa: BLE001
-                record_error("log exporter shutdown", exc)
+            self._shutdown()
 
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return bool(self.inner.force_flush(timeout_millis))
 
-    return GuardedLogExporter(factory)
+    return GuardedLogExporter(factory, target)

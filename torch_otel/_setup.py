@@ -183,7 +183,7 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
     return provider
 
 
-def build_meter_provider(env: Mapping[str, str], exporters: list[str]) -> Any:
+def build_meter_provider(env: Mapping[str, str], exporters: list[str], extra_resource: Mapping[str, str] | None = None) -> Any:
     """A MeterProvider pushing to the ``otlp``/``console`` exporters named, or None if none are.
 
     ``prometheus`` needs no reader: the bridge serves its prometheus_client
@@ -199,7 +199,8 @@ def build_meter_provider(env: Mapping[str, str], exporters: list[str]) -> Any:
             readers.append(PeriodicExportingMetricReader(exporter))
     if not readers:
         return None
-    return MeterProvider(metric_readers=readers, resource=job_resource(env), shutdown_on_exit=False)
+    resource = job_resource(env).merge(Resource(dict(extra_resource or {})))
+    return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
 
 
 def global_meter_provider_is_set() -> bool:
