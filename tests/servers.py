@@ -210,14 +210,17 @@ _FIELD = re.compile(r"^\s+(Trace ID|Parent ID|ID|Name|Status code)\s*: ?(.*)$")
 class Rotel:
     """The rotel OTLP collector (gRPC and HTTP), printing everything it receives; parsed by ``received()``."""
 
-    def __init__(self, extra_args: list[str] | None = None, debug: bool = True) -> None:
+    def __init__(self, extra_args: list[str] | None = None, debug: bool = True, started: bool = True) -> None:
         self.extra_args = extra_args or []
         self.debug = debug  # print what arrives (tests parse it); off for benchmarks
+        self.started = started  # False: ports chosen, collector down until ``start()``
 
     def __enter__(self) -> Rotel:
         self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-rotel-"))
         self.grpc_port, self.http_port = free_port(), free_port()
-        self.start()
+        self._p: _Process | None = None
+        if self.started:
+            self.start()
         return self
 
     def start(self) -> None:
@@ -256,7 +259,8 @@ class Rotel:
         wait_until(lambda: _connects(self.grpc_port) and _connects(self.http_port), 30, "rotel to listen")
 
     def stop(self) -> None:
-        self._p.stop()
+        if self._p is not None:
+            self._p.stop()
 
     @property
     def grpc_endpoint(self) -> str:
@@ -351,6 +355,12 @@ class Tap:
     With ``certfile``/``keyfile`` it terminates TLS (the receiver behind it
     speaks plain OTLP), so a test can check what reached the receiver's door:
     HTTP/1.1 request headers, or that the traffic was encrypted on the wire.
+
+    It also injects the faults a real receiver cannot be asked for, switchable
+    at any time: ``delay`` seconds before each chunk goes on (a slow
+    collector), ``hold`` (requests are read and never answered: a hung one),
+    and ``reject`` (each HTTP request is answered with that status and never
+    reaches the receiver: an overloaded or refusing one).
     """
 
     def __init__(self, upstream_port: int, certfile: str | None = None, keyfile: str | None = None) -> None:
@@ -359,6 +369,11 @@ class Tap:
 
         self.upstream_port = upstream_port
         self.received = bytearray()
+        self.delay = 0.0
+        self.hold = False
+        self.reject: int | None = None
+        self.held = 0  # chunks read and never answered while ``hold`` was on
+        self.rejected = 0
         self._lock = threading.Lock()
         self._ctx = None
         if certfile:
@@ -393,24 +408,54 @@ class Tap:
             client.close()
             return
 
-        def pipe(src: socket.socket, dst: socket.socket, keep: bool) -> None:
+        def close(*socks: socket.socket) -> None:
+            for s in socks:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        def downstream() -> None:
             try:
-                while data := src.recv(65536):
-                    if keep:
-                        with self._lock:
-                            self.received += data
-                    dst.sendall(data)
+                while data := upstream.recv(65536):
+                    client.sendall(data)
             except OSError:
                 pass
             finally:
-                for s in (src, dst):
-                    try:
-                        s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+                close(upstream, client)
 
-        threading.Thread(target=pipe, args=(upstream, client, False), daemon=True).start()
-        pipe(client, upstream, True)
+        threading.Thread(target=downstream, daemon=True).start()
+        pending = b""
+        try:
+            while data := client.recv(65536):
+                with self._lock:
+                    self.received += data
+                if self.hold:
+                    self.held += 1
+                    continue
+                if self.reject is not None:
+                    pending = self._answer_rejected(client, pending + data)
+                    continue
+                if self.delay:
+                    time.sleep(self.delay)
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            close(client, upstream)
+
+    def _answer_rejected(self, client: socket.socket, buf: bytes) -> bytes:
+        """Answer each complete HTTP/1.1 request in ``buf`` with ``self.reject``; return the incomplete rest."""
+        while b"\r\n\r\n" in buf:
+            head, rest = buf.split(b"\r\n\r\n", 1)
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            size = int(length.group(1)) if length else 0
+            if len(rest) < size:
+                break
+            buf = rest[size:]
+            self.rejected += 1
+            client.sendall(f"HTTP/1.1 {self.reject} Rejected\r\nContent-Length: 0\r\n\r\n".encode())
+        return buf
 
     def text(self) -> str:
         with self._lock:

@@ -96,3 +96,12 @@ def test_every_torch_otel_variable_is_documented_in_the_readme_table():
         used |= set(re.findall(r"TORCH_OTEL_[A-Z_]+[A-Z]", path.read_text()))
     table = {m for m in re.findall(r"^\| `(TORCH_OTEL_[A-Z_]+)` \|", (ROOT / "README.md").read_text(), re.M)}
     assert used <= table, sorted(used - table)
+
+
+def test_every_test_the_guarantees_section_names_exists():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## What torch-otel guarantees", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`tests/(test_\w+\.py)::(test_\w+)`", section)
+    assert len(named) >= 25
+    for file, test in named:
+        assert re.search(rf"^def {test}\(", (ROOT / "tests" / file).read_text(), re.M), f"{file}::{test}"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,57 @@ def test_mutated_real_logs_never_crash_and_every_skip_is_counted(recorded, data)
     assert code in (0, 1)
     # every line is either part of a record or counted as skipped
     assert stats.records + sum(stats.skipped.values()) > 0
+
+
+_PREFIX = b"V1122 17:02:04.816000 3142 torch/x.py:1] "
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=8,
+)
+_kinds = st.sampled_from(
+    ["dynamo_start", "compilation_metrics", "artifact", "chromium_event", "str", "dynamo_output_graph", "new_kind", ""]
+)
+_header = st.builds(
+    lambda kind, value, extra: _PREFIX + json.dumps({kind: value, **extra}).encode(),
+    _kinds,
+    _json_values,
+    st.dictionaries(
+        st.sampled_from(["frame_id", "frame_compile_id", "attempt", "rank", "has_payload"]), _json_values, max_size=4
+    ),
+)
+_line = st.one_of(
+    _header,
+    st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")),
+    st.binary(max_size=40).map(lambda b: b"\t" + b.replace(b"\n", b"")),
+    st.binary(max_size=40).map(lambda b: _PREFIX + b.replace(b"\n", b"")),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_line, max_size=40))
+def test_generated_logs_never_crash_and_every_line_is_a_record_a_payload_or_counted(lines):
+    """Every header line becomes a record or a counted skip; every payload line belongs to one or is counted."""
+    import io
+
+    from torch_otel._replay import iter_records
+
+    stats = ReplayStats()
+    records = list(iter_records(io.BytesIO(b"\n".join(lines)), stats))
+    text_lines = [ln for ln in lines if ln[:1] != b"\t" and ln.decode("utf-8", "replace").strip()]
+    header_skips = sum(v for k, v in stats.skipped.items() if k != "payload line without a record")
+    assert len(records) + header_skips == len(text_lines)
+    orphans = 0
+    for ln in lines:
+        if ln[:1] != b"\t" and ln.decode("utf-8", "replace").strip():
+            break
+        orphans += ln[:1] == b"\t"
+    assert stats.skipped["payload line without a record"] >= orphans
+    with tempfile.TemporaryDirectory() as d:  # and the whole mapping takes whatever the reader let through
+        path = Path(d) / "generated.log"
+        path.write_bytes(b"\n".join(lines))
+        code, _stats = replay_paths([str(path)], [], out=io.StringIO())
+    assert code in (0, 1)
 
 
 def test_replay_pushes_the_runs_metrics_to_the_pushgateway(recorded, tmp_path):

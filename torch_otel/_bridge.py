@@ -67,6 +67,9 @@ class _FirstCompile(Sink):
         return None
 
 
+_CHILD_FLUSH_MS = 1_000  # a slow collector costs a forked child's compile at most this
+
+
 class _ChildFlush(Sink):
     """In a forked child, export each compile as it finishes: pool workers are often killed (terminate) before exit."""
 
@@ -75,7 +78,7 @@ class _ChildFlush(Sink):
 
     def on_finish(self, record: Any) -> None:
         if os.getpid() != self._pid:
-            force_flush(2_000)
+            force_flush(_CHILD_FLUSH_MS)
 
 
 @dataclass
@@ -136,7 +139,9 @@ def instrument(
             metrics = CompileMetrics(backends)
             sinks.append(metrics)
         if logger_provider is not None:
-            sinks.append(LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths))
+            sinks.append(
+                LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths, not settings.capture_payloads)
+            )
         sinks.append(_ChildFlush())
         assembler = Assembler(sinks, max_open=settings.max_open_compiles)
         cap = LiveCapture(assembler, level, warnings=logger_provider is not None)
@@ -190,7 +195,7 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
     if not b.owned:
         return
     owned, b.owned = list(b.owned), []
-    from ._export_guard import reachable, targets
+    from ._export_guard import reachable, targets, tls_problem
 
     dead = sorted(t for t in targets() if not reachable(t))
     if dead:
@@ -199,7 +204,20 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
             "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
             ", ".join(dead),
         )
-        if len(dead) == len(targets()):
+    untrusted = []
+    for t in sorted(targets() - set(dead)):
+        why = tls_problem(t)
+        if why:
+            untrusted.append(t)
+            warn_once(
+                f"tls-at-exit:{t}",
+                "the TLS certificate of %s does not verify (%s); set OTEL_EXPORTER_OTLP_CERTIFICATE to the CA file "
+                "that signed it. What was not exported yet is dropped",
+                t,
+                why,
+            )
+    if dead or untrusted:
+        if len(dead) + len(untrusted) == len(targets()):
             timeout_millis = min(timeout_millis, 200)
     done = threading.Event()
 
@@ -217,11 +235,12 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
             done.set()
 
     threading.Thread(target=work, name="torch-otel-shutdown", daemon=True).start()
-    if not done.wait(timeout_millis / 1000) and not dead:
+    if not done.wait(timeout_millis / 1000) and not dead and not untrusted:
         warn_once(
             "shutdown-timeout",
-            "could not finish exporting within %.1f s (is the collector reachable?); going on without waiting. "
+            "could not finish exporting to %s within %.1f s (is the collector reachable?); going on without waiting. "
             "Set TORCH_OTEL_SHUTDOWN_TIMEOUT to wait longer",
+            ", ".join(sorted(targets())) or "the exporters",
             timeout_millis / 1000,
         )
 
@@ -236,18 +255,39 @@ def _call(fn: Callable[..., Any], timeout_millis: int) -> None:
         record_error(f"{getattr(fn, '__qualname__', fn)}", exc)
 
 
+_flushing: threading.Thread | None = None  # the flush in flight, if any: a hung collector never piles up threads
+
+
 def force_flush(timeout_millis: int = 10_000) -> bool:
-    """Export everything finished so far. Compiles still running are not cut short."""
+    """Export everything finished so far, waiting at most ``timeout_millis``. Compiles still running are not cut short.
+
+    The SDK's batch processors do not bound their flush (a slow collector holds
+    it for the exporter's whole retry time), so the flush runs on a daemon
+    thread and the caller waits for it at most ``timeout_millis``. Returns
+    whether it finished in time.
+    """
+    global _flushing
     b = _bridge
     provider = b.tracer_provider if b is not None else trace.get_tracer_provider()
     flush = getattr(provider, "force_flush", None)
     if flush is None:
         return True
-    try:
-        return bool(flush(timeout_millis))
-    except Exception as exc:  # noqa: BLE001
-        record_error("force_flush", exc)
-        return False
+    ok: list[bool] = []
+
+    def work() -> None:
+        try:
+            ok.append(bool(flush(timeout_millis)))
+        except Exception as exc:  # noqa: BLE001
+            record_error("force_flush", exc)
+            ok.append(False)
+
+    with _lock:
+        worker = _flushing
+        if worker is None or not worker.is_alive():
+            worker = _flushing = threading.Thread(target=work, name="torch-otel-flush", daemon=True)
+            worker.start()
+    worker.join(timeout_millis / 1000)
+    return bool(ok and ok[0]) and not worker.is_alive()
 
 
 def shutdown(timeout_millis: int | None = None) -> None:

@@ -87,3 +87,28 @@ class BoundedLabels:
                 return "other"
             self._seen.add(value)
             return value
+
+
+# Dynamo appends the guarded source line and its location to a guard: "x == 3  # y = x * 3  # f.py:9 in f".
+_GUARD_SOURCE = re.compile(r"\s+#\s.*$")
+# The literal a value guard compares with: the user's constants (hyper-parameters, strings, lists).
+_GUARD_LITERAL = re.compile(
+    r"""(==|!=|\bnot in\b|\bin\b)\s*("""
+    r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[\d.][\w.+-]*|\[[^\]]*\]|\([^)]*\)|\{[^}]*\})"""
+)
+
+
+def scrub_guard_text(text: str) -> str:
+    """A guard failure without the user's source line and without the values of value guards.
+
+    ``"scale == 0.5  # y = x * s  # f.py:9 in f"`` -> ``"scale == <value>"``.
+    Tensor checks (``tensor 'x' size mismatch ... expected 4, actual 8``) keep
+    their sizes, dtypes and devices: those are shapes, not data.
+    """
+    out = []
+    for line in text.splitlines():
+        line = _GUARD_SOURCE.sub("", line)
+        if "tensor '" not in line:
+            line = _GUARD_LITERAL.sub(lambda m: f"{m.group(1)} <value>", line)
+        out.append(line)
+    return "\n".join(out)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -78,12 +79,13 @@ def _url(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
     raw = (env.get(name) or "").strip()
     if not raw:
         return None
-    parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
     try:
+        parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
         port_ok = parsed.port is None or 0 < parsed.port
-    except ValueError:
-        port_ok = False
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok:
+        url_ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets)
+        url_ok = port_ok = False
+    if not url_ok or not port_ok:
         problems.append(f"{name}={raw!r} is not an http(s) URL; use e.g. http://127.0.0.1:9091 (not pushing)")
         return None
     return raw if "://" in raw else f"http://{raw}"
@@ -118,3 +120,117 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         for p in problems:
             warn_once(p, "%s", p)
     return s
+
+
+# Variables the OpenTelemetry SDK reads itself while the bridge builds its providers. The SDK
+# raises on some bad values (a negative limit) and silently ignores others; the bridge checks
+# them first, reports each bad one in a line, and builds with the SDK's default instead.
+_COUNT_LIMITS = (
+    "OTEL_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT",
+    "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+)
+_POSITIVE = (
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BLRP_MAX_QUEUE_SIZE",
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BLRP_SCHEDULE_DELAY",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+)
+_NON_NEGATIVE = ("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BLRP_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_TIMEOUT")
+_CHOICES = {
+    "OTEL_TRACES_SAMPLER": (
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    ),
+    "OTEL_METRICS_EXEMPLAR_FILTER": ("always_on", "always_off", "trace_based"),
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": ("cumulative", "delta", "lowmemory"),
+    "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION": (
+        "explicit_bucket_histogram",
+        "base2_exponential_bucket_histogram",
+    ),
+}
+
+
+def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
+    """Bad values among the SDK's own variables: ``{name: one-line message}``."""
+    out: dict[str, str] = {}
+
+    def whole(name: str, lo: int) -> int | None:
+        raw = env.get(name)
+        if raw is None or not raw.strip():
+            return None
+        v = raw.strip()
+        if not v.isascii() or not v.isdigit() or int(v) < lo:
+            out[name] = f"{name}={raw!r} is not a whole number >= {lo}; fix or unset it (using the SDK's default)"
+            return None
+        return int(v)
+
+    for name in _COUNT_LIMITS + _NON_NEGATIVE:
+        whole(name, 0)
+    sizes = {name: whole(name, 1) for name in _POSITIVE}
+    for prefix in ("OTEL_BSP", "OTEL_BLRP"):
+        queue, batch = sizes[f"{prefix}_MAX_QUEUE_SIZE"], sizes[f"{prefix}_MAX_EXPORT_BATCH_SIZE"]
+        if batch is not None and batch > (queue or 2048):
+            name = f"{prefix}_MAX_EXPORT_BATCH_SIZE"
+            out[name] = f"{name}={batch} is larger than the queue ({queue or 2048}); make it at most {prefix}_MAX_QUEUE_SIZE"
+    for name, allowed in _CHOICES.items():
+        raw = env.get(name)
+        if raw is not None and raw.strip() and raw.strip().lower() not in allowed:
+            out[name] = f"{name}={raw!r} is not one of {', '.join(allowed)} (using the SDK's default)"
+    resource = env.get("OTEL_RESOURCE_ATTRIBUTES") or ""
+    broken = [p.strip() for p in resource.split(",") if p.strip() and not p.partition("=")[0].strip()]
+    broken += [p.strip() for p in resource.split(",") if p.strip() and "=" not in p]
+    if broken:
+        out["OTEL_RESOURCE_ATTRIBUTES"] = (
+            f"OTEL_RESOURCE_ATTRIBUTES has {len(broken)} entr{'y' if len(broken) == 1 else 'ies'} that "
+            "are not key=value (skipped); use e.g. team=ml,deployment.environment=prod"
+        )
+    sampler = (env.get("OTEL_TRACES_SAMPLER") or "").strip().lower()
+    arg = env.get("OTEL_TRACES_SAMPLER_ARG")
+    if sampler.endswith("traceidratio") and arg is not None and arg.strip():
+        try:
+            ok = 0.0 <= float(arg) <= 1.0
+        except ValueError:
+            ok = False
+        if not ok:
+            out["OTEL_TRACES_SAMPLER_ARG"] = f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio from 0 to 1 (using 1.0)"
+    return out
+
+
+@contextlib.contextmanager
+def bad_sdk_values_hidden(env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Report each bad value of a variable the SDK reads, and hide it while the SDK is imported and built.
+
+    The SDK reads these from ``os.environ`` when its modules are imported and
+    as it constructs processors, readers and limits, and raises on some bad
+    values: inside this block it sees its default instead. The user's
+    environment is restored on leaving.
+    """
+    env = os.environ if env is None else env
+    bad = sdk_env_problems(env)
+    for message in bad.values():
+        warn_once(message, "%s", message)
+    # The resource's good pairs are kept: the SDK skips the bad ones (torch-otel quiets its messages).
+    hidden = {
+        name: os.environ.pop(name)
+        for name in bad
+        if env is os.environ and name in os.environ and name != "OTEL_RESOURCE_ATTRIBUTES"
+    }
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)

@@ -35,13 +35,37 @@ EXPORT_LOGGERS = (
 )
 
 
-_targets: set[str] = set()
+_targets: dict[str, str | None] = {}  # endpoint -> the CA file its certificate is checked with
 
 
 def targets() -> set[str]:
     """The endpoints of the exporters the bridge built."""
     with _lock:
         return set(_targets)
+
+
+def tls_problem(endpoint: str, timeout_s: float = 1.0) -> str | None:
+    """For an https endpoint that accepts connections: why its certificate does not verify, if it does not."""
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    with _lock:
+        cafile = _targets.get(endpoint)
+    try:
+        u = urlsplit(endpoint)
+        if u.scheme != "https" or not u.hostname:
+            return None
+        ctx = ssl.create_default_context(cafile=cafile)
+        with socket.create_connection((u.hostname, u.port or 443), timeout=timeout_s) as sock:
+            with ctx.wrap_socket(sock, server_hostname=u.hostname):
+                return None
+    except ssl.SSLCertVerificationError as exc:
+        return str(exc.verify_message or exc.reason or exc)
+    except ssl.SSLError as exc:
+        return str(exc.reason or exc)
+    except (OSError, ValueError):
+        return None  # unreachable: reported as such by the caller
 
 
 def reachable(endpoint: str, timeout_s: float = 0.5) -> bool:
@@ -76,10 +100,20 @@ def _count(signal: str, n: int, target: str, why: str) -> None:
     )
 
 
+# The SDK's batch processors drop the newest item when their queue is full, and say so only in
+# this warning (its one argument is "Span" or "Log"): count those drops with the exporters' own.
+_QUEUE_FULL = "Queue full, dropping %s."
+_QUEUE_SIGNALS = {"Span": "traces", "Log": "logs"}
+
+
 class _Quiet(logging.Filter):
-    """Drops the exporters' own per-attempt messages: the wrapper reports failures once."""
+    """Drops the exporters' own per-attempt messages (the wrapper reports failures once); counts queue-full drops."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _QUEUE_FULL and record.args:
+            signal = _QUEUE_SIGNALS.get(str(record.args[0]))  # type: ignore[index]
+            if signal is not None:
+                _count(signal, 1, ", ".join(sorted(targets())) or "the collector", "the export queue is full")
         return False
 
 
@@ -100,9 +134,9 @@ def _points(data: Any) -> int:
         return 1
 
 
-def _register(target: str) -> None:
+def _register(target: str, cafile: str | None) -> None:
     with _lock:
-        _targets.add(target)
+        _targets[target] = cafile
 
 
 class _Guarded:
@@ -114,11 +148,11 @@ class _Guarded:
 
     signal = ""
 
-    def __init__(self, factory: Callable[[], Any], target: str) -> None:
+    def __init__(self, factory: Callable[[], Any], target: str, cafile: str | None = None) -> None:
         self._factory = factory
         self.inner = factory()
         self.target = target
-        _register(target)
+        _register(target, cafile)
         weak = weakref.WeakMethod(self._renew)
 
         def after_in_child() -> None:
@@ -168,8 +202,8 @@ class GuardedSpanExporter(_Guarded, SpanExporter):
 class GuardedMetricExporter(_Guarded, MetricExporter):
     signal = "metrics"
 
-    def __init__(self, factory: Callable[[], MetricExporter], target: str) -> None:
-        _Guarded.__init__(self, factory, target)
+    def __init__(self, factory: Callable[[], MetricExporter], target: str, cafile: str | None = None) -> None:
+        _Guarded.__init__(self, factory, target, cafile)
         MetricExporter.__init__(
             self,
             preferred_temporality=getattr(self.inner, "_preferred_temporality", None),
@@ -190,7 +224,7 @@ class GuardedMetricExporter(_Guarded, MetricExporter):
         return bool(self.inner.force_flush(timeout_millis=timeout_millis))
 
 
-def guarded_log_exporter(factory: Callable[[], Any], target: str) -> Any:
+def guarded_log_exporter(factory: Callable[[], Any], target: str, cafile: str | None = None) -> Any:
     """The logs twin of the two above (the SDK's logs module is imported only when logs are on)."""
     from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
@@ -206,4 +240,4 @@ def guarded_log_exporter(factory: Callable[[], Any], target: str) -> Any:
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return bool(self.inner.force_flush(timeout_millis))
 
-    return GuardedLogExporter(factory, target)
+    return GuardedLogExporter(factory, target, cafile)

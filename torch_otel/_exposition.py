@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -36,12 +38,18 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry or REGISTRY)
     except OSError as exc:
+        fix = (
+            "set OTEL_EXPORTER_PROMETHEUS_HOST to an address of this machine"
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
+            else "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port"
+        )
         warn_once(
             f"promserve:{host}:{port}",
-            "cannot serve metrics on %s:%d (%s); set OTEL_EXPORTER_PROMETHEUS_PORT to a free port. Tracing goes on.",
+            "cannot serve metrics on %s:%d (%s); %s. Tracing goes on.",
             host,
             port,
             exc.strerror or exc,
+            fix,
         )
         return None
     return server, server.server_address[1]

@@ -23,7 +23,7 @@ from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
 from ._events import Event, GraphBreakEvent, LogEvent, Origin, PhaseEvent
 from ._graph_breaks import parse_graph_break
-from ._internal import guarded, record_error
+from ._internal import guarded
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
 
 GRAPH_BREAK_LOGGERS = (
@@ -250,7 +250,16 @@ class LiveCapture:
 
     @guarded("chromium event hook")
     def _on_chromium(self, event: dict[str, Any]) -> None:
-        self._feed(chromium_to_event(event))
+        try:
+            ev = chromium_to_event(event)
+        except RecordError as exc:
+            self._malformed(exc)
+            return
+        self._feed(ev)
+
+    def _malformed(self, exc: RecordError) -> None:
+        """A torch record of a shape the parser cannot use: torch's, not the bridge's error. Counted."""
+        self.assembler.stats[f"malformed:{str(exc).split(':', 1)[0]}"] += 1
 
     def _feed(self, ev: Event) -> None:
         """Feed one event; a compile's root begin also records where the compile came from."""
@@ -272,7 +281,14 @@ class LiveCapture:
             import dataclasses
 
             fields = {f.name: getattr(metrics, f.name, None) for f in dataclasses.fields(metrics)}
-        self.assembler.feed(metrics_to_event(dict(fields)))
+        fields = dict(fields)
+        interrupt = sys.exc_info()[1]
+        if not fields.get("fail_type") and isinstance(interrupt, BaseException) and not isinstance(interrupt, Exception):
+            # torch records failures from ``except Exception``: a compile cut by Ctrl-C (or SystemExit)
+            # would read as a success. It is logged while the interrupt is in flight on this thread.
+            fields["fail_type"] = type(interrupt).__name__
+            fields["fail_reason"] = f"the compile was interrupted ({type(interrupt).__name__})"
+        self.assembler.feed(metrics_to_event(fields))
 
     @guarded("warning hook")
     def _on_warning(self, record: logging.LogRecord) -> None:
@@ -298,7 +314,7 @@ class LiveCapture:
         try:
             kind, events = parse_record(md, payload if isinstance(payload, str) else None, self._interned)
         except RecordError as exc:
-            record_error("torch.__trace record", exc)
+            self._malformed(exc)
             return
         if events is None:
             self.assembler.stats[f"unknown_kind:{kind}"] += 1

@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry._logs import SeverityNumber
 
 from ._assembler import CompileRecord, Sink
+from ._categories import scrub_guard_text
 from ._events import LogEvent
 from ._graph_breaks import graph_break_code
 from ._version import __version__
@@ -36,10 +37,11 @@ def _severity(level: int) -> tuple[SeverityNumber, str]:
 
 
 class LogSink(Sink):
-    def __init__(self, logger_provider: Any, max_length: int = 4096, redact_paths: bool = False) -> None:
+    def __init__(self, logger_provider: Any, max_length: int = 4096, redact_paths: bool = False, scrub: bool = True) -> None:
         self._logger = logger_provider.get_logger("torch_otel", __version__)
         self._max = max_length
         self._redact = redact_paths
+        self._scrub = scrub  # guard text in warnings (the recompile limit's "last reason") without source or values
 
     def _context(self, rec: CompileRecord) -> Any:
         if not rec.trace_id or not rec.span_id:
@@ -57,7 +59,7 @@ class LogSink(Sink):
             context=ctx,
             severity_number=number,
             severity_text=text,
-            body=ev.message[: self._max],
+            body=(scrub_guard_text(ev.message) if self._scrub else ev.message)[: self._max],
             attributes={"logger.name": ev.logger, **attrs},
         )
 

@@ -6,6 +6,7 @@ bridge never replaces providers it did not create.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -71,7 +72,20 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
             attrs[key] = int(v)
     if env.get("TORCHELASTIC_RUN_ID"):
         attrs["torch.elastic.run_id"] = env["TORCHELASTIC_RUN_ID"]
-    return Resource.create(attrs)
+    # The SDK logs each malformed OTEL_RESOURCE_ATTRIBUTES entry at every call; it is reported once
+    # by the settings check instead.
+    quiet = [logging.getLogger(n) for n in ("opentelemetry.sdk.resources", "opentelemetry.attributes")]
+    for lg in quiet:
+        lg.addFilter(_drop_all)
+    try:
+        return Resource.create(attrs)
+    finally:
+        for lg in quiet:
+            lg.removeFilter(_drop_all)
+
+
+def _drop_all(record: logging.LogRecord) -> bool:
+    return False
 
 
 _EXPORTER_CLASSES = {
@@ -103,12 +117,13 @@ def otlp_problem(env: Mapping[str, str], signal: str) -> tuple[str, str] | tuple
     name, endpoint = _var(env, signal, "ENDPOINT")
     default = "http://localhost:4317" if proto == "grpc" else "http://localhost:4318"
     endpoint = (endpoint or default).strip()
-    parsed = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
     try:
+        parsed = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
         port_ok = parsed.port is None or parsed.port > 0
-    except ValueError:
-        port_ok = False
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok or " " in endpoint:
+        url_ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets)
+        url_ok = port_ok = False
+    if not url_ok or not port_ok or " " in endpoint:
         return f"{name}={endpoint!r} is not a URL; use e.g. {default}", endpoint
     name, headers = _var(env, signal, "HEADERS")
     for pair in (headers or "").split(","):
@@ -147,14 +162,21 @@ def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
         return None
     proto = (_var(env, signal, "PROTOCOL")[1] or "grpc").strip().lower()
     module, cls = _EXPORTER_CLASSES[(signal, proto)]
+    cafile = _var(env, signal, "CERTIFICATE")[1] or None
     try:
         factory = getattr(importlib.import_module(module), cls)
+        if cafile and proto == "http/protobuf":
+            exporter_class = factory
+
+            def factory() -> Any:  # a new session per exporter: a forked child must not share its parent's sockets
+                return exporter_class(session=_ca_respecting_session())
+
         if signal == "traces":
-            exporter = GuardedSpanExporter(factory, endpoint)
+            exporter = GuardedSpanExporter(factory, endpoint, cafile)
         elif signal == "metrics":
-            exporter = GuardedMetricExporter(factory, endpoint)
+            exporter = GuardedMetricExporter(factory, endpoint, cafile)
         else:
-            exporter = guarded_log_exporter(factory, endpoint)
+            exporter = guarded_log_exporter(factory, endpoint, cafile)
     except Exception as exc:  # noqa: BLE001 - anything the exporter itself rejects: one line, go on
         warn_once(f"otlp:{signal}:{exc}", "cannot set up the OTLP %s exporter (%s); check OTEL_EXPORTER_OTLP_*", signal, exc)
         return None
@@ -162,10 +184,31 @@ def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
     return exporter
 
 
+def _ca_respecting_session() -> Any:
+    """A requests session that keeps the CA file the OTLP/HTTP exporter sets on it.
+
+    requests lets ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` from the environment
+    replace a session's ``verify`` (requests issue 3829), so on machines that
+    set them OTEL_EXPORTER_OTLP_CERTIFICATE would be silently ignored.
+    """
+    import requests
+
+    class Session(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if isinstance(self.verify, str) and verify in (None, True):
+                settings["verify"] = self.verify
+            return settings
+
+    return Session()
+
+
 def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> TracerProvider | None:
     """A TracerProvider with the exporters ``OTEL_TRACES_EXPORTER`` names, or None if there are none."""
     env = os.environ if env is None else env
     exporters: list[SpanExporter] = []
+    if traces_file:  # first: flushed (in order) before a network exporter that may be down or slow
+        exporters.append(OTLPJsonFileSpanExporter(traces_file))
     for name in _list(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS):
         if name == "otlp":
             e = otlp_exporter(env, "traces")
@@ -173,8 +216,6 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
                 exporters.append(e)
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
-    if traces_file:
-        exporters.append(OTLPJsonFileSpanExporter(traces_file))
     if not exporters:
         return None
     provider = TracerProvider(resource=job_resource(env), id_generator=UrandomIdGenerator(), shutdown_on_exit=False)
@@ -274,8 +315,7 @@ def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
     global _configured
     if _configured is not None:
         return _configured
-    from ._config import load_settings
-    from ._exposition import LazyPrometheusServer, PushAtExit
+    from ._config import bad_sdk_values_hidden, load_settings
 
     env = os.environ if env is None else env
     c = _configured = Configured()
@@ -284,6 +324,14 @@ def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
     settings = load_settings(env)
     if settings.capture == "off":
         return c
+    with bad_sdk_values_hidden(env):
+        _build(env, settings, c)
+    return c
+
+
+def _build(env: Mapping[str, str], settings: Any, c: Configured) -> None:
+    from ._exposition import LazyPrometheusServer, PushAtExit
+
     if not global_provider_is_set():
         c.tracer_provider = build_tracer_provider(env, settings.traces_file)
         if c.tracer_provider is not None:
@@ -308,7 +356,6 @@ def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
         push = PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env)
         c.on_first_compile.append(push.arm)
         c.owned.append(push)
-    return c
 
 
 def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:

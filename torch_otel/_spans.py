@@ -12,7 +12,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
 from ._assembler import CompileRecord, PhaseNode, Sink
-from ._categories import recompile_category, strip_recompile_prefix
+from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._config import Settings
 from ._graph_breaks import graph_break_code
 from ._ids import private_random
@@ -175,7 +175,10 @@ class SpanMapper:
                 a[attr] = v
         reason = rec.recompile_reason
         if reason:
-            a["torch.compile.recompile_reason"] = self._str(strip_recompile_prefix(reason))
+            text = strip_recompile_prefix(reason)
+            if not self.settings.capture_payloads:  # the opt-in that lets source text and values out
+                text = scrub_guard_text(text)
+            a["torch.compile.recompile_reason"] = self._str(text)
             a["torch.compile.recompile_reason.category"] = recompile_category(reason)
             a["torch.compile.is_recompile"] = True
         elif cid is not None and cid.frame_compile_id:

@@ -1,0 +1,188 @@
+"""Bad input: malformed or out-of-range settings, torch records of odd shape, and the bridge's own failures.
+
+Each bad value is one line naming the variable; nothing raises into the
+user's import or into ``torch.compile``; what cannot be used is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+
+import pytest
+import torch
+from helpers import run_python
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import torch_otel
+from torch_otel._config import load_settings, sdk_env_problems
+from torch_otel._exposition import prometheus_port
+from torch_otel._setup import _list, job_resource, otlp_problem
+
+BRIDGE_VARS = (
+    "TORCH_OTEL_CAPTURE",
+    "TORCH_OTEL_CAPTURE_PAYLOADS",
+    "TORCH_OTEL_ATTRIBUTE_MAX_LENGTH",
+    "TORCH_OTEL_REDACT_PATHS",
+    "TORCH_OTEL_MAX_OPEN_COMPILES",
+    "TORCH_OTEL_METRICS",
+    "TORCH_OTEL_PUSHGATEWAY_URL",
+    "TORCH_OTEL_FLUSH_ON_SIGTERM",
+    "TORCH_OTEL_SHUTDOWN_TIMEOUT",
+)
+OTLP_VARS = tuple(
+    f"OTEL_EXPORTER_OTLP_{sig}{what}"
+    for sig in ("", "TRACES_", "METRICS_", "LOGS_")
+    for what in ("ENDPOINT", "PROTOCOL", "HEADERS", "TIMEOUT", "COMPRESSION", "CERTIFICATE")
+)
+SDK_VARS = (
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRIC_EXPORT_TIMEOUT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_METRICS_EXEMPLAR_FILTER",
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+    "OTEL_RESOURCE_ATTRIBUTES",
+)
+OTHER_VARS = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_PROMETHEUS_PORT", "OTEL_SDK_DISABLED")
+
+_values = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=string.digits + "-+.eE ", max_size=12),
+    st.sampled_from(["", " ", "-1", "0", "1e309", "nan", "inf", "99999999999999999999", "true", "grpc", "a=b,=c", "é", "\t"]),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(BRIDGE_VARS + OTLP_VARS + SDK_VARS + OTHER_VARS), _values, max_size=8))
+def test_any_value_of_any_variable_is_one_line_naming_it_never_an_exception(env):
+    env = {k: v.replace("\x00", "") for k, v in env.items()}
+    messages = list(load_settings(env, report=False).problems)
+    messages += list(sdk_env_problems(env).values())
+    for signal in ("traces", "metrics", "logs"):
+        problem, _endpoint = otlp_problem(env, signal)
+        if problem:
+            messages.append(problem)
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"):
+        _list(env, name, "otlp", ("otlp", "console", "none", "prometheus"))
+    assert 0 <= prometheus_port(env) <= 65535
+    job_resource(env)
+    for m in messages:
+        assert "\n" not in m and "\r" not in m, m
+        named = [k for k in env if m.startswith(k) or f" {k}" in m]
+        assert named, (m, env)  # each message names the variable it is about
+
+
+def test_every_bad_variable_at_import_is_one_line_and_tracing_goes_on(tmp_path):
+    traces = tmp_path / "spans.jsonl"
+    bad = {
+        "TORCH_OTEL_CAPTURE": "everything",
+        "TORCH_OTEL_ATTRIBUTE_MAX_LENGTH": "-5",
+        "TORCH_OTEL_SHUTDOWN_TIMEOUT": "soon",
+        "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "-1",  # the SDK itself raises at import on this one
+        "OTEL_BSP_MAX_QUEUE_SIZE": "lots",
+        "OTEL_BSP_SCHEDULE_DELAY": "-1",
+        "OTEL_METRIC_EXPORT_INTERVAL": "0",
+        "OTEL_TRACES_SAMPLER": "sometimes",
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "whenever",
+        "OTEL_RESOURCE_ATTRIBUTES": "team=ml,=x,orphan",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": "70000",
+    }
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import torch_otel.auto\nimport torch\nprint(torch.compile(lambda x: x + 1, backend='eager')(torch.ones(1)))\n"
+    )
+    r = run_python(
+        script,
+        {**bad, "OTEL_METRICS_EXPORTER": "prometheus", "OTEL_TRACES_EXPORTER": "none", "TORCH_OTEL_TRACES_FILE": str(traces)},
+    )
+    assert r.returncode == 0 and "tensor([2.])" in r.stdout, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    assert len(ours) == len(bad), ours
+    assert all(ln.startswith("torch-otel: WARNING: ") for ln in ours), ours
+    for name in bad:
+        assert len([ln for ln in ours if name in ln]) == 1, (name, ours)
+    assert not [ln for ln in r.stderr.splitlines() if "resource attribute" in ln]  # the SDK's own repeats are folded
+    assert '"torch.compile"' in traces.read_text()  # the compile was traced anyway
+
+
+def _bridge():  # type: ignore[no-untyped-def]
+    from torch_otel import _bridge
+
+    assert _bridge._bridge is not None
+    return _bridge._bridge
+
+
+ODD_RECORDS = [
+    {"dynamo_start": {}},  # no compile id anywhere
+    {"dynamo_start": "not an object", "frame_id": "zero", "frame_compile_id": None},
+    {"compilation_metrics": [1, 2, 3], "frame_id": 0, "frame_compile_id": 0},
+    {"compilation_metrics": {"fail_type": ["not", "a", "string"], "entire_frame_compile_time_s": "slow"}},
+    {"brand_new_kind_from_a_future_torch": {"x": 1}, "frame_id": 10**30, "frame_compile_id": -1, "attempt": "x"},
+    {"artifact": {"name": "n" * 1_000_000, "encoding": 5}, "frame_id": 0, "frame_compile_id": 0},
+    {"artifact": {}},
+    {"chromium_event": {}},
+    {"str": ["path.py"]},
+    {"": None},
+]
+
+
+@pytest.mark.parametrize("level", ["default", "full"])
+def test_records_of_unexpected_shape_are_mapped_or_counted_never_raised(make_capture, level):
+    cap = make_capture(level)
+    trace_log = logging.getLogger("torch.__trace")
+    fn = torch.compile(lambda x: x * 3, backend="eager")
+    fn(torch.ones(2))
+    b = _bridge()
+    errors_before = torch_otel.internal_error_count()
+    for md in ODD_RECORDS:  # straight into the bridge's handler, as torch's logger would hand them over
+        record = trace_log.makeRecord("torch.__trace", logging.DEBUG, __file__, 1, "", (), None, extra={"metadata": md})
+        record.payload = "{not json" if "chromium_event" in md else "x" * 100_000
+        b.capture._on_trace_record(record)
+    for event in ({}, {"name": 1}, {"name": "dynamo", "ph": "B"}, {"ph": "Z", "ts": "late"}, {"args": None}):
+        b.capture._on_chromium(event)
+    for metrics in (
+        {},
+        {"frame_key": None, "co_name": 7},
+        {"compile_id": "99/99", "fail_type": "Weird", "fail_reason": "r" * 10**6},
+    ):
+        b.capture._on_metrics(metrics)
+    fn(torch.ones(3))  # and compiles still map as before
+    assert cap.root("0/1").attributes["torch.compile.recompile_reason.category"] == "size_mismatch"
+    assert torch_otel.internal_error_count() == errors_before  # torch's odd records are not the bridge's errors
+    if level == "full":
+        counted = {k for k in b.assembler.stats if k.startswith(("malformed:", "unknown_kind:"))}
+        assert "unknown_kind:brand_new_kind_from_a_future_torch" in counted, counted
+        assert any(k.startswith("malformed:") for k in counted), counted
+    for s in cap.spans():  # huge values were cut to the attribute limit
+        for v in (s.attributes or {}).values():
+            assert not isinstance(v, str) or len(v) <= 4096
+
+
+def test_an_exception_in_the_bridges_handler_is_logged_once_counted_and_compile_goes_on(cap):
+    from unittest import mock
+
+    from torch_otel import _spans
+
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logging.getLogger("torch_otel").addHandler(handler)
+    try:
+        with mock.patch.object(_spans.SpanMapper, "emit", side_effect=RuntimeError("boom")):
+            fns = [lambda x: x + 0, lambda x: x + 1, lambda x: x + 2]  # three frames, three compiles
+            outs = [torch.compile(f, backend="eager")(torch.ones(2)) for f in fns]
+    finally:
+        logging.getLogger("torch_otel").removeHandler(handler)
+    assert [float(o[0]) for o in outs] == [1.0, 2.0, 3.0]
+    assert len(seen) == 1 and "boom" in seen[0].getMessage()
+    assert torch_otel.internal_error_count() >= 3
+    assert cap.sample("torch_compile_compiles_total", rank="0", kind="frame", status="ok") >= 1

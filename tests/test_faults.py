@@ -1,0 +1,352 @@
+"""Faults around the bridge: the collector down, dying, coming back, slow, hung or rejecting; signals mid-compile.
+
+A job (``workloads/steps.py``) is driven through stdin so that each fault sits
+between two rounds of compiles. The receiver is a real rotel, which the tests
+stop and restart; faults a receiver cannot be asked for (slow, hung,
+rejecting) come from the ``Tap`` relay in front of it. What each test proves:
+the job is never blocked, what cannot be delivered is counted in
+``torch_otel_dropped_total`` and reported in one line, and spans flow again
+once the collector is back.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import WORKLOADS, clean_env
+from servers import Rotel, Tap, free_port, http_get, wait_until
+
+BIN = Path(sys.executable).parent
+STEPS = str(WORKLOADS / "steps.py")
+
+
+class Job:
+    """``steps.py`` under the bridge: ``send("compile 3")`` answers once the compiles are done."""
+
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.metrics_port = free_port()
+        self.stderr_path = tmp / "job.stderr"
+        self.proc = subprocess.Popen(
+            [sys.executable, STEPS],
+            env=clean_env(
+                {
+                    "WITH_BRIDGE": "1",
+                    "OTEL_METRICS_EXPORTER": "prometheus",
+                    "OTEL_EXPORTER_PROMETHEUS_PORT": str(self.metrics_port),
+                    "OTEL_BSP_SCHEDULE_DELAY": "100",
+                    **env,
+                }
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_path.open("wb"),
+            text=True,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self._next(120) == "ready", self.stderr()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put("<eof>")
+
+    def _next(self, timeout: float) -> str:
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the job did not answer within {timeout}s:\n{self.stderr()[-3000:]}") from None
+
+    def send(self, command: str, timeout: float = 120) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._next(timeout)
+
+    def compile(self, n: int) -> list[str]:
+        """Compile ``n`` new functions; their names."""
+        answer = self.send(f"compile {n}")
+        a, b = map(int, re.fullmatch(r"compiled step_(\d+)\.\.step_(\d+)", answer).groups())  # type: ignore[union-attr]
+        return [f"step_{k}" for k in range(a, b + 1)]
+
+    def dropped(self, signal_: str = "traces") -> float:
+        """``torch_otel_dropped_total{signal=...}`` as scraped from the job's /metrics."""
+        text = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        m = re.search(rf'^torch_otel_dropped_total{{signal="{signal_}"}} (\S+)$', text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def exit(self, timeout: float = 60) -> float:
+        """Ask the job to leave; the seconds from the request to the process's end."""
+        t0 = time.monotonic()
+        assert self.send("exit") == "bye"
+        self.proc.wait(timeout)
+        return time.monotonic() - t0
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def our_lines(self) -> list[str]:
+        return [ln for ln in self.stderr().splitlines() if ln.startswith("torch-otel")]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def job(tmp_path):  # type: ignore[no-untyped-def]
+    made: list[Job] = []
+
+    def start(env: dict[str, str]) -> Job:
+        made.append(Job(env, tmp_path))
+        return made[-1]
+
+    yield start
+    for j in made:
+        j.kill()
+
+
+def _functions(rotel: Rotel) -> set[str]:
+    return {s["attrs"].get("code.function.name", "") for s in rotel.received()["spans"] if "torch.compile.kind" in s["attrs"]}
+
+
+def _arrive(rotel: Rotel, names: list[str], timeout: float = 60) -> None:
+    wait_until(lambda: set(names) <= _functions(rotel), timeout, f"{names} at the collector")
+
+
+def _endpoint(protocol: str, port: int) -> dict[str, str]:
+    return {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_collector_down_at_start_dying_and_coming_back(job, protocol):
+    with Rotel(started=False) as rotel:
+        port = rotel.grpc_port if protocol == "grpc" else rotel.http_port
+        j = job({**_endpoint(protocol, port), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+        j.compile(3)  # down at start: the compiles run as if nothing were wrong
+        wait_until(lambda: j.dropped() > 0, 60, "the first batch to be counted as dropped")
+
+        rotel.start()
+        up = j.compile(3)
+        _arrive(rotel, up)
+
+        rotel.stop()  # dies mid-run
+        before = j.dropped()
+        j.compile(3)
+        wait_until(lambda: j.dropped() > before, 60, "spans sent to the dead collector to be counted")
+
+        rotel.start()  # comes back on the same port
+        back = j.compile(3)
+        _arrive(rotel, back)
+        assert j.exit() < 30
+    assert j.proc.returncode == 0, j.stderr()[-3000:]
+    lines = j.our_lines()
+    assert len([ln for ln in lines if "traces" in ln]) == 1, lines  # one line for the whole outage, not one per batch
+    assert "torch_otel_dropped_total" in lines[0]
+    assert "Traceback" not in j.stderr()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_hung_collector_never_blocks_compiles_and_exit_is_bounded(job, protocol):
+    with Rotel() as rotel:
+        tap = Tap(rotel.grpc_port if protocol == "grpc" else rotel.http_port)
+        tap.hold = True  # reads every request, answers none
+        j = job({**_endpoint(protocol, tap.port), "TORCH_OTEL_SHUTDOWN_TIMEOUT": "2"})
+        j.compile(2)
+        wait_until(lambda: tap.held > 0, 60, "an export request to be stuck in the hung collector")
+        more = j.compile(20)  # compiles go on while the exporter waits on the hung request
+        assert len(more) == 20
+        elapsed = j.exit()
+        tap.close()
+    assert j.proc.returncode == 0, j.stderr()[-3000:]
+    assert elapsed < 2 + 15, elapsed  # TORCH_OTEL_SHUTDOWN_TIMEOUT, not the exporter's retries
+    assert not _functions(rotel)
+    assert any(f"could not finish exporting to http://127.0.0.1:{tap.port} within 2.0 s" in ln for ln in j.our_lines()), (
+        j.our_lines()
+    )
+    assert "Traceback" not in j.stderr()
+
+
+def test_slow_collector_gets_everything_late_and_nothing_is_dropped(job):
+    with Rotel() as rotel:
+        tap = Tap(rotel.http_port)
+        tap.delay = 2.0  # seconds per request
+        j = job(_endpoint("http/protobuf", tap.port))
+        names = j.compile(5)
+        names += j.compile(5)
+        _arrive(rotel, names)
+        assert j.dropped() == 0
+        j.exit()
+        tap.close()
+    assert j.proc.returncode == 0 and not j.our_lines(), j.stderr()[-3000:]
+
+
+def test_rejecting_collector_counts_drops_then_flow_resumes(job):
+    with Rotel() as rotel:
+        tap = Tap(rotel.http_port)
+        tap.reject = 503  # overloaded: retryable, so the exporter retries until its timeout
+        j = job({**_endpoint("http/protobuf", tap.port), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+        j.compile(3)
+        wait_until(lambda: j.dropped() > 0, 60, "the rejected spans to be counted")
+        assert tap.rejected > 0
+        tap.reject = None
+        back = j.compile(3)
+        _arrive(rotel, back)
+        j.exit()
+        tap.close()
+    assert j.proc.returncode == 0, j.stderr()[-3000:]
+    lines = j.our_lines()
+    assert len(lines) == 1 and "did not accept" in lines[0], lines
+
+
+def test_full_queue_is_bounded_and_counted(job):
+    """A collector slower than the compiles: the span queue stays at its bound and what overflows is counted."""
+    with Rotel() as rotel:
+        tap = Tap(rotel.http_port)
+        tap.hold = True
+        j = job({**_endpoint("http/protobuf", tap.port), "OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "16"})
+        j.compile(40)  # several spans per compile: far more than 64 + one batch in flight
+        wait_until(lambda: j.dropped() > 0, 30, "queue overflow to be counted")
+        j.kill()
+        tap.close()
+    assert "Queue full" not in j.stderr()  # the SDK's per-span warning is folded into our one line
+    assert len(j.our_lines()) == 1, j.our_lines()
+
+
+def _roots(received: dict) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {s["attrs"]["torch.compile.id"]: s for s in received["spans"] if s["attrs"].get("torch.compile.kind") == "frame"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
+    log = tmp_path / "job.log"
+    with Rotel() as rotel:
+        proc = subprocess.Popen(
+            [str(BIN / "torch-otel"), "run", "--", sys.executable, str(WORKLOADS / "sigterm.py")],
+            env=clean_env(
+                {
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+                    "OTEL_METRICS_EXPORTER": "otlp",
+                }
+            ),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: proc.poll() is None and "COMPILING" in log.read_text(), 240, "the second compile")
+            t0 = time.monotonic()
+            proc.send_signal(sig)
+            proc.wait(30)
+            elapsed = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        got = wait_until(lambda: (g := rotel.received())["points"] and len(_roots(g)) == 2 and g, 30, "both compiles")
+    assert proc.returncode == -sig, log.read_text()[-3000:]  # dies of the signal, as without the bridge
+    assert elapsed < 10, elapsed
+    roots = _roots(got)
+    assert roots["0/0"]["status_code"] == "STATUS_CODE_UNSET"
+    assert roots["1/0"]["status_code"] == "STATUS_CODE_ERROR"  # cut short: reported as such
+    assert any(e.get("name") == "exception" for e in roots["1/0"]["events"])
+
+
+def test_compiles_from_several_threads_make_separate_unmixed_traces(cap):
+    import torch
+
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    names = [f"worker_{i}" for i in range(4)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(names))
+
+    def work(name: str) -> None:
+        try:
+            scope: dict[str, object] = {}
+            exec(f"def {name}(x):\n    return (x * 2).sin() + 1\n", scope)
+            fn = torch.compile(scope[name], backend="aot_eager")
+            start.wait()
+            fn(torch.randn(2))
+            fn(torch.randn(3))  # a shape recompile
+            fn(torch.randn(3, dtype=torch.float64))  # a dtype recompile
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    roots = cap.roots()
+    by_name: dict[str, list] = {}
+    for r in roots:
+        by_name.setdefault(r.attributes["code.function.name"], []).append(r)
+    assert sorted(by_name) == names
+    spans = cap.spans()
+    for name, rs in by_name.items():
+        frame_ids = {r.attributes["torch.compile.frame_id"] for r in rs}
+        assert len(frame_ids) == 1, (name, frame_ids)  # one frame per function, never another thread's
+        assert sorted(r.attributes["torch.compile.attempt"] for r in rs) == [0, 0, 0]
+        assert sorted(r.attributes["torch.compile.frame_compile_id"] for r in rs) == [0, 1, 2]
+        assert [bool(r.attributes.get("torch.compile.is_recompile")) for r in sorted(rs, key=lambda s: s.start_time)] == [
+            False,
+            True,
+            True,
+        ]
+        for r in rs:
+            inside = [s for s in spans if s.context.trace_id == r.context.trace_id and s is not r]
+            assert inside, name  # the phases are there ...
+            for s in inside:  # ... and each sits within its own compile
+                assert r.start_time <= s.start_time and s.end_time <= r.end_time, (name, s.name)
+                assert s.attributes.get("torch.compile.id", r.attributes["torch.compile.id"]) == r.attributes["torch.compile.id"]
+    assert len({r.context.trace_id for r in roots}) == len(roots) == 12
+
+
+def test_ten_thousand_compiles_with_failures_leave_no_state_and_bounded_memory(tmp_path):
+    """10,000 frame compiles, a fifth failing (half of those inside a phase), spans sent to a real collector.
+
+    torch itself grows by some KB per compile, so the same job runs without the
+    bridge alongside (one per core), and the bridge's share is the difference.
+    """
+    from helpers import start_python
+
+    malloc = {  # torch's compiles churn the heap; without these glibc spends half their time in page faults
+        "MALLOC_TRIM_THRESHOLD_": "268435456",
+        "MALLOC_MMAP_THRESHOLD_": "67108864",
+    }
+    with Rotel(debug=False) as rotel:
+        bridged = start_python(
+            [str(WORKLOADS / "many.py"), "10000"],
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp", **malloc},
+            tmp_path / "bridged.log",
+        )
+        plain = start_python([str(WORKLOADS / "many.py"), "10000"], {"WITH_BRIDGE": "0", **malloc}, tmp_path / "plain.log")
+        try:
+            for p in (bridged, plain):
+                p.wait(1500)
+        finally:
+            for p in (bridged, plain):
+                if p.poll() is None:
+                    p.kill()
+    out = {name: (tmp_path / f"{name}.log").read_text() for name in ("bridged", "plain")}
+    assert bridged.returncode == 0 and plain.returncode == 0, out["bridged"][-3000:] + out["plain"][-3000:]
+    report, base = (json.loads(out[name].strip().splitlines()[-1]) for name in ("bridged", "plain"))
+    assert report["failures"] == base["failures"] == 2000
+    assert report["stats"]["compiles_frame"] == 10000  # every compile, failed ones included, reached its end
+    assert report["open_compiles"] == 0 and report["live_compile_records"] == 0  # nothing left per compile
+    assert report["internal_errors"] == 0
+    growth = {r is report: r["rss_mb"]["end"] - r["rss_mb"]["after_1000"] for r in (report, base)}
+    assert growth[True] - growth[False] < 20, (report, base)  # the bridge's share of 9,000 compiles' growth
+    assert "torch-otel" not in out["bridged"]
