@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -37,6 +38,12 @@ def parse_compile_id(text: object) -> CompileId | None:
     """Parse torch's ``str(CompileId)``; ``None`` for anything else (``'None'``, garbage)."""
     if not isinstance(text, str) or not text or text == "None":
         return None
+    return _parse_cached(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> CompileId | None:
+    """Every phase event of a compile carries the same id string: parse it once (ids are immutable)."""
     m = _ID_RE.match(text.strip())
     if not m or (m.group(1) is None and m.group(2) is None):
         return None

@@ -110,6 +110,7 @@ class PrometheusBackend:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self._metrics: dict[str, Any] = {}
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
         for s in SERIES.values():
             if s.kind == "histogram":
                 m: Any = Histogram(s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry)
@@ -123,7 +124,10 @@ class PrometheusBackend:
         registry.register(SelfMetrics())
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        m = self._metrics[name].labels(*labels)
+        key = (name, labels)
+        m = self._children.get(key)
+        if m is None:  # label sets are bounded: keep each child instead of looking it up per observation
+            m = self._children[key] = self._metrics[name].labels(*labels)
         kind = SERIES[name].kind
         if kind == "histogram":
             m.observe(value, {"trace_id": f"{exemplar[0]:032x}"} if exemplar else None)
