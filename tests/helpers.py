@@ -91,3 +91,8 @@ def span_compile_ids(roots: list[dict[str, Any]]) -> set[str]:
         ids.add(cid)
         ids.update(f"{cid}_{a}" for a in range(1, attempt + 1))
     return ids
+
+
+def frame_roots(received: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The frame-compile root spans a receiver got (see ``servers.parse_rotel_debug``), by compile id."""
+    return {s["attrs"]["torch.compile.id"]: s for s in received["spans"] if s["attrs"].get("torch.compile.kind") == "frame"}

@@ -349,6 +349,20 @@ def parse_rotel_debug(text: str) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def split_http_requests(buf: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """A client's HTTP/1.1 byte stream -> its complete requests as (head, body), and the incomplete rest."""
+    out = []
+    while b"\r\n\r\n" in buf:
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        size = int(length.group(1)) if length else 0
+        if len(rest) < size:
+            break
+        out.append((head, rest[:size]))
+        buf = rest[size:]
+    return out, buf
+
+
 class Tap:
     """A TCP relay in front of a real receiver that keeps a copy of every byte the client sent.
 
@@ -446,16 +460,11 @@ class Tap:
 
     def _answer_rejected(self, client: socket.socket, buf: bytes) -> bytes:
         """Answer each complete HTTP/1.1 request in ``buf`` with ``self.reject``; return the incomplete rest."""
-        while b"\r\n\r\n" in buf:
-            head, rest = buf.split(b"\r\n\r\n", 1)
-            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-            size = int(length.group(1)) if length else 0
-            if len(rest) < size:
-                break
-            buf = rest[size:]
+        requests, rest = split_http_requests(buf)
+        for _ in requests:
             self.rejected += 1
             client.sendall(f"HTTP/1.1 {self.reject} Rejected\r\nContent-Length: 0\r\n\r\n".encode())
-        return buf
+        return rest
 
     def text(self) -> str:
         with self._lock:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, clean_env, run_python
+from helpers import WORKLOADS, clean_env, frame_roots, run_python
 from servers import Rotel, Tap, free_port, wait_until
 
 BIN = Path(sys.executable).parent
@@ -34,10 +34,6 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 300) -> subproce
     return subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def _roots(received: dict) -> dict[str, dict]:  # type: ignore[type-arg]
-    return {s["attrs"]["torch.compile.id"]: s for s in received["spans"] if s["attrs"].get("torch.compile.kind") == "frame"}
-
-
 def _otlp_env(rotel: Rotel, protocol: str) -> dict[str, str]:
     return {
         "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
@@ -56,8 +52,8 @@ def test_each_zero_code_way_exports_traces_and_metrics(way, protocol):
         r = _run(argv, {**env, **_otlp_env(rotel, protocol)})
         assert r.returncode == 0 and "done" in r.stdout, r.stderr[-3000:]
         assert "torch-otel" not in r.stderr  # nothing to complain about
-        got = wait_until(lambda: (g := rotel.received())["points"] and _roots(g).get("3/2") and g, 30, "spans and metrics")
-    roots = _roots(got)
+        got = wait_until(lambda: (g := rotel.received())["points"] and frame_roots(g).get("3/2") and g, 30, "spans and metrics")
+    roots = frame_roots(got)
     assert {"0/0", "0/1", "0/2", "2/0", "3/0", "3/1", "3/2"} <= set(roots)
     assert roots["3/2"]["status_code"] == "STATUS_CODE_ERROR"  # the recompile limit
     assert roots["2/0"]["attrs"]["error.type"] == "TorchRuntimeError"
@@ -100,7 +96,7 @@ def test_headers_reach_the_receiver_and_never_appear_in_output():
                 },
             )
             assert r.returncode == 0, r.stderr[-3000:]
-            wait_until(lambda: _roots(rotel.received()), 30, "spans")
+            wait_until(lambda: frame_roots(rotel.received()), 30, "spans")
             wire = tap.text().lower()
         finally:
             tap.close()
@@ -196,8 +192,8 @@ def test_compile_warnings_become_log_records_in_the_compile_trace():
     with Rotel() as rotel:
         r = run_python(MIXED, {"WITH_BRIDGE": "1", **_otlp_env(rotel, "grpc"), "OTEL_LOGS_EXPORTER": "otlp"})
         assert r.returncode == 0, r.stderr[-3000:]
-        got = wait_until(lambda: (g := rotel.received())["logs"] and _roots(g).get("3/2") and g, 30, "log records")
-    roots = {(s["trace_id"], s["id"]): cid for cid, s in _roots(got).items()}
+        got = wait_until(lambda: (g := rotel.received())["logs"] and frame_roots(g).get("3/2") and g, 30, "log records")
+    roots = {(s["trace_id"], s["id"]): cid for cid, s in frame_roots(got).items()}
     by_compile = {}
     for rec in got["logs"]:
         by_compile.setdefault(roots.get((rec.get("trace_id"), rec.get("span_id"))), []).append(rec)

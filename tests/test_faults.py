@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, clean_env
+from helpers import WORKLOADS, clean_env, frame_roots
 from servers import Rotel, Tap, free_port, http_get, wait_until
 
 BIN = Path(sys.executable).parent
@@ -224,10 +224,6 @@ def test_full_queue_is_bounded_and_counted(job):
     assert len(j.our_lines()) == 1, j.our_lines()
 
 
-def _roots(received: dict) -> dict[str, dict]:  # type: ignore[type-arg]
-    return {s["attrs"]["torch.compile.id"]: s for s in received["spans"] if s["attrs"].get("torch.compile.kind") == "frame"}
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
     log = tmp_path / "job.log"
@@ -254,10 +250,10 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
         finally:
             if proc.poll() is None:
                 proc.kill()
-        got = wait_until(lambda: (g := rotel.received())["points"] and len(_roots(g)) == 2 and g, 30, "both compiles")
+        got = wait_until(lambda: (g := rotel.received())["points"] and len(frame_roots(g)) == 2 and g, 30, "both compiles")
     assert proc.returncode == -sig, log.read_text()[-3000:]  # dies of the signal, as without the bridge
     assert elapsed < 10, elapsed
-    roots = _roots(got)
+    roots = frame_roots(got)
     assert roots["0/0"]["status_code"] == "STATUS_CODE_UNSET"
     assert roots["1/0"]["status_code"] == "STATUS_CODE_ERROR"  # cut short: reported as such
     assert any(e.get("name") == "exception" for e in roots["1/0"]["events"])

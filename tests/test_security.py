@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import re
 from pathlib import Path
 
 import pytest
 from helpers import WORKLOADS, run_python
-from servers import Rotel, Tap, wait_until
+from servers import Rotel, Tap, split_http_requests, wait_until
 
 TINY = (
     "import torch_otel.auto\nimport torch\ntorch.compile(lambda x: x.sin() + 1, backend='eager')(torch.randn(3))\nprint('done')\n"
@@ -117,18 +116,6 @@ def test_otlp_over_tls_with_a_private_ca(tmp_path, protocol):
     assert "Traceback" not in untrusted.stderr
 
 
-def _http_requests(raw: bytes) -> list[tuple[str, bytes]]:
-    """Split a client's HTTP/1.1 byte stream into (head, body) per request."""
-    out = []
-    while b"\r\n\r\n" in raw:
-        head, rest = raw.split(b"\r\n\r\n", 1)
-        m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-        size = int(m.group(1)) if m else 0
-        out.append((head.decode("latin-1"), rest[:size]))
-        raw = rest[size:]
-    return out
-
-
 @pytest.mark.parametrize("capture", ["default", "full"])
 def test_nothing_sent_holds_source_text_values_or_the_auth_header(capture):
     with Rotel() as rotel:
@@ -150,7 +137,8 @@ def test_nothing_sent_holds_source_text_values_or_the_auth_header(capture):
         got = wait_until(lambda: (g := rotel.received())["spans"] and g["points"] and g["logs"] and g, 30, "all signals")
         tap.close()
         decoded = rotel.text()
-    requests = _http_requests(bytes(tap.received))
+    complete, _rest = split_http_requests(bytes(tap.received))
+    requests = [(head.decode("latin-1"), body) for head, body in complete]
     assert {head.split()[1] for head, _ in requests} >= {"/v1/traces", "/v1/metrics", "/v1/logs"}
     assert all(SECRET in head for head, _ in requests)  # the header did go, where it belongs ...
     bodies = b"".join(body for _, body in requests)

@@ -216,9 +216,8 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
                 t,
                 why,
             )
-    if dead or untrusted:
-        if len(dead) + len(untrusted) == len(targets()):
-            timeout_millis = min(timeout_millis, 200)
+    if (dead or untrusted) and len(dead) + len(untrusted) == len(targets()):
+        timeout_millis = min(timeout_millis, 200)
     done = threading.Event()
 
     def work() -> None:

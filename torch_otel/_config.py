@@ -75,17 +75,20 @@ def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: flo
     return v
 
 
+def is_http_url(raw: str) -> bool:
+    """An http(s) URL (``host:port`` means http) with a host and, if given, a port above 0."""
+    try:
+        parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
+        return parsed.scheme in ("http", "https") and bool(parsed.hostname) and (parsed.port is None or parsed.port > 0)
+    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets), a port out of range
+        return False
+
+
 def _url(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
     raw = (env.get(name) or "").strip()
     if not raw:
         return None
-    try:
-        parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
-        port_ok = parsed.port is None or 0 < parsed.port
-        url_ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
-    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets)
-        url_ok = port_ok = False
-    if not url_ok or not port_ok:
+    if not is_http_url(raw):
         problems.append(f"{name}={raw!r} is not an http(s) URL; use e.g. http://127.0.0.1:9091 (not pushing)")
         return None
     return raw if "://" in raw else f"http://{raw}"
@@ -191,9 +194,8 @@ def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
         raw = env.get(name)
         if raw is not None and raw.strip() and raw.strip().lower() not in allowed:
             out[name] = f"{name}={raw!r} is not one of {', '.join(allowed)} (using the SDK's default)"
-    resource = env.get("OTEL_RESOURCE_ATTRIBUTES") or ""
-    broken = [p.strip() for p in resource.split(",") if p.strip() and not p.partition("=")[0].strip()]
-    broken += [p.strip() for p in resource.split(",") if p.strip() and "=" not in p]
+    entries = [p.strip() for p in (env.get("OTEL_RESOURCE_ATTRIBUTES") or "").split(",") if p.strip()]
+    broken = [p for p in entries if "=" not in p or not p.partition("=")[0].strip()]
     if broken:
         out["OTEL_RESOURCE_ATTRIBUTES"] = (
             f"OTEL_RESOURCE_ATTRIBUTES has {len(broken)} entr{'y' if len(broken) == 1 else 'ies'} that "

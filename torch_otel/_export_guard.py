@@ -87,7 +87,7 @@ def dropped() -> dict[str, int]:
         return dict(_dropped)
 
 
-def _count(signal: str, n: int, target: str, why: str) -> None:
+def _count(signal: str, n: int, target: object, why: str) -> None:
     with _lock:
         _dropped[signal] += n
     warn_once(
@@ -106,6 +106,16 @@ _QUEUE_FULL = "Queue full, dropping %s."
 _QUEUE_SIGNALS = {"Span": "traces", "Log": "logs"}
 
 
+class _AllTargets:
+    """The bridge's endpoints, joined only if the one warning line is printed (this runs per dropped span)."""
+
+    def __str__(self) -> str:
+        return ", ".join(sorted(targets())) or "the collector"
+
+
+_ALL_TARGETS = _AllTargets()
+
+
 class _Quiet(logging.Filter):
     """Drops the exporters' own per-attempt messages (the wrapper reports failures once); counts queue-full drops."""
 
@@ -113,7 +123,7 @@ class _Quiet(logging.Filter):
         if record.msg == _QUEUE_FULL and record.args:
             signal = _QUEUE_SIGNALS.get(str(record.args[0]))  # type: ignore[index]
             if signal is not None:
-                _count(signal, 1, ", ".join(sorted(targets())) or "the collector", "the export queue is full")
+                _count(signal, 1, _ALL_TARGETS, "the export queue is full")
         return False
 
 

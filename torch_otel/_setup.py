@@ -12,13 +12,13 @@ import re
 import socket
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from ._config import is_http_url
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
 from ._internal import warn_once
@@ -117,13 +117,7 @@ def otlp_problem(env: Mapping[str, str], signal: str) -> tuple[str, str] | tuple
     name, endpoint = _var(env, signal, "ENDPOINT")
     default = "http://localhost:4317" if proto == "grpc" else "http://localhost:4318"
     endpoint = (endpoint or default).strip()
-    try:
-        parsed = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        port_ok = parsed.port is None or parsed.port > 0
-        url_ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
-    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets)
-        url_ok = port_ok = False
-    if not url_ok or not port_ok or " " in endpoint:
+    if not is_http_url(endpoint) or " " in endpoint:
         return f"{name}={endpoint!r} is not a URL; use e.g. {default}", endpoint
     name, headers = _var(env, signal, "HEADERS")
     for pair in (headers or "").split(","):
