@@ -7,7 +7,10 @@
    TORCH_TRACE), in a rotated order each repetition. Ratios are paired per repetition against
    `none`, and reported as median [min, max], for CPU seconds (the child's user+sys) and wall.
    Also: torch's own compile seconds and its `structured_logging_overhead_s`, per configuration.
-2. In one process: the bridge switched on and off around blocks of compiles (median CPU per compile).
+2. In one process: blocks of compiles with nothing, the bridge at default and at full capture, and
+   torch's own TORCH_TRACE handler, in a rotated order each round (median CPU per compile). What
+   each adds is also measured directly, with `thread_time` on the thread it runs on: the hooks (or
+   torch's trace file handler), the bridge's worker thread, and span export.
 3. Steady state: time per training step after compilation, bridge on and off, in one process.
 4. Replay throughput: `torch-otel replay -o FILE` against `tlparse --no-browser` on the same logs
    (a real one and a large synthetic one), MB/s and peak RSS, alternating.
@@ -71,6 +74,51 @@ def child(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None =
 
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+STATE_NAMES = {"off": "none", "default": "default", "full": "full", "trace": "TORCH_TRACE"}
+
+
+def in_process_table(alt: dict[str, Any]) -> list[str]:
+    """The four states of one process: per-compile CPU, and what each adds, measured on the threads it runs on."""
+    states = alt["states"]
+    c, t, added = alt["cpu_per_compile_s"], alt["torch_per_compile_s"], alt["added_s_per_compile"]
+    base = c["off"] * 1e3
+
+    def row(label: str, key: str | None = None, bold: bool = False) -> str:
+        cells = []
+        for st in states:
+            parts = added[st]
+            ms = (parts["hooks"] + parts["batches"] + parts["export"] if key is None else parts[key]) * 1e3
+            text = f"{ms:.2f} ms ({ms / base:.1%})" if ms else "0"
+            cells.append(f"**{text}**" if bold and ms else text)
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    def ratio(a: str, b: str) -> str:
+        return spread([x / y for x, y in zip(alt["cpu_blocks"][a], alt["cpu_blocks"][b], strict=True)])
+
+    return [
+        "### In one process: blocks of MLP fwd+bwd compiles (aot_eager) in four states, rotated each round",
+        "",
+        "Medians per compile. The parts are measured with `thread_time` on the thread each runs on; "
+        "percentages are of the compile with nothing on.",
+        "",
+        "| measure | " + " | ".join(STATE_NAMES[st] for st in states) + " |",
+        "|---|" + "---|" * len(states),
+        "| CPU per compile | " + " | ".join(f"{c[st] * 1e3:.1f} ms" for st in states) + " |",
+        "| torch's own frame compile time | " + " | ".join(f"{t[st] * 1e3:.1f} ms" for st in states) + " |",
+        row("on torch's path: the bridge's hooks, or torch's trace file handler", "hooks"),
+        row("the bridge's worker thread: assembly, spans, metrics", "batches"),
+        row("exporting spans (the SDK's batch thread)", "export"),
+        row("**added CPU in all**", bold=True),
+        row("collections of torch's heap that began inside that code (not in the sum)", "gc"),
+        "",
+        "| blocks of one round (CPU per compile) | median [min, max] |",
+        "|---|---|",
+        f"| default / none | {ratio('default', 'off')} |",
+        f"| full / TORCH_TRACE | {ratio('full', 'trace')} |",
+        f"| TORCH_TRACE / none | {ratio('trace', 'off')} |",
+    ]
 
 
 def compile_overhead(reps: int, workloads: list[str]) -> list[dict[str, Any]]:
@@ -257,24 +305,14 @@ def table(results: dict[str, Any]) -> str:
             f"| {r['structured_logging_overhead_s']:.3f} |"
         )
     alt, steady = results["in_process"]["alternate"], results["in_process"]["steady"]
-    c, t = alt["cpu_per_compile_s"], alt["torch_per_compile_s"]
+    lines += ["", *in_process_table(alt), ""]
     s = steady["step_s"]
-    self_ms = alt["bridge_self_s_per_compile"] * 1e3
-    export_ms = alt.get("bridge_export_s_per_compile", 0.0) * 1e3
     lines += [
-        "",
-        "### In one process, bridge switched on and off in ABBA blocks (medians; ratio: paired blocks, median [min, max])",
+        "### Steady state (ABBA blocks of compiled training steps, bridge on and off; median [min, max])",
         "",
         "| measure | off | on | on/off |",
         "|---|---|---|---|",
-        f"| CPU per compile (MLP fwd+bwd, aot_eager) | {c['off'] * 1e3:.1f} ms | {c['on'] * 1e3:.1f} ms | {spread(alt['cpu_ratio'])} |",
-        f"| torch's own frame compile time | {t['off'] * 1e3:.1f} ms | {t['on'] * 1e3:.1f} ms | {spread(alt['torch_ratio'])} |",
-        f"| CPU inside the bridge's hooks, per compile | 0 | {self_ms:.2f} ms | {self_ms / (c['off'] * 1e3):.3f} of the compile |",
-        f"| CPU exporting its spans (batch thread), per compile | 0 | {export_ms:.2f} ms | "
-        f"{export_ms / (c['off'] * 1e3):.3f} of the compile |",
-        f"| the bridge's CPU in all, per compile | 0 | {self_ms + export_ms:.2f} ms | "
-        f"**{(self_ms + export_ms) / (c['off'] * 1e3):.3f}** of the compile |",
-        f"| steady-state training step (compiled) | {s['off'] * 1e6:.0f} us | {s['on'] * 1e6:.0f} us | {spread(steady['step_ratio'])} |",
+        f"| training step (compiled) | {s['off'] * 1e6:.0f} us | {s['on'] * 1e6:.0f} us | {spread(steady['step_ratio'])} |",
         "",
         "### Replay throughput (alternating runs; MB/s median [min, max], peak RSS)",
         "",

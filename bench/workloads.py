@@ -5,8 +5,8 @@
 WORKLOAD: ``mlp`` (compile-heavy: an MLP with aot_eager, forward and backward, 24 shape
 recompiles, automatic dynamic shapes off), ``transformer`` (a small encoder with aot_eager,
 trained a few steps at two sequence lengths), ``inductor`` (an MLP with inductor on the warm
-TORCHINDUCTOR_CACHE_DIR), ``alternate`` (the bridge switched on and off in one process around
-blocks of compiles), ``steady`` (time per training step after compilation, bridge on and off),
+TORCHINDUCTOR_CACHE_DIR), ``alternate`` (in one process, blocks of compiles with nothing, the bridge
+at default and full capture, and torch's own TORCH_TRACE handler, rotated), ``steady`` (time per training step after compilation, bridge on and off),
 ``long`` (RSS and live objects over many frame compiles).
 
 CONFIG: ``none``, ``default``, ``full`` (torch-otel capture levels, spans exported as OTLP-JSON to
@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 WORKLOAD, CONFIG = sys.argv[1], sys.argv[2]
@@ -49,7 +50,41 @@ def bridge_on(capture: str) -> None:
     torch_otel.instrument(_provider, capture=capture)
 
 
-EXPORT_CPU = {"s": 0.0}  # CPU the batch processor's thread spends exporting (outside the hooks)
+EXPORT_CPU = {"s": 0.0, "gc": 0.0}  # CPU the batch processor's thread spends exporting (outside the hooks)
+GC_CPU: dict[int, float] = {}  # per thread: CPU in garbage collections so far
+_gc_start: dict[int, float] = {}
+
+
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    tid = threading.get_ident()
+    if phase == "start":
+        _gc_start[tid] = time.thread_time()
+    else:
+        GC_CPU[tid] = GC_CPU.get(tid, 0.0) + time.thread_time() - _gc_start.pop(tid, time.thread_time())
+
+
+gc.callbacks.append(_on_gc)
+
+
+def _timed(fn, add):  # type: ignore[no-untyped-def]
+    """``fn``, with its CPU on its own thread passed to ``add(cpu, gc)``: a garbage collection of torch's heap
+    that happens to start inside it is counted apart (it would have run a little later anyway)."""
+
+    def timed(*a, **k):  # type: ignore[no-untyped-def]
+        tid = threading.get_ident()
+        t, g = time.thread_time(), GC_CPU.get(tid, 0.0)
+        try:
+            return fn(*a, **k)
+        finally:
+            collected = GC_CPU.get(tid, 0.0) - g
+            add(time.thread_time() - t - collected, collected)
+
+    return timed
+
+
+def _add_export(cpu: float, collected: float) -> None:
+    EXPORT_CPU["s"] += cpu
+    EXPORT_CPU["gc"] += collected
 
 
 class _TimedExport:
@@ -59,11 +94,7 @@ class _TimedExport:
         self.inner = inner
 
     def export(self, spans):  # type: ignore[no-untyped-def]
-        t = time.thread_time()
-        try:
-            return self.inner.export(spans)
-        finally:
-            EXPORT_CPU["s"] += time.thread_time() - t
+        return _timed(self.inner.export, _add_export)(spans)
 
     def shutdown(self):  # type: ignore[no-untyped-def]
         return self.inner.shutdown()
@@ -132,55 +163,99 @@ def _paired_ratios(blocks: list[tuple[str, float]]) -> list[float]:
     return [dict(p)["on"] / dict(p)["off"] for p in pairs]
 
 
-def _self_timer() -> dict[str, float]:
-    """Wraps the bridge's handlers (what each hook does besides calling torch's original) to add up their time."""
+STATES = ("off", "default", "full", "trace")
+NOW = {"state": "off"}  # the state the bridge's (or torch's trace handler's) CPU is added to
+
+
+def _self_timer() -> dict[str, dict[str, float]]:
+    """Adds up, per state, the CPU of what each state adds to torch: the bridge's hooks on torch's path, the
+    batches it processes on its worker thread, the spans it exports; for TORCH_TRACE, torch's own file handler.
+
+    Each is timed with ``thread_time`` on the thread it runs on, collections apart (``gc``, see ``_timed``).
+    """
     from torch_otel import _live
 
-    spent = {"s": 0.0}
-    for name in ("_on_chromium", "_on_metrics", "_on_graph_break"):  # our side only, not torch's own logging
-        orig = getattr(_live.LiveCapture, name)
+    spent = {st: {"hooks": 0.0, "batches": 0.0, "export": 0.0, "gc": 0.0} for st in STATES}
 
-        def timed(self, *a, _orig=orig, **k):  # type: ignore[no-untyped-def]
-            t = time.thread_time()
-            try:
-                return _orig(self, *a, **k)
-            finally:
-                spent["s"] += time.thread_time() - t
+    def timer(orig, key):  # type: ignore[no-untyped-def]
+        def add(cpu: float, collected: float) -> None:
+            spent[NOW["state"]][key] += cpu
+            spent[NOW["state"]]["gc"] += collected
 
-        setattr(_live.LiveCapture, name, timed)
+        return _timed(orig, add)
+
+    # Our side only, not torch's own logging. A trace handler is timed from ``handle`` (its lock included),
+    # ours and torch's alike.
+    for name in ("_on_chromium", "_on_metrics", "_on_graph_break"):
+        setattr(_live.LiveCapture, name, timer(getattr(_live.LiveCapture, name), "hooks"))
+    _live._TraceHandler.handle = timer(_live._TraceHandler.handle, "hooks")
+    _live.LiveCapture.drain = timer(_live.LiveCapture.drain, "batches")
+    _TorchTrace.handle = timer(_TorchTrace.handle, "hooks")
     return spent
 
 
-def run_alternate(pairs: int = 12, per_block: int = 6) -> dict[str, object]:
+class _TorchTrace:
+    """What TORCH_TRACE installs, switched on and off in-process: torch's own trace handler and formatter."""
+
+    def __init__(self) -> None:
+        from torch._logging._internal import LazyTraceHandler, TorchLogsFormatter
+
+        self.handler = LazyTraceHandler(tempfile.mkdtemp(prefix="torch-otel-bench-trace-"))
+        self.handler.setFormatter(TorchLogsFormatter(trace=True))
+
+    def handle(self, record):  # type: ignore[no-untyped-def]
+        return type(self.handler).handle(self.handler, record)
+
+    def on(self) -> None:
+        import logging
+
+        self.handler.handle = self.handle  # timed (see _self_timer)
+        logging.getLogger("torch.__trace").addHandler(self.handler)
+
+    def off(self) -> None:
+        import logging
+
+        logging.getLogger("torch.__trace").removeHandler(self.handler)
+
+
+def run_alternate(rounds: int = 12, per_block: int = 6) -> dict[str, object]:
+    """Blocks of compiles in four states, rotated each round (a drift of the machine weighs on all alike)."""
     import torch_otel
 
     spent = _self_timer()
-    cpu_blocks: list[tuple[str, float]] = []
-    torch_blocks: list[tuple[str, float]] = []
+    trace = _TorchTrace()
+    cpu: dict[str, list[float]] = {st: [] for st in STATES}
+    frame: dict[str, list[float]] = {st: [] for st in STATES}
     compile_once(-1)  # warm up
-    on_compiles = 0
-    for state in _abba(pairs):
-        if state == "on":
-            bridge_on("default")
-        seen = len(du.get_compilation_metrics())
-        cpu = statistics.median(compile_once(i) for i in range(per_block))
-        frames = [m.entire_frame_compile_time_s or 0 for m in du.get_compilation_metrics()[seen:]]
-        cpu_blocks.append((state, cpu))
-        torch_blocks.append((state, statistics.median(frames)))
-        on_compiles += per_block if state == "on" else 0
-        if state == "on":
-            _provider.force_flush()  # this block's spans are exported (and timed) now
-        torch_otel.uninstrument()
-    med = {st: statistics.median(v for s, v in cpu_blocks if s == st) for st in ("off", "on")}
-    tmed = {st: statistics.median(v for s, v in torch_blocks if s == st) for st in ("off", "on")}
+    for r in range(rounds):
+        order = list(STATES[r % 4 :] + STATES[: r % 4])
+        for state in order[::-1] if r % 8 >= 4 else order:
+            NOW["state"] = state
+            export0, export_gc0 = EXPORT_CPU["s"], EXPORT_CPU["gc"]
+            if state in ("default", "full"):
+                bridge_on(state)
+            elif state == "trace":
+                trace.on()
+            seen = len(du.get_compilation_metrics())
+            cpu[state].append(statistics.median(compile_once(i) for i in range(per_block)))
+            frame[state].append(
+                statistics.median(m.entire_frame_compile_time_s or 0 for m in du.get_compilation_metrics()[seen:])
+            )
+            if state in ("default", "full"):
+                torch_otel.force_flush()  # this block's compiles are processed and exported (and timed) now
+                torch_otel.uninstrument()
+            trace.off()
+            spent[state]["export"] += EXPORT_CPU["s"] - export0
+            spent[state]["gc"] += EXPORT_CPU["gc"] - export_gc0
+    n = rounds * per_block
     return {
-        "cpu_per_compile_s": med,
-        "cpu_ratio": _paired_ratios(cpu_blocks),
-        "torch_per_compile_s": tmed,
-        "torch_ratio": _paired_ratios(torch_blocks),
-        "bridge_self_s_per_compile": spent["s"] / max(on_compiles, 1),
-        "bridge_export_s_per_compile": EXPORT_CPU["s"] / max(on_compiles, 1),
-        "compiles": 2 * pairs * per_block,
+        "states": list(STATES),
+        "cpu_per_compile_s": {st: statistics.median(v) for st, v in cpu.items()},
+        "cpu_blocks": cpu,
+        "torch_per_compile_s": {st: statistics.median(v) for st, v in frame.items()},
+        "torch_blocks": frame,
+        "added_s_per_compile": {st: {k: v / n for k, v in parts.items()} for st, parts in spent.items()},
+        "compiles": len(STATES) * n,
     }
 
 

@@ -55,6 +55,7 @@ class Capture:
     registry: CollectorRegistry
 
     def spans(self) -> list[ReadableSpan]:
+        torch_otel.force_flush()  # compiles become spans off the compile's path: have them built now
         return list(self.exporter.get_finished_spans())
 
     def roots(self, kind: str | None = "frame") -> list[ReadableSpan]:
@@ -72,6 +73,7 @@ class Capture:
         return [s for s in self.spans() if s.parent is not None and s.parent.span_id == span.context.span_id]
 
     def sample(self, name: str, **labels: str) -> float | None:
+        torch_otel.force_flush()
         return self.registry.get_sample_value(name, labels)
 
 

@@ -258,6 +258,7 @@ def test_bridge_never_raises_into_torch_compile(cap):
 
     with mock.patch.object(_spans.SpanMapper, "emit", side_effect=RuntimeError("boom in the exporter")):
         out = torch.compile(lambda x: x + 5, backend="eager")(torch.ones(2))
+        torch_otel.force_flush()  # the mapping runs off the compile's path: run it while it is broken
     assert torch.equal(out, torch.full((2,), 6.0))
     assert torch_otel.internal_error_count() >= 1
     # metrics still recorded: one sink failing does not starve the others
@@ -274,10 +275,11 @@ def test_internal_errors_log_once_to_own_logger(cap):
     h.emit = records.append  # type: ignore[method-assign]
     lg.addHandler(h)
     try:
-        with mock.patch.object(_assembler.Assembler, "_phase", side_effect=ValueError("bad")):
+        with mock.patch.object(_assembler.Assembler, "feed", side_effect=ValueError("bad")):
             fn = torch.compile(lambda x: x + 7, backend="eager")
             fn(torch.ones(2))
             fn(torch.ones(3))
+            torch_otel.force_flush()
     finally:
         lg.removeHandler(h)
     assert len(records) == 1 and "internal error" in records[0].getMessage()
@@ -360,4 +362,62 @@ def test_no_bridge_work_per_step_once_compiled(cap):
     with mock.patch.object(_assembler.Assembler, "feed", side_effect=AssertionError("bridge entered")) as feed:
         for _ in range(20):
             step()
+        torch_otel.force_flush()  # anything the steps queued would be processed (and fail) here
     assert feed.call_count == 0
+
+
+def test_compiles_become_spans_off_the_compile_path_without_a_flush(cap):
+    """The hooks only queue; the bridge's worker thread builds the spans within about BATCH_DELAY_S."""
+    import threading
+    import time
+
+    from torch_otel import _live
+
+    fn = torch.compile(lambda x: x * 2 + 1, backend="eager")
+    for n in (2, 3):  # a compile, then a recompile (dynamic from then on)
+        fn(torch.ones(n))
+    deadline = time.monotonic() + 10 * _live.BATCH_DELAY_S
+    while time.monotonic() < deadline:  # no force_flush: only the worker can build them
+        ids = {s.attributes["torch.compile.id"] for s in cap.exporter.get_finished_spans() if "torch.compile.id" in s.attributes}
+        if ids >= {"0/0", "0/1"}:
+            break
+        time.sleep(0.05)
+    assert ids >= {"0/0", "0/1"}, ids
+    workers = [t for t in threading.enumerate() if t.name == "torch-otel-live"]
+    assert workers and all(t.daemon for t in workers)
+    torch_otel.uninstrument()  # stops the worker
+    for t in workers:
+        t.join(2)
+    assert not any(t.is_alive() for t in workers)
+
+
+FRESH_PROCESS_FULL = """
+import torch
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import torch_otel
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+torch_otel.instrument(provider, capture="full")
+torch.compile(lambda x: x.relu() + 1, backend="aot_eager")(torch.randn(3))
+torch_otel.force_flush()
+roots = [s for s in exporter.get_finished_spans() if s.attributes.get("torch.compile.id") == "0/0"]
+kinds = sorted({e.attributes["torch.compile.artifact.kind"] for s in roots for e in s.events if e.name == "torch.compile.artifact"})
+print("ARTIFACTS", ",".join(kinds))
+"""
+
+
+def test_full_capture_of_the_first_compile_in_a_fresh_process(tmp_path):
+    """torch resets its loggers as the first compile starts: the trace handler must be back in time for its records."""
+    from helpers import run_python
+
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH_PROCESS_FULL)
+    res = run_python(script)
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("ARTIFACTS"))
+    kinds = set(line.split(" ", 1)[1].split(","))
+    assert {"dynamo_output_graph", "aot_inference_graph", "describe_tensor"} <= kinds, line

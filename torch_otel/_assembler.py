@@ -136,47 +136,58 @@ class Assembler:
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._lock = threading.RLock()
         self.stats: Counter[str] = Counter()
+        # One handler per event type.
+        self._handlers: dict[type, Any] = {
+            PhaseEvent: self._phase,
+            MetricsEvent: self._metrics,
+            GraphBreakEvent: self._graph_break,
+            ArtifactEvent: self._artifact,
+            LogEvent: self._log,
+            StartEvent: self._start,
+        }
 
     # -- public -----------------------------------------------------------
     def feed(self, event: Event) -> None:
         with self._lock:
-            if isinstance(event, PhaseEvent):
-                self._phase(event)
-            elif isinstance(event, MetricsEvent):
-                self._metrics(event)
-            elif isinstance(event, GraphBreakEvent):
-                rec = self._find(event.compile_id, prefer="frame")
-                if rec is None:
-                    self.stats["orphan_graph_breaks"] += 1
-                elif len(rec.graph_breaks) < MAX_GRAPH_BREAKS:
-                    rec.graph_breaks.append(event)
-                else:
-                    rec.dropped += 1
-            elif isinstance(event, ArtifactEvent):
-                rec = self._find(event.compile_id)
-                if rec is None:
-                    self.stats["orphan_artifacts"] += 1
-                elif len(rec.artifacts) < MAX_ARTIFACTS:
-                    rec.artifacts.append(event)
-                    rec.attempt = max(rec.attempt, event.attempt)
-                else:
-                    rec.dropped += 1
-            elif isinstance(event, LogEvent):
-                rec = self._find(event.compile_id, prefer="frame")
-                if rec is None:
-                    self.stats["orphan_logs"] += 1
-                    self._notify_orphan_log(event)
-                elif len(rec.logs) < MAX_LOGS:
-                    rec.logs.append(event)
-                else:
-                    rec.dropped += 1
-            elif isinstance(event, StartEvent):
-                rec = self._find(event.compile_id, prefer="frame")
-                if rec is not None and rec.start_stack is None:
-                    rec.start_stack = event.stack
-                rec_attempt = event.attempt
-                if rec is not None:
-                    rec.attempt = max(rec.attempt, rec_attempt)
+            handler = self._handlers.get(type(event))
+            if handler is not None:
+                handler(event)
+
+    def _graph_break(self, event: GraphBreakEvent) -> None:
+        rec = self._find(event.compile_id, prefer="frame")
+        if rec is None:
+            self.stats["orphan_graph_breaks"] += 1
+        elif len(rec.graph_breaks) < MAX_GRAPH_BREAKS:
+            rec.graph_breaks.append(event)
+        else:
+            rec.dropped += 1
+
+    def _artifact(self, event: ArtifactEvent) -> None:
+        rec = self._find(event.compile_id)
+        if rec is None:
+            self.stats["orphan_artifacts"] += 1
+        elif len(rec.artifacts) < MAX_ARTIFACTS:
+            rec.artifacts.append(event)
+            rec.attempt = max(rec.attempt, event.attempt)
+        else:
+            rec.dropped += 1
+
+    def _log(self, event: LogEvent) -> None:
+        rec = self._find(event.compile_id, prefer="frame")
+        if rec is None:
+            self.stats["orphan_logs"] += 1
+            self._notify_orphan_log(event)
+        elif len(rec.logs) < MAX_LOGS:
+            rec.logs.append(event)
+        else:
+            rec.dropped += 1
+
+    def _start(self, event: StartEvent) -> None:
+        rec = self._find(event.compile_id, prefer="frame")
+        if rec is not None:
+            if rec.start_stack is None:
+                rec.start_stack = event.stack
+            rec.attempt = max(rec.attempt, event.attempt)
 
     def flush(self, reason: str = "the process exited before the compile ended") -> None:
         """Finish every compile in flight (ended ones normally, the rest as incomplete)."""

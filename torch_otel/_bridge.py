@@ -49,24 +49,6 @@ def otel_backend(meter_provider: MeterProvider) -> Backend:
         return b
 
 
-class _FirstCompile(Sink):
-    """Runs the given callbacks once, when the first compile starts (lazy servers, arming the push)."""
-
-    def __init__(self, callbacks: list[Callable[[], None]]) -> None:
-        self._callbacks: list[Callable[[], None]] | None = list(callbacks)
-
-    def on_start(self, record: Any) -> None:
-        callbacks, self._callbacks = self._callbacks, None
-        for cb in callbacks or ():
-            try:
-                cb()
-            except Exception as exc:  # noqa: BLE001
-                record_error("first-compile setup", exc)
-
-    def on_finish(self, record: Any) -> None:
-        return None
-
-
 _CHILD_FLUSH_MS = 1_000  # a slow collector costs a forked child's compile at most this
 
 
@@ -130,8 +112,6 @@ def instrument(
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("torch_otel", __version__)
         sinks: list[Sink] = [SpanSink(SpanMapper(tracer, settings, live=True))]
-        if _on_first_compile:
-            sinks.insert(0, _FirstCompile(_on_first_compile))
         metrics = None
         if settings.metrics:
             backends = [prometheus_backend(registry)] if registry is not None else []
@@ -144,7 +124,7 @@ def instrument(
             )
         sinks.append(_ChildFlush())
         assembler = Assembler(sinks, max_open=settings.max_open_compiles)
-        cap = LiveCapture(assembler, level, warnings=logger_provider is not None)
+        cap = LiveCapture(assembler, level, warnings=logger_provider is not None, on_first_compile=_on_first_compile)
         try:
             cap.install()
         except Exception as exc:  # noqa: BLE001 - never break the user's program
@@ -267,6 +247,8 @@ def force_flush(timeout_millis: int = 10_000) -> bool:
     """
     global _flushing
     b = _bridge
+    if b is not None:
+        b.capture.drain()  # the compiles that ended: their spans and metrics, now
     provider = b.tracer_provider if b is not None else trace.get_tracer_provider()
     flush = getattr(provider, "force_flush", None)
     if flush is None:
@@ -298,6 +280,7 @@ def shutdown(timeout_millis: int | None = None) -> None:
     if b is None:
         return
     try:
+        b.capture.drain()
         b.assembler.flush()
     except Exception as exc:  # noqa: BLE001
         record_error("shutdown flush", exc)
@@ -342,6 +325,7 @@ def _after_fork_in_child() -> None:
     if b is None:
         return
     # The parent's compiles in flight are the parent's to report.
+    b.capture.after_fork_in_child()
     b.assembler._open.clear()
     b.assembler._lock = threading.RLock()
 

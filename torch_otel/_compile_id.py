@@ -55,18 +55,27 @@ def _parse_cached(text: str) -> CompileId | None:
     )
 
 
-def compile_id_from_metadata(md: dict[str, object]) -> tuple[CompileId | None, int]:
-    """Compile id and attempt from a TORCH_TRACE record's metadata keys."""
-    fid = md.get("frame_id")
-    fcid = md.get("frame_compile_id")
-    ca = md.get("compiled_autograd_id")
-    attempt = md.get("attempt")
-    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
-    if not ok(fid) and not ok(ca):
+def _ok(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True is not 1
+def _from_parts(fid: object, fcid: object, ca: object, attempt: object) -> tuple[CompileId | None, int]:
+    if not _ok(fid) and not _ok(ca):
         return None, 0
+    frame = _ok(fid) and _ok(fcid)
     cid = CompileId(
-        fid if ok(fid) and ok(fcid) else None,  # type: ignore[arg-type]
-        fcid if ok(fid) and ok(fcid) else None,  # type: ignore[arg-type]
-        ca if ok(ca) else None,  # type: ignore[arg-type]
+        fid if frame else None,  # type: ignore[arg-type]
+        fcid if frame else None,  # type: ignore[arg-type]
+        ca if _ok(ca) else None,  # type: ignore[arg-type]
     )
-    return cid, attempt if ok(attempt) else 0  # type: ignore[return-value]
+    return cid, attempt if _ok(attempt) else 0  # type: ignore[return-value]
+
+
+def compile_id_from_metadata(md: dict[str, object]) -> tuple[CompileId | None, int]:
+    """Compile id and attempt from a TORCH_TRACE record's metadata keys (each distinct set parsed once)."""
+    parts = (md.get("frame_id"), md.get("frame_compile_id"), md.get("compiled_autograd_id"), md.get("attempt"))
+    try:
+        return _from_parts(*parts)
+    except TypeError:  # an unhashable value, in a malformed record
+        return _from_parts.__wrapped__(*parts)

@@ -36,7 +36,7 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
     host = (env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1").strip()
     port = prometheus_port(env)
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry or REGISTRY)
+        server, _thread = start_http_server(port, addr=host, registry=_UpToDate(registry or REGISTRY))
     except OSError as exc:
         fix = (
             "set OTEL_EXPORTER_PROMETHEUS_HOST to an address of this machine"
@@ -53,6 +53,28 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
         )
         return None
     return server, server.server_address[1]
+
+
+class _UpToDate:
+    """The registry as the endpoint serves it: compiles that ended are processed before each scrape."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+
+    def _sync(self) -> None:
+        from ._bridge import current
+
+        b = current()
+        if b is not None:
+            b.capture.drain()
+
+    def collect(self) -> Any:
+        self._sync()
+        return self.registry.collect()
+
+    def restricted_registry(self, names: Any) -> Any:  # ``/metrics?name[]=...``
+        self._sync()
+        return self.registry.restricted_registry(names)
 
 
 class LazyPrometheusServer:

@@ -1,10 +1,13 @@
 """A span exporter that appends OTLP-JSON lines to a local file (the collector's file format)."""
 
+# ruff: noqa: UP031 - the JSON is written as text, and %-formatting keeps its braces literal
+
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -13,87 +16,94 @@ from opentelemetry.trace import StatusCode
 
 from ._internal import warn_once
 
+# The JSON text is written directly: attribute keys repeat in every span, so each is quoted once.
+_q = encode_basestring_ascii
+_float = json.JSONEncoder(separators=(",", ":")).encode
+_KEYS: dict[str, str] = {}
 
-def _value(v: Any) -> dict[str, Any]:
-    if isinstance(v, bool):
-        return {"boolValue": v}
-    if isinstance(v, int):
-        return {"intValue": str(v)}
-    if isinstance(v, float):
-        return {"doubleValue": v}
-    if isinstance(v, str):
-        return {"stringValue": v}
+
+def _key(k: str) -> str:
+    s = _KEYS.get(k)
+    if s is None:
+        s = '{"key":' + _q(k) + ',"value":'
+        if len(_KEYS) < 4096:
+            _KEYS[k] = s
+    return s
+
+
+def _value(v: Any) -> str:
+    t = type(v)
+    if t is str:
+        return '{"stringValue":' + _q(v) + "}"
+    if t is bool:
+        return '{"boolValue":true}' if v else '{"boolValue":false}'
+    if t is int:
+        return '{"intValue":"' + str(v) + '"}'
+    if t is float:
+        return '{"doubleValue":' + _float(v) + "}"
     if isinstance(v, (list, tuple)):
-        return {"arrayValue": {"values": [_value(x) for x in v]}}
-    return {"stringValue": str(v)}
+        return '{"arrayValue":{"values":[' + ",".join(_value(x) for x in v) + "]}}"
+    for base in (bool, int, float, str):  # subclasses (enums and the like): their plain value
+        if isinstance(v, base):
+            return _value(base(v))
+    return _value(str(v))
 
 
-def _attributes(attrs: Any) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in (attrs or {}).items()]
+def _attributes(attrs: Any) -> str:
+    return "[" + ",".join(_key(k) + _value(v) + "}" for k, v in (attrs or {}).items()) + "]"
 
 
-def _span(span: ReadableSpan) -> dict[str, Any]:
+def _event(e: Any) -> str:
+    attrs = (',"attributes":' + _attributes(e.attributes)) if e.attributes else ""
+    return '{"timeUnixNano":"%d","name":%s%s}' % (e.timestamp, _q(e.name), attrs)
+
+
+def _span(span: ReadableSpan) -> str:
     ctx = span.context
-    out: dict[str, Any] = {
-        "traceId": f"{ctx.trace_id:032x}",
-        "spanId": f"{ctx.span_id:016x}",
-        "name": span.name,
-        "kind": span.kind.value + 1,  # OTLP numbers kinds from 1 (INTERNAL)
-        "startTimeUnixNano": str(span.start_time or 0),
-        "endTimeUnixNano": str(span.end_time or 0),
-    }
+    out = [
+        '{"traceId":"%032x","spanId":"%016x","name":%s,"kind":%d,"startTimeUnixNano":"%d","endTimeUnixNano":"%d"'
+        % (ctx.trace_id, ctx.span_id, _q(span.name), span.kind.value + 1, span.start_time or 0, span.end_time or 0)
+    ]  # OTLP numbers kinds from 1 (INTERNAL)
     if span.parent is not None:
-        out["parentSpanId"] = f"{span.parent.span_id:016x}"
+        out.append(',"parentSpanId":"%016x"' % span.parent.span_id)
     if span.attributes:
-        out["attributes"] = _attributes(span.attributes)
+        out.append(',"attributes":' + _attributes(span.attributes))
     if span.events:
-        out["events"] = [
-            {
-                "timeUnixNano": str(e.timestamp),
-                "name": e.name,
-                **({"attributes": _attributes(e.attributes)} if e.attributes else {}),
-            }
-            for e in span.events
-        ]
+        out.append(',"events":[' + ",".join(_event(e) for e in span.events) + "]")
     if span.links:
-        out["links"] = [
-            {
-                "traceId": f"{link.context.trace_id:032x}",
-                "spanId": f"{link.context.span_id:016x}",
-                "attributes": _attributes(link.attributes),
-            }
+        links = (
+            '{"traceId":"%032x","spanId":"%016x","attributes":%s}'
+            % (link.context.trace_id, link.context.span_id, _attributes(link.attributes))
             for link in span.links
-        ]
-    status: dict[str, Any] = {}
+        )
+        out.append(',"links":[' + ",".join(links) + "]")
+    status = []
     if span.status.status_code is not StatusCode.UNSET:
-        status["code"] = 1 if span.status.status_code is StatusCode.OK else 2
+        status.append('"code":%d' % (1 if span.status.status_code is StatusCode.OK else 2))
     if span.status.description:
-        status["message"] = span.status.description
-    out["status"] = status
-    return out
+        status.append('"message":' + _q(span.status.description))
+    out.append(',"status":{' + ",".join(status) + "}}")
+    return "".join(out)
 
 
-def encode_otlp_json(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+def encode_otlp_json(spans: Sequence[ReadableSpan]) -> str:
     """An ExportTraceServiceRequest in OTLP/JSON: hex ids, enums as integers, spans grouped by resource and scope."""
-    by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[dict[str, Any]]]]] = {}
+    by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]] = {}
     for sp in spans:
         resource = sp.resource
         _, scopes = by_resource.setdefault(id(resource), (resource, {}))
         scope = sp.instrumentation_scope
         key = (scope.name, scope.version or "") if scope is not None else ("", "")
         scopes.setdefault(key, []).append(_span(sp))
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _attributes(resource.attributes if resource is not None else {})},
-                "scopeSpans": [
-                    {"scope": {"name": name, **({"version": version} if version else {})}, "spans": items}
-                    for (name, version), items in scopes.items()
-                ],
-            }
-            for resource, scopes in by_resource.values()
-        ]
-    }
+    parts = []
+    for resource, scopes in by_resource.values():
+        scope_spans = ",".join(
+            '{"scope":{"name":%s%s},"spans":[%s]}' % (_q(name), (',"version":' + _q(version)) if version else "", ",".join(items))
+            for (name, version), items in scopes.items()
+        )
+        attrs = _attributes(resource.attributes if resource is not None else {})
+        parts.append('{"resource":{"attributes":%s},"scopeSpans":[%s]}' % (attrs, scope_spans))
+    return '{"resourceSpans":[' + ",".join(parts) + "]}"
 
 
 class OTLPJsonFileSpanExporter(SpanExporter):
@@ -108,7 +118,7 @@ class OTLPJsonFileSpanExporter(SpanExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         try:
-            line = json.dumps(encode_otlp_json(spans), separators=(",", ":"))
+            line = encode_otlp_json(spans)
             with self._lock, open(self.path, "a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
             return SpanExportResult.SUCCESS

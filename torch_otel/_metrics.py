@@ -13,6 +13,7 @@ come from bounded sets only.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ class OTelBackend:
             inst.add(value, attrs, context=ctx)
 
 
+@functools.lru_cache(maxsize=4)  # one compile's observations share it
 def _span_context(ids: tuple[int, int]) -> Any:
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 

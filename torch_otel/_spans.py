@@ -58,6 +58,19 @@ _NUMERIC_FIELDS = {
 _PHASE_ARG_SKIP = {"compile_id", "fn_name"}
 
 
+_META_KEYS: dict[str, str] = {}
+
+
+def _meta_key(field: str) -> str:
+    """``torch.compile.artifact.metadata.<field>``, built once per field name (torch's names are few)."""
+    key = _META_KEYS.get(field)
+    if key is None:
+        key = f"torch.compile.artifact.metadata.{field}"
+        if len(_META_KEYS) < 1024:
+            _META_KEYS[field] = key
+    return key
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -300,6 +313,7 @@ class SpanMapper:
         if isinstance(restarts, (list, set, tuple)):
             for r in sorted(str(x) for x in restarts):
                 root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)})
+        payloads = self.settings.capture_payloads
         for art in rec.artifacts:
             aa: dict[str, Any] = {
                 "torch.compile.artifact.name": art.name,
@@ -309,10 +323,12 @@ class SpanMapper:
             if art.digest:
                 aa["torch.compile.artifact.hash"] = art.digest
             for k, v in art.attributes.items():
-                if isinstance(v, (str, int, float, bool)):
-                    # The record's own fields, kept apart from ours (describe_storage has its own "size").
-                    aa[f"torch.compile.artifact.metadata.{k}"] = v if not isinstance(v, str) else self._str(v)
-            if self.settings.capture_payloads and art.payload is not None:
+                # The record's own fields, kept apart from ours (describe_storage has its own "size").
+                if isinstance(v, str):
+                    aa[_meta_key(k)] = self._str(v)
+                elif isinstance(v, (int, float, bool)):
+                    aa[_meta_key(k)] = v
+            if payloads and art.payload is not None:
                 aa["torch.compile.artifact.payload"] = self._str(art.payload)
             root.add_event("torch.compile.artifact", aa)
 
