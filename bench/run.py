@@ -3,8 +3,9 @@
     python bench/run.py [--reps N] [--quick] [--out bench/results.md]
 
 1. Compile overhead, whole process: each workload (mlp, transformer, inductor) runs in a fresh
-   process per configuration (none, none again for the A/A baseline, torch-otel default, full,
-   TORCH_TRACE), in a rotated order each repetition. Ratios are paired per repetition against
+   process per configuration (none, none again for the A/A baseline, the bridge's imports and
+   provider without instrumenting, torch-otel default, full, TORCH_TRACE), in a rotated order each
+   repetition. Ratios are paired per repetition against
    `none`, and reported as median [min, max], for CPU seconds (the child's user+sys) and wall.
    Also: torch's own compile seconds and its `structured_logging_overhead_s`, per configuration.
 2. In one process: blocks of compiles with nothing, the bridge at default and at full capture, and
@@ -121,8 +122,13 @@ def in_process_table(alt: dict[str, Any]) -> list[str]:
     ]
 
 
+def _added(run: dict[str, Any]) -> float:
+    parts = run.get("added_s") or {}
+    return float(parts.get("hooks", 0.0) + parts.get("batches", 0.0) + parts.get("export", 0.0))
+
+
 def compile_overhead(reps: int, workloads: list[str]) -> list[dict[str, Any]]:
-    configs = ["none", "none (A/A)", "default", "full", "trace"]
+    configs = ["none", "none (A/A)", "imports", "default", "full", "trace"]
     rows = []
     for wl in workloads:
         if wl == "inductor":
@@ -135,7 +141,7 @@ def compile_overhead(reps: int, workloads: list[str]) -> list[dict[str, Any]]:
                 with tempfile.TemporaryDirectory() as trace_dir:
                     if cfg == "trace":
                         env["TORCH_TRACE"] = trace_dir
-                    mode = "none" if cfg.startswith("none") else ("none" if cfg == "trace" else cfg)
+                    mode = "none" if cfg.startswith("none") else cfg
                     wall, cpu, _, out = child([PY, str(HERE / "workloads.py"), wl, mode], env)
                 r = json.loads(out.strip().splitlines()[-1])
                 runs[cfg].append({"wall": wall, "cpu": cpu, **r})
@@ -152,6 +158,8 @@ def compile_overhead(reps: int, workloads: list[str]) -> list[dict[str, Any]]:
                     "wall_ratio": wall_ratio,
                     "torch_compile_s": statistics.median(r["torch_compile_s"] for r in runs[cfg]),
                     "structured_logging_overhead_s": statistics.median(r["structured_logging_overhead_s"] for r in runs[cfg]),
+                    # measured directly: hooks (or torch's trace handler) + worker thread + export, collections apart
+                    "added_s": statistics.median(_added(r) for r in runs[cfg]),
                 }
             )
         print(f"compile overhead: {wl} done", file=sys.stderr, flush=True)
@@ -288,21 +296,30 @@ print(Null.n / (time.perf_counter() - t))
     return rows
 
 
+def _added_text(row: dict[str, Any], none: dict[str, Any]) -> str:
+    added = row.get("added_s")
+    if not added:
+        return "-"
+    return f"{added:.3f} s ({added / none['cpu_s']:.1%} of none)"
+
+
 def table(results: dict[str, Any]) -> str:
     lines = ["### Compile overhead (whole process; paired ratios, median [min, max])", ""]
     lines.append(
-        "| workload | config | compiles | CPU s | CPU vs none | CPU vs TORCH_TRACE | wall vs none "
-        "| torch compile s | structured_logging_overhead_s |"
+        "| workload | config | compiles | CPU s | CPU vs none | CPU vs imports only | CPU vs TORCH_TRACE | wall vs none "
+        "| torch compile s | structured_logging_overhead_s | added CPU, measured directly |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     by = {(r["workload"], r["config"]): r for r in results["compile"]}
     for r in results["compile"]:
         trace = by[(r["workload"], "trace")]["cpu_ratio"]
+        imports = by[(r["workload"], "imports")]["cpu_ratio"]
         vs_trace = [a / b for a, b in zip(r["cpu_ratio"], trace, strict=True)]
+        vs_imports = [a / b for a, b in zip(r["cpu_ratio"], imports, strict=True)]
         lines.append(
             f"| {r['workload']} | {r['config']} | {r['compiles']} | {r['cpu_s']:.2f} | {spread(r['cpu_ratio'])} | "
-            f"{spread(vs_trace)} | {spread(r['wall_ratio'])} | {r['torch_compile_s']:.2f} "
-            f"| {r['structured_logging_overhead_s']:.3f} |"
+            f"{spread(vs_imports)} | {spread(vs_trace)} | {spread(r['wall_ratio'])} | {r['torch_compile_s']:.2f} "
+            f"| {r['structured_logging_overhead_s']:.3f} | {_added_text(r, by[(r['workload'], 'none')])} |"
         )
     alt, steady = results["in_process"]["alternate"], results["in_process"]["steady"]
     lines += ["", *in_process_table(alt), ""]

@@ -10,8 +10,8 @@ at default and full capture, and torch's own TORCH_TRACE handler, rotated), ``st
 ``long`` (RSS and live objects over many frame compiles).
 
 CONFIG: ``none``, ``default``, ``full`` (torch-otel capture levels, spans exported as OTLP-JSON to
-a temporary file and metrics on the Prometheus registry), or ``trace`` (TORCH_TRACE, set by the
-caller; no bridge). ``otlp`` (long runs): the bridge exporting to OTEL_EXPORTER_OTLP_ENDPOINT.
+a temporary file and metrics on the Prometheus registry), ``imports`` (the same imports and tracer
+provider, never instrumented), or ``trace`` (TORCH_TRACE, set by the caller; no bridge). ``otlp`` (long runs): the bridge exporting to OTEL_EXPORTER_OTLP_ENDPOINT.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ du.set_compilation_metrics_limit(100_000)
 torch.manual_seed(0)
 
 
-def bridge_on(capture: str) -> None:
+def bridge_on(capture: str, instrument: bool = True) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -47,7 +47,8 @@ def bridge_on(capture: str) -> None:
         out = os.path.join(tempfile.mkdtemp(prefix="torch-otel-bench-"), "spans.jsonl")
         _provider = TracerProvider()
         _provider.add_span_processor(BatchSpanProcessor(_TimedExport(OTLPJsonFileSpanExporter(out))))
-    torch_otel.instrument(_provider, capture=capture)
+    if instrument:
+        torch_otel.instrument(_provider, capture=capture)
 
 
 EXPORT_CPU = {"s": 0.0, "gc": 0.0}  # CPU the batch processor's thread spends exporting (outside the hooks)
@@ -105,6 +106,8 @@ class _TimedExport:
 
 if CONFIG in ("default", "full"):
     bridge_on(CONFIG)
+elif CONFIG == "imports":
+    bridge_on("default", instrument=False)  # the same imports and provider, no instrumentation: a fixed cost
 elif CONFIG == "otlp":
     import torch_otel.auto  # noqa: F401
 
@@ -191,6 +194,8 @@ def _self_timer() -> dict[str, dict[str, float]]:
     _live._TraceHandler.handle = timer(_live._TraceHandler.handle, "hooks")
     _live.LiveCapture.drain = timer(_live.LiveCapture.drain, "batches")
     _TorchTrace.handle = timer(_TorchTrace.handle, "hooks")
+    global DIRECT_TIMER
+    DIRECT_TIMER = lambda fn: timer(fn, "hooks")  # noqa: E731
     return spent
 
 
@@ -308,6 +313,17 @@ def run_long(n: int = 2000) -> dict[str, object]:
 
 
 result: dict[str, object] = {}
+DIRECT: dict[str, dict[str, float]] | None = None
+if WORKLOAD in ("mlp", "transformer", "inductor") and CONFIG in ("default", "full", "trace"):
+    # What this configuration adds, measured directly as in ``alternate``: the whole-process ratios are noisier.
+    NOW["state"] = CONFIG
+    DIRECT = _self_timer()
+    if CONFIG == "trace":
+        from torch._logging import _internal as torch_logging
+
+        handler = torch_logging.LOG_TRACE_HANDLER  # what TORCH_TRACE installed at import
+        if handler is not None:
+            handler.handle = DIRECT_TIMER(handler.handle)  # type: ignore[method-assign]
 if WORKLOAD == "mlp":
     run_mlp()
 elif WORKLOAD == "transformer":
@@ -337,4 +353,9 @@ if CONFIG in ("default", "full", "otlp"):
     import torch_otel
 
     torch_otel.shutdown()
+if DIRECT is not None:
+    parts = DIRECT[CONFIG]
+    parts["export"] += EXPORT_CPU["s"]
+    parts["gc"] += EXPORT_CPU["gc"]
+    result["added_s"] = parts
 print(json.dumps(result), flush=True)

@@ -324,8 +324,10 @@ class LiveCapture:
             self.drain()
             return
         if self._worker is None:
-            self._worker = threading.Thread(target=self._run, name="torch-otel-live", daemon=True)
-            self._worker.start()
+            with self._lock:  # two threads ending their first compiles at once start one worker
+                if self._worker is None and self.installed:
+                    self._worker = threading.Thread(target=self._run, name="torch-otel-live", daemon=True)
+                    self._worker.start()
         self._wake.set()
 
     def _run(self) -> None:
