@@ -325,7 +325,12 @@ def test_ten_thousand_compiles_with_failures_leave_no_state_and_bounded_memory(t
     with Rotel(debug=False) as rotel:
         bridged = start_python(
             [str(WORKLOADS / "many.py"), "10000"],
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp", **malloc},
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+                "OTEL_METRICS_EXPORTER": "otlp",
+                "OTEL_METRIC_EXPORT_INTERVAL": "10000",  # the metric exporter runs (and builds what it keeps) early
+                **malloc,
+            },
             tmp_path / "bridged.log",
         )
         plain = start_python([str(WORKLOADS / "many.py"), "10000"], {"WITH_BRIDGE": "0", **malloc}, tmp_path / "plain.log")
@@ -343,6 +348,8 @@ def test_ten_thousand_compiles_with_failures_leave_no_state_and_bounded_memory(t
     assert report["stats"]["compiles_frame"] == 10000  # every compile, failed ones included, reached its end
     assert report["open_compiles"] == 0 and report["live_compile_records"] == 0  # nothing left per compile
     assert report["internal_errors"] == 0
-    growth = {r is report: r["rss_mb"]["end"] - r["rss_mb"]["after_1000"] for r in (report, base)}
-    assert growth[True] - growth[False] < 20, (report, base)  # the bridge's share of 9,000 compiles' growth
+    # From 2,000 compiles on (about 50 s): by then every exporter has run and built what it keeps. A
+    # sample after 1,000 was seen 30 MB lower in one run than in others, with the same end.
+    growth = {r is report: r["rss_mb"]["end"] - r["rss_mb"]["after_2000"] for r in (report, base)}
+    assert growth[True] - growth[False] < 20, (report, base)  # the bridge's share of 8,000 compiles' growth
     assert "torch-otel" not in out["bridged"]
