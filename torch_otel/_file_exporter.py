@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Sequence
@@ -19,16 +20,11 @@ from ._internal import warn_once
 # The JSON text is written directly: attribute keys repeat in every span, so each is quoted once.
 _q = encode_basestring_ascii
 _float = json.JSONEncoder(separators=(",", ":")).encode
-_KEYS: dict[str, str] = {}
 
 
+@functools.lru_cache(maxsize=4096)
 def _key(k: str) -> str:
-    s = _KEYS.get(k)
-    if s is None:
-        s = '{"key":' + _q(k) + ',"value":'
-        if len(_KEYS) < 4096:
-            _KEYS[k] = s
-    return s
+    return '{"key":' + _q(k) + ',"value":'
 
 
 def _value(v: Any) -> str:

@@ -298,10 +298,6 @@ class LiveCapture:
             finally:
                 _in_bridge.reset(token)
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     def after_fork_in_child(self) -> None:
         """The parent's queued events are the parent's to report; the locks may be held by its threads."""
         self._pending.clear()
@@ -459,7 +455,5 @@ class LiveCapture:
         if events is None:
             self.assembler.stats[f"unknown_kind:{kind}"] += 1
             return
-        for ev in events:
-            if isinstance(ev, PhaseEvent) and ev.ph in ("B", "E"):
-                continue  # the chromium hook delivered it, with the caller's frame for a root
+        for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
             self.assembler.feed(ev)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -58,17 +59,10 @@ _NUMERIC_FIELDS = {
 _PHASE_ARG_SKIP = {"compile_id", "fn_name"}
 
 
-_META_KEYS: dict[str, str] = {}
-
-
+@functools.lru_cache(maxsize=1024)
 def _meta_key(field: str) -> str:
     """``torch.compile.artifact.metadata.<field>``, built once per field name (torch's names are few)."""
-    key = _META_KEYS.get(field)
-    if key is None:
-        key = f"torch.compile.artifact.metadata.{field}"
-        if len(_META_KEYS) < 1024:
-            _META_KEYS[field] = key
-    return key
+    return f"torch.compile.artifact.metadata.{field}"
 
 
 K = TypeVar("K")
