@@ -51,7 +51,11 @@ def bridge_on(capture: str, instrument: bool = True) -> None:
         torch_otel.instrument(_provider, capture=capture)
 
 
-EXPORT_CPU = {"s": 0.0, "gc": 0.0}  # CPU the batch processor's thread spends exporting (outside the hooks)
+STATES = ("off", "default", "full", "trace")
+NOW = {"state": "off"}  # the state the bridge's (or torch's trace handler's) CPU is added to
+# Per state, what it adds to torch: the bridge's hooks on torch's path (or torch's trace file handler), the
+# batches of its worker thread, the spans it exports; collections of torch's heap apart (see ``_timed``).
+SPENT = {st: {"hooks": 0.0, "batches": 0.0, "export": 0.0, "gc": 0.0} for st in STATES}
 GC_CPU: dict[int, float] = {}  # per thread: CPU in garbage collections so far
 _gc_start: dict[int, float] = {}
 
@@ -83,9 +87,14 @@ def _timed(fn, add):  # type: ignore[no-untyped-def]
     return timed
 
 
-def _add_export(cpu: float, collected: float) -> None:
-    EXPORT_CPU["s"] += cpu
-    EXPORT_CPU["gc"] += collected
+def _adder(key: str):  # type: ignore[no-untyped-def]
+    """Adds a ``_timed`` measure to ``SPENT`` under the current state."""
+
+    def add(cpu: float, collected: float) -> None:
+        SPENT[NOW["state"]][key] += cpu
+        SPENT[NOW["state"]]["gc"] += collected
+
+    return add
 
 
 class _TimedExport:
@@ -95,7 +104,7 @@ class _TimedExport:
         self.inner = inner
 
     def export(self, spans):  # type: ignore[no-untyped-def]
-        return _timed(self.inner.export, _add_export)(spans)
+        return _timed(self.inner.export, _adder("export"))(spans)
 
     def shutdown(self):  # type: ignore[no-untyped-def]
         return self.inner.shutdown()
@@ -166,37 +175,17 @@ def _paired_ratios(blocks: list[tuple[str, float]]) -> list[float]:
     return [dict(p)["on"] / dict(p)["off"] for p in pairs]
 
 
-STATES = ("off", "default", "full", "trace")
-NOW = {"state": "off"}  # the state the bridge's (or torch's trace handler's) CPU is added to
-
-
-def _self_timer() -> dict[str, dict[str, float]]:
-    """Adds up, per state, the CPU of what each state adds to torch: the bridge's hooks on torch's path, the
-    batches it processes on its worker thread, the spans it exports; for TORCH_TRACE, torch's own file handler.
-
-    Each is timed with ``thread_time`` on the thread it runs on, collections apart (``gc``, see ``_timed``).
-    """
+def _time_the_bridge() -> None:
+    """Wraps the bridge's hooks and its worker thread's batches (and ``_TorchTrace``) with ``_timed``."""
     from torch_otel import _live
-
-    spent = {st: {"hooks": 0.0, "batches": 0.0, "export": 0.0, "gc": 0.0} for st in STATES}
-
-    def timer(orig, key):  # type: ignore[no-untyped-def]
-        def add(cpu: float, collected: float) -> None:
-            spent[NOW["state"]][key] += cpu
-            spent[NOW["state"]]["gc"] += collected
-
-        return _timed(orig, add)
 
     # Our side only, not torch's own logging. A trace handler is timed from ``handle`` (its lock included),
     # ours and torch's alike.
     for name in ("_on_chromium", "_on_metrics", "_on_graph_break"):
-        setattr(_live.LiveCapture, name, timer(getattr(_live.LiveCapture, name), "hooks"))
-    _live._TraceHandler.handle = timer(_live._TraceHandler.handle, "hooks")
-    _live.LiveCapture.drain = timer(_live.LiveCapture.drain, "batches")
-    _TorchTrace.handle = timer(_TorchTrace.handle, "hooks")
-    global DIRECT_TIMER
-    DIRECT_TIMER = lambda fn: timer(fn, "hooks")  # noqa: E731
-    return spent
+        setattr(_live.LiveCapture, name, _timed(getattr(_live.LiveCapture, name), _adder("hooks")))
+    _live._TraceHandler.handle = _timed(_live._TraceHandler.handle, _adder("hooks"))
+    _live.LiveCapture.drain = _timed(_live.LiveCapture.drain, _adder("batches"))
+    _TorchTrace.handle = _timed(_TorchTrace.handle, _adder("hooks"))
 
 
 class _TorchTrace:
@@ -227,7 +216,7 @@ def run_alternate(rounds: int = 12, per_block: int = 6) -> dict[str, object]:
     """Blocks of compiles in four states, rotated each round (a drift of the machine weighs on all alike)."""
     import torch_otel
 
-    spent = _self_timer()
+    _time_the_bridge()
     trace = _TorchTrace()
     cpu: dict[str, list[float]] = {st: [] for st in STATES}
     frame: dict[str, list[float]] = {st: [] for st in STATES}
@@ -236,7 +225,6 @@ def run_alternate(rounds: int = 12, per_block: int = 6) -> dict[str, object]:
         order = list(STATES[r % 4 :] + STATES[: r % 4])
         for state in order[::-1] if r % 8 >= 4 else order:
             NOW["state"] = state
-            export0, export_gc0 = EXPORT_CPU["s"], EXPORT_CPU["gc"]
             if state in ("default", "full"):
                 bridge_on(state)
             elif state == "trace":
@@ -250,8 +238,6 @@ def run_alternate(rounds: int = 12, per_block: int = 6) -> dict[str, object]:
                 torch_otel.force_flush()  # this block's compiles are processed and exported (and timed) now
                 torch_otel.uninstrument()
             trace.off()
-            spent[state]["export"] += EXPORT_CPU["s"] - export0
-            spent[state]["gc"] += EXPORT_CPU["gc"] - export_gc0
     n = rounds * per_block
     return {
         "states": list(STATES),
@@ -259,7 +245,7 @@ def run_alternate(rounds: int = 12, per_block: int = 6) -> dict[str, object]:
         "cpu_blocks": cpu,
         "torch_per_compile_s": {st: statistics.median(v) for st, v in frame.items()},
         "torch_blocks": frame,
-        "added_s_per_compile": {st: {k: v / n for k, v in parts.items()} for st, parts in spent.items()},
+        "added_s_per_compile": {st: {k: v / n for k, v in parts.items()} for st, parts in SPENT.items()},
         "compiles": len(STATES) * n,
     }
 
@@ -313,17 +299,19 @@ def run_long(n: int = 2000) -> dict[str, object]:
 
 
 result: dict[str, object] = {}
-DIRECT: dict[str, dict[str, float]] | None = None
+direct = False
 if WORKLOAD in ("mlp", "transformer", "inductor") and CONFIG in ("default", "full", "trace"):
     # What this configuration adds, measured directly as in ``alternate``: the whole-process ratios are noisier.
     NOW["state"] = CONFIG
-    DIRECT = _self_timer()
-    if CONFIG == "trace":
+    direct = True
+    if CONFIG != "trace":
+        _time_the_bridge()
+    else:  # torch's handler only: importing the bridge here would add its start-up to this row
         from torch._logging import _internal as torch_logging
 
         handler = torch_logging.LOG_TRACE_HANDLER  # what TORCH_TRACE installed at import
         if handler is not None:
-            handler.handle = DIRECT_TIMER(handler.handle)  # type: ignore[method-assign]
+            handler.handle = _timed(handler.handle, _adder("hooks"))  # type: ignore[method-assign]
 if WORKLOAD == "mlp":
     run_mlp()
 elif WORKLOAD == "transformer":
@@ -353,9 +341,6 @@ if CONFIG in ("default", "full", "otlp"):
     import torch_otel
 
     torch_otel.shutdown()
-if DIRECT is not None:
-    parts = DIRECT[CONFIG]
-    parts["export"] += EXPORT_CPU["s"]
-    parts["gc"] += EXPORT_CPU["gc"]
-    result["added_s"] = parts
+if direct:
+    result["added_s"] = SPENT[CONFIG]
 print(json.dumps(result), flush=True)
