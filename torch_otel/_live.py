@@ -330,10 +330,11 @@ class LiveCapture:
         wake, stop = self._wake, self._stop
         while True:
             wake.wait()
+            # Cleared before the delay, never after: a stop (which also sets ``wake``) can then not be missed.
+            wake.clear()
             # Let the compiles that follow this one queue up: one batch processes them all.
             if stop.wait(BATCH_DELAY_S):
                 return  # uninstall processes what is left
-            wake.clear()
             self.drain()
 
     # -- hooks (on torch's path: take what must be read now, queue the rest) ----
