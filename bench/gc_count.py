@@ -6,7 +6,7 @@
 
 Prints one line to stderr at exit: collections per generation, their CPU seconds, objects collected.
 A full (generation 2) collection walks every tracked object of the process: torch's heap makes each
-one cost 0.1-0.3 s here. This is how the README's whole-process finding was measured.
+one cost 0.1-0.3 s here. This is how the whole-process finding in docs/benchmarks.md was measured.
 """
 
 from __future__ import annotations

@@ -249,7 +249,8 @@ def test_torch_otel_run_chains_an_existing_sitecustomize(tmp_path):
             "--",
             sys.executable,
             "-c",
-            "import os, torch_otel; print(os.environ.get('USER_SITECUSTOMIZE_RAN'), torch_otel.is_instrumented())",
+            # the bridge arms as torch's compiler is imported
+            "import os, torch._dynamo, torch_otel; print(os.environ.get('USER_SITECUSTOMIZE_RAN'), torch_otel.is_instrumented())",
         ],
         {"PYTHONPATH": str(tmp_path), "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
     )

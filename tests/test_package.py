@@ -1,4 +1,4 @@
-"""The package as a user meets it: README commands, the demo, settings, the public surface."""
+"""The package as a user meets it: README commands and docs, the demo, settings, the public surface."""
 
 from __future__ import annotations
 
@@ -90,18 +90,60 @@ def test_public_surface():
     assert sys.modules["torch_otel"].__version__ == torch_otel.__version__
 
 
-def test_every_torch_otel_variable_is_documented_in_the_readme_table():
+def test_every_torch_otel_variable_is_documented_in_the_configuration_docs():
     used = set()
     for path in (ROOT / "torch_otel").rglob("*.py"):
         used |= set(re.findall(r"TORCH_OTEL_[A-Z_]+[A-Z]", path.read_text()))
-    table = {m for m in re.findall(r"^\| `(TORCH_OTEL_[A-Z_]+)` \|", (ROOT / "README.md").read_text(), re.M)}
+    docs = (ROOT / "docs" / "configuration.md").read_text()
+    table = {m for m in re.findall(r"^\| `(TORCH_OTEL_[A-Z_]+)` \|", docs, re.M)}
     assert used <= table, sorted(used - table)
 
 
 def test_every_test_the_guarantees_section_names_exists():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## What torch-otel guarantees", 1)[1].split("\n## ", 1)[0]
-    named = re.findall(r"`tests/(test_\w+\.py)::(test_\w+)`", section)
+    guarantees = (ROOT / "docs" / "guarantees.md").read_text()
+    named = re.findall(r"`tests/(test_\w+\.py)::(test_\w+)`", guarantees)
     assert len(named) >= 25
     for file, test in named:
         assert re.search(rf"^def {test}\(", (ROOT / "tests" / file).read_text(), re.M), f"{file}::{test}"
+
+
+def _heading_slugs(markdown: str) -> set[str]:
+    """Anchors GitHub gives the headings of ``markdown``: lowercased, punctuation but ``-`` and ``_`` dropped, spaces to ``-``."""
+    slugs: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(
+        r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.sub(r"^[ \t]*```.*?^[ \t]*```", "", markdown, flags=re.M | re.S), re.M
+    ):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        slugs.add(slug if n == 0 else f"{slug}-{n}")
+    return slugs
+
+
+def _markdown_links(markdown: str) -> list[str]:
+    """Targets of the inline ``[text](target)`` links and ``[label]: target`` definitions outside code."""
+    text = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", markdown, flags=re.M | re.S)  # fenced blocks
+    text = re.sub(r"`[^`\n]*`", "", text)  # inline code
+    inline = re.findall(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", text)
+    reference = re.findall(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", text, re.M)
+    return inline + reference
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files += [ROOT / "collector-config" / "README.md", ROOT / "grafana" / "README.md", ROOT / "CHANGELOG.md"]
+    assert len(files) >= 11
+    broken = []
+    for md in files:
+        for target in _markdown_links(md.read_text()):
+            if re.match(r"(https?|mailto):", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (md.parent / path).resolve() if path else md
+            where = f"{md.relative_to(ROOT)}: {target}"
+            if not dest.exists():
+                broken.append(f"{where} (no such path)")
+            elif anchor and dest.suffix == ".md" and anchor not in _heading_slugs(dest.read_text()):
+                broken.append(f"{where} (no such heading)")
+    assert not broken, broken

@@ -246,24 +246,25 @@ class Assembler:
             self._notify("on_start", rec)
             return
         if kind is not None and ev.ph == "E":
-            rec = self._open.get((ev.compile_id, kind))
-            if rec is None:
+            ending = self._open.get((ev.compile_id, kind))
+            if ending is None:
                 self.stats["orphan_phases"] += 1
                 return
-            rec.root.end_ns = ev.ts_ns
-            rec.root.args.update(ev.args)
-            rec.attempt = max(rec.attempt, ev.attempt)
+            ending.root.end_ns = ev.ts_ns
+            ending.root.args.update(ev.args)
+            ending.attempt = max(ending.attempt, ev.attempt)
             if ev.rank is not None:
-                rec.rank = ev.rank
-            rec._stack.clear()
-            rec._ended = True
-            if rec.metrics is not None or rec.kind == "compiled_autograd":
-                self._finish(rec)
+                ending.rank = ev.rank
+            ending._stack.clear()
+            ending._ended = True
+            if ending.metrics is not None or ending.kind == "compiled_autograd":
+                self._finish(ending)
             return
-        rec = self._find(ev.compile_id)
-        if rec is None or rec._ended:
+        found = self._find(ev.compile_id)
+        if found is None or found._ended:
             self.stats["orphan_phases"] += 1
             return
+        rec = found
         if ev.name.startswith("compile_attempt_"):
             try:
                 rec.attempt = max(rec.attempt, int(ev.name.rsplit("_", 1)[1]))

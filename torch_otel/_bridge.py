@@ -150,6 +150,9 @@ def current() -> Bridge | None:
 def uninstrument(timeout_millis: int | None = None) -> None:
     """Remove every hook and leave torch's loggers exactly as they were; stop what the bridge started."""
     global _bridge
+    from ._arm import cancel
+
+    cancel()  # an arming still waiting for torch._dynamo's import (torch_otel.auto, the instrumentor) is off too
     with _lock:
         b = _bridge
         if b is None:

@@ -11,6 +11,7 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torch-otel", description="OpenTelemetry for torch.compile")
+    parser.add_argument("--version", action="version", version=version_line(), help="print torch-otel's and torch's versions")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile a small workload and show its traces and metrics locally")
     demo.add_argument("--traces-file", default="torch-otel-demo.jsonl", help="OTLP-JSON file for the spans")
@@ -52,6 +53,19 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def version_line() -> str:
+    """``torch-otel 0.1.0 (torch 2.13.0+cpu, supported >=2.13,<2.14)``, without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ._version import SUPPORTED_TORCH, __version__
+
+    try:
+        torch = f"torch {version('torch')}"
+    except PackageNotFoundError:
+        torch = "torch not installed"
+    return f"torch-otel {__version__} ({torch}; supported: {SUPPORTED_TORCH})"
+
+
 def _run(cmd: list[str]) -> int:
     """Put the auto-start ``sitecustomize`` first on PYTHONPATH and exec the command (as opentelemetry-instrument does)."""
     import os
@@ -73,7 +87,6 @@ def _run(cmd: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(program, cmd)
-    return 0  # not reached
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -83,11 +96,12 @@ def _replay(args: argparse.Namespace) -> int:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from ._arm import sdk_disabled
     from ._config import load_settings
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._ids import UrandomIdGenerator
     from ._replay import replay_paths
-    from ._setup import build_tracer_provider, job_resource, sdk_disabled
+    from ._setup import build_tracer_provider, job_resource
     from ._spans import SpanMapper, SpanSink
 
     settings = load_settings()

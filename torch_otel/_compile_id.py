@@ -55,21 +55,19 @@ def _parse_cached(text: str) -> CompileId | None:
     )
 
 
-def _ok(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+def _id(v: object) -> int | None:
+    """A record's id field: a non-negative int (``True`` is not one), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 @functools.lru_cache(maxsize=4096, typed=True)  # typed: True is not 1
 def _from_parts(fid: object, fcid: object, ca: object, attempt: object) -> tuple[CompileId | None, int]:
-    if not _ok(fid) and not _ok(ca):
+    frame, frame_compile, autograd = _id(fid), _id(fcid), _id(ca)
+    if frame is None and autograd is None:
         return None, 0
-    frame = _ok(fid) and _ok(fcid)
-    cid = CompileId(
-        fid if frame else None,  # type: ignore[arg-type]
-        fcid if frame else None,  # type: ignore[arg-type]
-        ca if _ok(ca) else None,  # type: ignore[arg-type]
-    )
-    return cid, attempt if _ok(attempt) else 0  # type: ignore[return-value]
+    if frame is None or frame_compile is None:
+        frame = frame_compile = None
+    return CompileId(frame, frame_compile, autograd), _id(attempt) or 0
 
 
 def compile_id_from_metadata(md: dict[str, object]) -> tuple[CompileId | None, int]:

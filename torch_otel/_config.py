@@ -17,7 +17,7 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything the bridge reads from ``TORCH_OTEL_*``; see the README's table."""
+    """Everything the bridge reads from ``TORCH_OTEL_*``; see docs/configuration.md."""
 
     capture: str = "default"
     capture_payloads: bool = False

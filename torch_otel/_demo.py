@@ -31,7 +31,8 @@ def workload(backend: str = "aot_eager") -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = torch.relu(self.l1(x))
             torch._dynamo.graph_break()  # a graph break, on purpose
-            return self.l2(h)
+            out: torch.Tensor = self.l2(h)
+            return out
 
     model = torch.compile(MLP(), backend=backend)
     for batch in (8, 16):  # the second batch size recompiles

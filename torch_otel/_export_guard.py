@@ -13,13 +13,14 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ._internal import record_error, warn_once
 
+_R = TypeVar("_R")  # an exporter's result type
 _lock = threading.Lock()
 _dropped: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}
 
@@ -120,8 +121,8 @@ class _Quiet(logging.Filter):
     """Drops the exporters' own per-attempt messages (the wrapper reports failures once); counts queue-full drops."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg == _QUEUE_FULL and record.args:
-            signal = _QUEUE_SIGNALS.get(str(record.args[0]))  # type: ignore[index]
+        if record.msg == _QUEUE_FULL and isinstance(record.args, tuple) and record.args:
+            signal = _QUEUE_SIGNALS.get(str(record.args[0]))
             if signal is not None:
                 _count(signal, 1, _ALL_TARGETS, "the export queue is full")
         return False
@@ -178,7 +179,7 @@ class _Guarded:
         except Exception as exc:  # noqa: BLE001
             record_error("exporter after fork", exc)
 
-    def _export(self, call: Callable[[], Any], failure: Any, items: Callable[[], int]) -> Any:
+    def _export(self, call: Callable[[], _R], failure: _R, items: Callable[[], int]) -> _R:
         """Run the inner export; a failure (returned or raised) is counted and reported once."""
         try:
             result = call()
@@ -200,7 +201,7 @@ class GuardedSpanExporter(_Guarded, SpanExporter):
     signal = "traces"
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        return self._export(lambda: self.inner.export(spans), SpanExportResult.FAILURE, lambda: len(spans))  # type: ignore[no-any-return]
+        return self._export(lambda: self.inner.export(spans), SpanExportResult.FAILURE, lambda: len(spans))
 
     def shutdown(self) -> None:
         self._shutdown()
@@ -221,7 +222,7 @@ class GuardedMetricExporter(_Guarded, MetricExporter):
         )
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        return self._export(  # type: ignore[no-any-return]
+        return self._export(
             lambda: self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
             MetricExportResult.FAILURE,
             lambda: _points(metrics_data),
@@ -238,7 +239,7 @@ def guarded_log_exporter(factory: Callable[[], Any], target: str, cafile: str | 
     """The logs twin of the two above (the SDK's logs module is imported only when logs are on)."""
     from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
-    class GuardedLogExporter(_Guarded, LogRecordExporter):  # type: ignore[misc]
+    class GuardedLogExporter(_Guarded, LogRecordExporter):
         signal = "logs"
 
         def export(self, batch: Sequence[Any]) -> Any:

@@ -39,11 +39,11 @@ def private_random() -> Iterator[None]:
     """
     with _lock:
         saved = random.getrandbits
-        random.getrandbits = _rng.getrandbits  # type: ignore[assignment]
+        random.getrandbits = _rng.getrandbits
         try:
             yield
         finally:
-            random.getrandbits = saved  # type: ignore[assignment]
+            random.getrandbits = saved
 
 
 class UrandomIdGenerator(IdGenerator):

@@ -12,15 +12,19 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]  # mypy finds no such name in 0.66b2's module; it is there
+    BaseInstrumentor,
+)
 from opentelemetry.sdk._configuration import _BaseConfigurator
 
+from ._arm import cancel, when_dynamo_imported
 from ._internal import record_error
+from ._version import SUPPORTED_TORCH
 
-_INSTRUMENTS = ("torch >= 2.13, < 2.14",)
+_INSTRUMENTS = (SUPPORTED_TORCH,)
 
 
-class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any to mypy: see the import above
     """Traces and metrics for every ``torch.compile`` compile.
 
     ``TorchCompileInstrumentor().instrument(tracer_provider=..., meter_provider=...)``;
@@ -31,20 +35,27 @@ class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
-        try:
-            from ._setup import configure_from_env
+        """Armed when ``torch._dynamo`` is first imported (at once if it is): a process that never compiles pays nothing."""
+        tracer_provider, meter_provider = kwargs.get("tracer_provider"), kwargs.get("meter_provider")
 
-            configure_from_env(tracer_provider=kwargs.get("tracer_provider"), meter_provider=kwargs.get("meter_provider"))
-        except Exception as exc:  # noqa: BLE001 - never break the user's program
-            record_error("TorchCompileInstrumentor", exc)
+        def arm() -> None:
+            try:
+                from ._setup import configure_from_env
+
+                configure_from_env(tracer_provider=tracer_provider, meter_provider=meter_provider)
+            except Exception as exc:  # noqa: BLE001 - never break the user's program
+                record_error("TorchCompileInstrumentor", exc)
+
+        when_dynamo_imported(arm)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         from ._bridge import uninstrument
 
+        cancel()
         uninstrument()
 
 
-class TorchOtelConfigurator(_BaseConfigurator):  # type: ignore[misc]
+class TorchOtelConfigurator(_BaseConfigurator):
     """Sets the global tracer and meter providers from ``OTEL_*`` (the SDK's own variables)."""
 
     def _configure(self, **kwargs: Any) -> None:

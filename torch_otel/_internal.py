@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec
 
 logger = logging.getLogger("torch_otel")
 # Our own messages go to stderr through our own handler, never through the
@@ -28,7 +28,7 @@ _lock = threading.Lock()
 _errors: dict[str, int] = {}
 _warned: set[str] = set()
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
 
 
 def internal_error_count() -> int:
@@ -78,23 +78,22 @@ def reset_for_tests() -> None:
         _warned.clear()
 
 
-def guarded(where: str, default: Any = None) -> Callable[[F], F]:
-    """Run the wrapped hook at most once per call chain and never let it raise."""
+def guarded(where: str) -> Callable[[Callable[P, None]], Callable[P, None]]:
+    """Run the wrapped hook at most once per call chain and never let it raise (errors are counted)."""
 
-    def deco(fn: F) -> F:
+    def deco(fn: Callable[P, None]) -> Callable[P, None]:
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
             if _in_bridge.get():
-                return default
+                return
             token = _in_bridge.set(True)
             try:
-                return fn(*args, **kwargs)
+                fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the point of this wrapper
                 record_error(where, exc)
-                return default
             finally:
                 _in_bridge.reset(token)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper
 
     return deco

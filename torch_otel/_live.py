@@ -25,6 +25,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -260,7 +261,7 @@ class LiveCapture:
     # -- origin ---------------------------------------------------------------
     def _origin(self) -> Origin:
         origin = Origin(parent_context=otel_context.get_current(), thread=threading.current_thread().name)
-        f = sys._getframe(1)
+        f: FrameType | None = sys._getframe(1)
         skip = self._skip
         while f is not None:
             co = f.f_code
@@ -276,7 +277,7 @@ class LiveCapture:
                 origin.caller_line = f.f_lineno
                 origin.caller_function = co.co_name
                 break
-            f = f.f_back  # type: ignore[assignment]
+            f = f.f_back
         return origin
 
     # -- the queue -------------------------------------------------------------

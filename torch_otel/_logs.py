@@ -72,7 +72,7 @@ class LogSink(Sink):
             self._emit(ev, ctx, base)
         end = rec.root.end_ns or rec.root.start_ns
         for gb in rec.graph_breaks:
-            attrs = {**base, "torch.compile.graph_break.code": graph_break_code(gb.gb_type, gb.reason)}
+            attrs: dict[str, Any] = {**base, "torch.compile.graph_break.code": graph_break_code(gb.gb_type, gb.reason)}
             if gb.filename:
                 attrs["code.file.path"] = os.path.basename(gb.filename) if self._redact else gb.filename
             if gb.lineno is not None:

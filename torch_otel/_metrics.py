@@ -60,7 +60,7 @@ SERIES: dict[str, Series] = {
         Series(
             "torch_compile_phase_duration_seconds",
             "histogram",
-            "Time spent in one compile phase (see the README for the phase set).",
+            "Time spent in one compile phase (see docs/metrics.md for the phase set).",
             ("rank", "phase"),
             "s",
             DURATION_BUCKETS,

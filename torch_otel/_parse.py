@@ -120,7 +120,8 @@ def _generic(kind: str) -> Handler:
             for k, v in value.items():
                 if isinstance(v, (int, float, bool)):
                     attrs[k] = v
-        name = value.get("name") if isinstance(value, dict) and isinstance(value.get("name"), str) else kind
+        given = value.get("name") if isinstance(value, dict) else None
+        name = given if isinstance(given, str) else kind
         return [ArtifactEvent(cid, kind, name, len(payload or ""), _digest(md, payload), payload, attrs, attempt, rank)]
 
     return handler

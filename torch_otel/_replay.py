@@ -8,6 +8,7 @@ payloads were asked for; other payloads are only measured and hashed.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import sys
@@ -71,17 +72,17 @@ def log_files(path: Path) -> list[Path]:
     return [path]
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     fh = open(path, "rb")  # noqa: SIM115 - closed by the caller
     magic = fh.read(2)
     fh.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=fh)
     return fh
 
 
 def iter_records(
-    fh: IO[bytes], stats: ReplayStats, keep_all_payloads: bool = False
+    fh: io.BufferedIOBase, stats: ReplayStats, keep_all_payloads: bool = False
 ) -> Iterator[tuple[dict[str, Any], str | None, int]]:
     """Yield ``(metadata, payload, payload size)`` per record; count every skipped line, and why.
 

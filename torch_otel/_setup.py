@@ -18,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from ._arm import sdk_disabled
 from ._config import is_http_url
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
@@ -27,12 +28,6 @@ from ._version import __version__
 TRACE_EXPORTERS = ("otlp", "console", "none")
 METRIC_EXPORTERS = ("prometheus", "otlp", "console", "none")
 PROTOCOLS = ("grpc", "http/protobuf")
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def sdk_disabled(env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    return env.get("OTEL_SDK_DISABLED", "").strip().lower() in _TRUE
 
 
 def _list(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> list[str]:
@@ -165,6 +160,7 @@ def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
             def factory() -> Any:  # a new session per exporter: a forked child must not share its parent's sockets
                 return exporter_class(session=_ca_respecting_session())
 
+        exporter: Any
         if signal == "traces":
             exporter = GuardedSpanExporter(factory, endpoint, cafile)
         elif signal == "metrics":

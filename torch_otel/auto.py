@@ -1,19 +1,38 @@
-"""``import torch_otel.auto``: configure from the environment and instrument, at import time.
+"""``import torch_otel.auto``: configure from the environment and instrument, when torch is about to compile.
+
+The bridge is armed when ``torch._dynamo`` is first imported (``torch.compile``
+does that on its first call), or at once if it already is: a process that never
+compiles loads neither torch's compiler nor the OpenTelemetry SDK because of it.
+Settings are read and checked then, each bad one reported in one line.
 
 Never raises: a bad setting is one warning line, and the program runs on.
 """
 
 from __future__ import annotations
 
-from ._internal import record_error
+from ._arm import capture_off, sdk_disabled, when_dynamo_imported
 
-try:
-    from ._config import bad_sdk_values_hidden
+TYPE_CHECKING = False  # typing is not imported: this module loads in every process `torch-otel run` starts
+if TYPE_CHECKING:
+    from ._bridge import Bridge
 
-    with bad_sdk_values_hidden():  # the SDK raises at import on some bad values of its variables
-        from ._setup import configure_from_env
+bridge: Bridge | None = None  # the bridge, once armed (None before, or when off)
 
-        bridge = configure_from_env()
-except Exception as _exc:  # noqa: BLE001 - never break the user's import
-    record_error("torch_otel.auto", _exc)
-    bridge = None
+
+def _arm() -> None:
+    global bridge
+    from ._internal import record_error
+
+    try:
+        from ._config import bad_sdk_values_hidden
+
+        with bad_sdk_values_hidden():  # the SDK raises at import on some bad values of its variables
+            from ._setup import configure_from_env
+
+            bridge = configure_from_env()
+    except Exception as exc:  # noqa: BLE001 - never break the user's import
+        record_error("torch_otel.auto", exc)
+
+
+if not sdk_disabled() and not capture_off():
+    when_dynamo_imported(_arm)

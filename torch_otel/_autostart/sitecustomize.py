@@ -24,7 +24,8 @@ def _chain() -> None:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
         importlib.import_module("sitecustomize")
     except ImportError:
-        sys.modules["sitecustomize"] = mine  # type: ignore[assignment]
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
     except Exception:  # noqa: BLE001, S110
         pass
     finally:
