@@ -19,6 +19,10 @@
    collector (rotel) that receives, and to one that is down.
 6. Export cost: spans per second through the replay pipeline (read, parse, assemble, build spans) with a no-op
    exporter, and with OTLP to rotel on loopback.
+7. Zero cost until torch compiles (bench/zero_cost.py): start-up with and without the bridge, paired; and a
+   compile-heavy loop exporting to rotel over OTLP/gRPC, every thread's CPU counted, with each thread's share.
+
+``--only zero-cost`` runs section 7 alone (about 10 minutes).
 
 Public tools only: Python, torch, tlparse and rotel from PyPI. Nothing here asserts a time.
 """
@@ -349,7 +353,17 @@ def table(results: dict[str, Any]) -> str:
     for r in results["export"]:
         lines.append(f"| {r['path']} | {r['spans_s']:,.0f} |")
     lines += ["", "Export cost: the whole replay pipeline of the real log (read, parse, assemble, build spans), then export."]
+    if "zero_cost" in results:
+        from zero_cost import table as zero_cost_table
+
+        lines += ["", zero_cost_table(results["zero_cost"])]
     return "\n".join(lines) + "\n"
+
+
+def zero_cost_section(reps: int) -> dict[str, Any]:
+    from zero_cost import compile_loop, startup
+
+    return {"startup": startup(max(reps, 10)), "loop": compile_loop(max(reps, 5))}
 
 
 def main() -> int:
@@ -358,9 +372,18 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="3 repetitions, a 100 MB synthetic log, 500 long-run compiles")
     ap.add_argument("--out", default=str(HERE / "results.md"), help="where to write the Markdown table")
     ap.add_argument("--table-from", metavar="JSON", help="only print the tables of an earlier run's results.json")
+    ap.add_argument("--only", choices=("zero-cost",), help="run one section alone, and print its table")
     args = ap.parse_args()
     if args.table_from:
         print(table(json.loads(Path(args.table_from).read_text())))
+        return 0
+    if args.only == "zero-cost":
+        from zero_cost import table as zero_cost_table
+
+        section = zero_cost_section(args.reps)
+        (HERE / "zero_cost_results.json").write_text(json.dumps(section, indent=1))
+        print(f"Measured with `python bench/run.py --only zero-cost --reps {args.reps}`, torch {_torch()}.\n")
+        print(zero_cost_table(section))
         return 0
     reps = min(args.reps, 3) if args.quick else args.reps
     big_mb = 100 if args.quick else 300
@@ -374,6 +397,7 @@ def main() -> int:
         results["replay"] = replay(tmp, reps, big_mb)
         results["export"] = export_cost(tmp)
         results["long"] = long_runs(long_n)
+        results["zero_cost"] = zero_cost_section(reps)
     text = table(results)
     header = f"Measured with `python bench/run.py{' --quick' if args.quick else ''}` ({reps} repetitions), torch {_torch()}.\n\n"
     Path(args.out).write_text(header + text)

@@ -1,17 +1,43 @@
-"""The ``torch-otel`` command."""
+"""The ``torch-otel`` command.
+
+``torch-otel run`` prefixes every job's command, so its path imports nothing
+beyond ``os`` and ``sys`` before it execs the command (argparse, typing and
+dataclasses alone cost a start-up several milliseconds and megabytes).
+"""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported on `torch-otel run`'s path
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"] and argv[1:2] not in (["-h"], ["--help"]):
+        return _run(argv[1:])
+    return _parse_and_dispatch(argv)
+
+
+def _parse_and_dispatch(argv: list[str]) -> int:
+    import argparse
+
+    class Version(argparse.Action):
+        """``--version``: looks the versions up only when asked (importlib.metadata is slow to import)."""
+
+        def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+            super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+        def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+            print(version_line())
+            parser.exit()
+
     parser = argparse.ArgumentParser(prog="torch-otel", description="OpenTelemetry for torch.compile")
-    parser.add_argument("--version", action="version", version=version_line(), help="print torch-otel's and torch's versions")
+    parser.add_argument("--version", action=Version, help="print torch-otel's and torch's versions, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile a small workload and show its traces and metrics locally")
     demo.add_argument("--traces-file", default="torch-otel-demo.jsonl", help="OTLP-JSON file for the spans")
@@ -68,25 +94,24 @@ def version_line() -> str:
 
 def _run(cmd: list[str]) -> int:
     """Put the auto-start ``sitecustomize`` first on PYTHONPATH and exec the command (as opentelemetry-instrument does)."""
-    import os
-    import shutil
-    from pathlib import Path
-
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         print("torch-otel run: no command given; use: torch-otel run -- python train.py", file=sys.stderr)
         return 2
-    program = shutil.which(cmd[0])
-    if program is None:
-        print(f"torch-otel run: command not found: {cmd[0]!r}", file=sys.stderr)
-        return 127
-    autostart = str(Path(__file__).parent / "_autostart")
+    autostart = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_autostart")
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != autostart]
     os.environ["PYTHONPATH"] = os.pathsep.join([autostart, *path])
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(program, cmd)
+    try:
+        os.execvp(cmd[0], cmd)  # searches PATH as a shell does; returns only on failure
+    except FileNotFoundError:
+        print(f"torch-otel run: command not found: {cmd[0]!r}", file=sys.stderr)
+        return 127
+    except OSError as exc:
+        print(f"torch-otel run: cannot run {cmd[0]!r} ({exc.strerror}); check that it is an executable program", file=sys.stderr)
+        return 126
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -158,13 +183,11 @@ def _run_name(paths: list[str]) -> str:
     return name[:64]
 
 
-@dataclass
 class _ReplayMetrics:
-    sink: Any
-    registry: Any
-    meter_provider: Any
-    url: str | None
-    run: str
+    __slots__ = ("sink", "registry", "meter_provider", "url", "run")
+
+    def __init__(self, sink: Any, registry: Any, meter_provider: Any, url: str | None, run: str) -> None:
+        self.sink, self.registry, self.meter_provider, self.url, self.run = sink, registry, meter_provider, url, run
 
 
 def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:

@@ -1,0 +1,229 @@
+"""Zero cost until torch compiles, and what it costs when it does: start-up rows and a compile loop exporting to rotel.
+
+    python bench/run.py --only zero-cost [--reps N]     # these rows alone (they are also part of a whole run)
+    python bench/zero_cost.py loop CONFIG               # one compile-loop process (run by the above)
+
+1. Start-up, paired and alternating, each pair against plain Python (an A/A row beside):
+   - a Python process that never imports torch, under ``torch-otel run`` (wall and peak RSS);
+   - a process that imports torch and never compiles, under ``torch-otel run`` and with ``import torch_otel.auto``.
+2. A compile-heavy loop (24 ``aot_eager`` recompiles of an MLP, forward and backward), one fresh process per
+   configuration, in rotated order: none, the bridge at default and at full capture turned on by
+   ``import torch_otel.auto`` and exporting spans and metrics over OTLP/gRPC to a real rotel on loopback, and
+   ``TORCH_TRACE``. CPU is counted over every thread of the process (``/proc/self/task/*/schedstat``, which
+   also sees gRPC's native threads), from after the warm-up compile to after ``torch_otel.force_flush()`` has
+   exported every span. Each thread's share is reported by name: that is the direct measure the ratio is
+   reconciled with.
+
+Public tools only. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+BIN = Path(PY).parent
+
+
+def thread_cpu() -> dict[int, tuple[str, int]]:
+    """Every thread of this process: ``{tid: (name, CPU ns so far)}``, native threads included.
+
+    A Python thread's name is its ``threading`` name (the kernel's is just ``python``).
+    """
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as fh:
+                ns = int(fh.read().split()[0])
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                name = fh.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (names.get(int(tid), name), ns)
+    return out
+
+
+def _group(name: str, tid: int) -> str:
+    """Threads by what runs on them (Linux truncates names to 15 characters)."""
+    if tid == os.getpid():
+        return "main thread (torch, and the bridge's hooks)"
+    if name.startswith("torch-otel-live"):
+        return "the bridge's worker thread"
+    if name.startswith("OtelBatchSpan"):
+        return "the SDK's span batch thread (OTLP export)"
+    if name.startswith("OtelPeriodicExp"):
+        return "the SDK's metric reader thread"
+    if name in ("event_engine", "lifeguard") or name.startswith(("grpc", "default-executo", "resolver-execu", "timer_manager")):
+        return "gRPC's native threads"
+    return "torch's native threads (autograd, intra-op pool)" if name == "python" else f"other ({name})"
+
+
+def run_loop(config: str) -> dict[str, Any]:
+    """One process: warm-up compile, then the measured loop; CPU per thread group over the window."""
+    if config in ("default", "full"):
+        import torch_otel.auto  # noqa: F401  - armed when torch.compile imports torch._dynamo
+    import torch
+
+    torch.manual_seed(0)
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 10_000
+
+    def mlp() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+
+    cm = torch.compile(mlp(), backend="aot_eager")
+    cm(torch.randn(1, 64)).sum().backward()  # the warm-up compile
+    before, t0, w0 = thread_cpu(), time.process_time(), time.perf_counter()
+    for n in range(2, 26):  # 24 recompiles, forward and backward
+        cm(torch.randn(n, 64)).sum().backward()
+    if config in ("default", "full"):
+        import torch_otel
+
+        torch_otel.force_flush(60_000)  # every compile's spans built and exported: inside the window
+    after, t1, w1 = thread_cpu(), time.process_time(), time.perf_counter()
+    groups: dict[str, float] = {}
+    for tid, (name, ns) in after.items():
+        spent = (ns - before.get(tid, (name, 0))[1]) / 1e9
+        if spent > 0:
+            groups[_group(name, tid)] = groups.get(_group(name, tid), 0.0) + spent
+    return {"cpu_s": t1 - t0, "wall_s": w1 - w0, "threads": groups}
+
+
+def _pairs(a: list[str], b: list[str], reps: int, env: dict[str, str] | None = None) -> dict[str, list[float]]:
+    from run import child
+
+    out: dict[str, list[float]] = {"wall_a": [], "wall_b": [], "rss_a": [], "rss_b": []}
+    child(a, env)  # warm the page cache
+    child(b, env)
+    for i in range(reps):
+        for which in "ab" if i % 2 == 0 else "ba":
+            wall, _, rss, _ = child(a if which == "a" else b, env)
+            out[f"wall_{which}"].append(wall)
+            out[f"rss_{which}"].append(rss)
+    return out
+
+
+def startup(reps: int) -> list[dict[str, Any]]:
+    run = [str(BIN / "torch-otel"), "run", "--"]
+    plain, torch_only = [PY, "-c", "pass"], [PY, "-c", "import torch"]
+    cases = [
+        ("never imports torch: `python -c pass`, A/A", plain, plain),
+        ("never imports torch: under `torch-otel run`", run + plain, plain),
+        ("imports torch, never compiles: `import torch`, A/A", torch_only, torch_only),
+        ("imports torch, never compiles: under `torch-otel run`", run + torch_only, torch_only),
+        (
+            "imports torch, never compiles: `import torch_otel.auto` first",
+            [PY, "-c", "import torch_otel.auto, torch"],
+            torch_only,
+        ),
+    ]
+    rows = []
+    for label, a, b in cases:
+        p = _pairs(a, b, reps)
+        rows.append(
+            {
+                "case": label,
+                "wall_added_ms": [(x - y) * 1e3 for x, y in zip(p["wall_a"], p["wall_b"], strict=True)],
+                "wall_base_ms": statistics.median(p["wall_b"]) * 1e3,
+                "rss_added_mb": [x - y for x, y in zip(p["rss_a"], p["rss_b"], strict=True)],
+                "rss_base_mb": statistics.median(p["rss_b"]),
+            }
+        )
+        print(f"start-up: {label} done", file=sys.stderr, flush=True)
+    return rows
+
+
+LOOP_CONFIGS = ("none", "none (A/A)", "default", "full", "trace")
+
+
+def compile_loop(reps: int) -> dict[str, list[dict[str, Any]]]:
+    import tempfile
+
+    from run import child
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from servers import Rotel
+
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in LOOP_CONFIGS}
+    with Rotel(debug=False) as rotel:
+        otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_SERVICE_NAME": "bench"}
+        for rep in range(reps):
+            k = rep % len(LOOP_CONFIGS)
+            for cfg in LOOP_CONFIGS[k:] + LOOP_CONFIGS[:k]:
+                with tempfile.TemporaryDirectory() as trace_dir:
+                    env = dict(otlp)
+                    if cfg == "trace":
+                        env["TORCH_TRACE"] = trace_dir
+                    if cfg in ("default", "full"):
+                        env["TORCH_OTEL_CAPTURE"] = cfg
+                    mode = "none" if cfg.startswith("none") else cfg
+                    _, _, _, out = child([PY, str(HERE / "zero_cost.py"), "loop", mode], env)
+                runs[cfg].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"compile loop: repetition {rep + 1}/{reps} done", file=sys.stderr, flush=True)
+    return runs
+
+
+def spread(values: list[float], fmt: str = "{:.3f}") -> str:
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [
+        "### Zero cost until torch compiles: start-up (paired, alternating; added over plain Python, median [min, max])",
+        "",
+        "| case | plain Python | added wall | added peak RSS |",
+        "|---|---|---|---|",
+    ]
+    for r in results["startup"]:
+        lines.append(
+            f"| {r['case']} | {r['wall_base_ms']:.0f} ms, {r['rss_base_mb']:.1f} MB | "
+            f"{spread(r['wall_added_ms'], '{:+.1f}')} ms | {spread(r['rss_added_mb'], '{:+.1f}')} MB |"
+        )
+    runs = results["loop"]
+    none = runs["none"]
+    lines += [
+        "",
+        "### A compile-heavy loop exporting to rotel over OTLP/gRPC (CPU of every thread from after the warm-up compile)",
+        "",
+        "24 `aot_eager` recompiles of an MLP, forward and backward; the bridge turned on by `import torch_otel.auto`; "
+        "the window ends after `torch_otel.force_flush()` has exported every span. Ratios are paired per repetition.",
+        "",
+        "| config | CPU s | vs none | vs TORCH_TRACE |",
+        "|---|---|---|---|",
+    ]
+    for cfg in LOOP_CONFIGS:
+        cpu = [r["cpu_s"] for r in runs[cfg]]
+        vs_none = [a / b["cpu_s"] for a, b in zip(cpu, none, strict=True)]
+        vs_trace = [a / b["cpu_s"] for a, b in zip(cpu, runs["trace"], strict=True)]
+        lines.append(f"| {cfg} | {statistics.median(cpu):.2f} | {spread(vs_none)} | {spread(vs_trace)} |")
+    groups = sorted({g for cfg in LOOP_CONFIGS for r in runs[cfg] for g in r["threads"]})
+    lines += ["", "CPU by thread over the same window (median seconds):", ""]
+    lines += ["| thread | " + " | ".join(LOOP_CONFIGS) + " |", "|---|" + "---|" * len(LOOP_CONFIGS)]
+    for g in groups:
+        cells = [f"{statistics.median(r['threads'].get(g, 0.0) for r in runs[cfg]):.3f}" for cfg in LOOP_CONFIGS]
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    if sys.argv[1:2] != ["loop"] or len(sys.argv) != 3:
+        sys.exit(
+            "usage: python bench/zero_cost.py loop none|default|full|trace (python bench/run.py --only zero-cost runs them all)"
+        )
+    print(json.dumps(run_loop(sys.argv[2])), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
