@@ -61,6 +61,9 @@ def child(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None =
     a forked child's peak would include this process's own size before exec.
     """
     full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
+    # Bytecode caching on, as for an installed package (pip compiles it): a machine that sets
+    # PYTHONDONTWRITEBYTECODE would compile the bridge's modules from source in every run.
+    full.pop("PYTHONDONTWRITEBYTECODE", None)
     full.update(env or {})
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     t = time.perf_counter()

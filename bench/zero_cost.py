@@ -68,10 +68,34 @@ def _group(name: str, tid: int) -> str:
     return "torch's native threads (autograd, intra-op pool)" if name == "python" else f"other ({name})"
 
 
+HOOKS = {"cpu": 0.0}  # CPU the bridge's hooks took on torch's path (the main thread), over the window
+
+
+def _time_the_hooks() -> None:
+    """Add each hook's ``thread_time`` to ``HOOKS``: the bridge's share of the main thread."""
+    from torch_otel import _live
+
+    def timed(fn: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                HOOKS["cpu"] += time.thread_time() - t
+
+        return wrapper
+
+    for name in ("_on_chromium", "_on_metrics", "_on_graph_break", "_on_reasons"):
+        setattr(_live.LiveCapture, name, timed(getattr(_live.LiveCapture, name)))
+    _live._TraceHandler.handle = timed(_live._TraceHandler.handle)  # type: ignore[method-assign]
+
+
 def run_loop(config: str) -> dict[str, Any]:
     """One process: warm-up compile, then the measured loop; CPU per thread group over the window."""
     if config in ("default", "full"):
         import torch_otel.auto  # noqa: F401  - armed when torch.compile imports torch._dynamo
+
+        _time_the_hooks()
     import torch
 
     torch.manual_seed(0)
@@ -85,6 +109,7 @@ def run_loop(config: str) -> dict[str, Any]:
     cm = torch.compile(mlp(), backend="aot_eager")
     cm(torch.randn(1, 64)).sum().backward()  # the warm-up compile
     before, t0, w0 = thread_cpu(), time.process_time(), time.perf_counter()
+    HOOKS["cpu"] = 0.0
     for n in range(2, 26):  # 24 recompiles, forward and backward
         cm(torch.randn(n, 64)).sum().backward()
     if config in ("default", "full"):
@@ -97,18 +122,21 @@ def run_loop(config: str) -> dict[str, Any]:
         spent = (ns - before.get(tid, (name, 0))[1]) / 1e9
         if spent > 0:
             groups[_group(name, tid)] = groups.get(_group(name, tid), 0.0) + spent
+    if HOOKS["cpu"]:
+        groups["the bridge's hooks (inside the main thread's figure)"] = HOOKS["cpu"]
     return {"cpu_s": t1 - t0, "wall_s": w1 - w0, "threads": groups}
 
 
-def _pairs(a: list[str], b: list[str], reps: int, env: dict[str, str] | None = None) -> dict[str, list[float]]:
+def _pairs(a: list[str], b: list[str], reps: int, a_env: dict[str, str]) -> dict[str, list[float]]:
+    """A and B in turn (ABBA), each a fresh process; A alone gets ``a_env``."""
     from run import child
 
     out: dict[str, list[float]] = {"wall_a": [], "wall_b": [], "rss_a": [], "rss_b": []}
-    child(a, env)  # warm the page cache
-    child(b, env)
+    child(a, a_env)  # warm the page cache, and write the bytecode caches
+    child(b)
     for i in range(reps):
         for which in "ab" if i % 2 == 0 else "ba":
-            wall, _, rss, _ = child(a if which == "a" else b, env)
+            wall, _, rss, _ = child(a if which == "a" else b, a_env if which == "a" else None)
             out[f"wall_{which}"].append(wall)
             out[f"rss_{which}"].append(rss)
     return out
@@ -117,20 +145,20 @@ def _pairs(a: list[str], b: list[str], reps: int, env: dict[str, str] | None = N
 def startup(reps: int) -> list[dict[str, Any]]:
     run = [str(BIN / "torch-otel"), "run", "--"]
     plain, torch_only = [PY, "-c", "pass"], [PY, "-c", "import torch"]
-    cases = [
-        ("never imports torch: `python -c pass`, A/A", plain, plain),
-        ("never imports torch: under `torch-otel run`", run + plain, plain),
-        ("imports torch, never compiles: `import torch`, A/A", torch_only, torch_only),
-        ("imports torch, never compiles: under `torch-otel run`", run + torch_only, torch_only),
-        (
-            "imports torch, never compiles: `import torch_otel.auto` first",
-            [PY, "-c", "import torch_otel.auto, torch"],
-            torch_only,
-        ),
+    # What `torch-otel run` gives every Python process it starts: its sitecustomize first on PYTHONPATH.
+    under = {"PYTHONPATH": str(HERE.parent / "torch_otel" / "_autostart")}
+    auto_first = [PY, "-c", "import torch_otel.auto, torch"]
+    cases: list[tuple[str, list[str], list[str], dict[str, str]]] = [
+        ("never imports torch: `python -c pass`, A/A", plain, plain, {}),
+        ("never imports torch: each Python process under `torch-otel run`", plain, plain, under),
+        ("never imports torch: the whole `torch-otel run -- python -c pass` (its launcher once)", run + plain, plain, {}),
+        ("imports torch, never compiles: `import torch`, A/A", torch_only, torch_only, {}),
+        ("imports torch, never compiles: each process under `torch-otel run`", torch_only, torch_only, under),
+        ("imports torch, never compiles: `import torch_otel.auto` first", auto_first, torch_only, {}),
     ]
     rows = []
-    for label, a, b in cases:
-        p = _pairs(a, b, reps)
+    for label, a, b, a_env in cases:
+        p = _pairs(a, b, reps, a_env)
         rows.append(
             {
                 "case": label,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, clean_env, frame_roots
+from helpers import WORKLOADS, clean_env, frame_roots, read_otlp_json_spans
 from servers import Rotel, Tap, free_port, http_get, wait_until
 
 BIN = Path(sys.executable).parent
@@ -226,7 +226,7 @@ def test_full_queue_is_bounded_and_counted(job):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
-    log = tmp_path / "job.log"
+    log, spans_file = tmp_path / "job.log", tmp_path / "spans.jsonl"
     with Rotel() as rotel:
         proc = subprocess.Popen(
             [str(BIN / "torch-otel"), "run", "--", sys.executable, str(WORKLOADS / "sigterm.py")],
@@ -235,6 +235,7 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
                     "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                     "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
                     "OTEL_METRICS_EXPORTER": "otlp",
+                    "TORCH_OTEL_TRACES_FILE": str(spans_file),
                 }
             ),
             stdout=log.open("wb"),
@@ -243,6 +244,7 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
         )
         try:
             wait_until(lambda: proc.poll() is None and "COMPILING" in log.read_text(), 240, "the second compile")
+            time.sleep(2)  # seconds inside the slow backend
             t0 = time.monotonic()
             proc.send_signal(sig)
             proc.wait(30)
@@ -257,6 +259,14 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
     assert roots["0/0"]["status_code"] == "STATUS_CODE_UNSET"
     assert roots["1/0"]["status_code"] == "STATUS_CODE_ERROR"  # cut short: reported as such
     assert any(e.get("name") == "exception" for e in roots["1/0"]["events"])
+    # The cut compile and its open phases end when the cut was seen, not at the last phase boundary torch reported.
+    spans = read_otlp_json_spans(spans_file)
+    cut = next(s for s in spans if s["attrs"].get("torch.compile.id") == "1/0")
+    seconds = (int(cut["endTimeUnixNano"]) - int(cut["startTimeUnixNano"])) / 1e9
+    assert seconds >= 2, seconds
+    backend = next(s for s in spans if s["name"] == "backend_compile" and s["traceId"] == cut["traceId"])
+    # SIGTERM kills it open (it ends at the cut); SIGINT unwinds it, and torch ends it then
+    assert (int(backend["endTimeUnixNano"]) - int(backend["startTimeUnixNano"])) / 1e9 >= 2, backend
 
 
 def test_compiles_from_several_threads_make_separate_unmixed_traces(cap):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from helpers import read_otlp_json_spans, run_python
 
 
 def test_inductor_phases_and_fx_graph_cache_hit(cap):
@@ -35,3 +36,30 @@ def test_inductor_phases_and_fx_graph_cache_hit(cap):
         if cap.sample("torch_compile_phase_duration_seconds_count", rank="0", phase=p)
     }
     assert {"dynamo_tracing", "backend_compile"} <= phases and phases & {"inductor", "cache_load"}
+
+
+def test_compile_worker_phases_join_the_compile_they_served(tmp_path):
+    """C++ kernel builds (``compile_file``) run on compile worker threads, whose events carry no compile id.
+
+    Only a cold kernel cache builds kernels, so this one runs in its own process on an empty cache (about 30 s here).
+    """
+    spans_file = tmp_path / "spans.jsonl"
+    script = (
+        "import torch_otel.auto\nimport torch\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))\n"
+        "torch.compile(m, backend='inductor')(torch.randn(4, 16)).sum().backward()\n"
+    )
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cold-cache"),
+        "TORCH_OTEL_TRACES_FILE": str(spans_file),
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+    }
+    res = run_python("-c", env, args=[script], timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    spans = read_otlp_json_spans(spans_file)
+    builds = [s for s in spans if s["name"] == "compile_file"]
+    joined = [s for s in builds if s["attrs"].get("torch.compile.attributed") == "the only compile in flight"]
+    assert joined, [(s["name"], s["attrs"]) for s in builds]
+    roots = {s["traceId"] for s in spans if "torch.compile.kind" in s["attrs"]}
+    assert all(s["traceId"] in roots for s in builds)  # every build sits in a compile's trace: none dropped

@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._compile_id import CompileId
-from ._events import ArtifactEvent, Event, GraphBreakEvent, LogEvent, MetricsEvent, Origin, PhaseEvent, StartEvent
+from ._events import (
+    ArtifactEvent,
+    Event,
+    GraphBreakEvent,
+    LogEvent,
+    MetricsEvent,
+    Origin,
+    PhaseEvent,
+    RecompileReasonsEvent,
+    StartEvent,
+)
 from ._internal import record_error
 
 ROOTS: dict[str, str] = {
@@ -30,6 +40,7 @@ MAX_PHASES = 2000
 MAX_GRAPH_BREAKS = 256
 MAX_ARTIFACTS = 512
 MAX_LOGS = 32
+MAX_RECOMPILE_REASONS = 32
 
 
 @dataclass(slots=True)
@@ -63,8 +74,11 @@ class CompileRecord:
     logs: list[LogEvent] = field(default_factory=list)
     artifacts: list[ArtifactEvent] = field(default_factory=list)
     start_stack: list[dict[str, Any]] | None = None
+    recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
     incomplete: str | None = None
     dropped: int = 0
+    # torch's time of the latest phase event of this compile: the date of a record that carries none (replay)
+    last_ts_ns: int | None = None
     # Set by the span sink, read by the metrics sink (exemplars).
     trace_id: int | None = None
     span_id: int | None = None
@@ -144,6 +158,7 @@ class Assembler:
             ArtifactEvent: self._artifact,
             LogEvent: self._log,
             StartEvent: self._start,
+            RecompileReasonsEvent: self._recompile_reasons,
         }
 
     # -- public -----------------------------------------------------------
@@ -158,6 +173,8 @@ class Assembler:
         if rec is None:
             self.stats["orphan_graph_breaks"] += 1
         elif len(rec.graph_breaks) < MAX_GRAPH_BREAKS:
+            if event.ts_ns is None:
+                event.ts_ns = rec.last_ts_ns
             rec.graph_breaks.append(event)
         else:
             rec.dropped += 1
@@ -167,6 +184,8 @@ class Assembler:
         if rec is None:
             self.stats["orphan_artifacts"] += 1
         elif len(rec.artifacts) < MAX_ARTIFACTS:
+            if event.ts_ns is None:
+                event.ts_ns = rec.last_ts_ns
             rec.artifacts.append(event)
             rec.attempt = max(rec.attempt, event.attempt)
         else:
@@ -182,6 +201,14 @@ class Assembler:
         else:
             rec.dropped += 1
 
+    def _recompile_reasons(self, event: RecompileReasonsEvent) -> None:
+        rec = self._find(event.compile_id, prefer="frame")
+        if rec is None:
+            self.stats["orphan_recompile_reasons"] += 1
+        else:
+            rec.recompile_reasons = event.reasons[:MAX_RECOMPILE_REASONS]
+            rec.dropped += max(0, len(event.reasons) - MAX_RECOMPILE_REASONS)
+
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")
         if rec is not None:
@@ -189,19 +216,45 @@ class Assembler:
                 rec.start_stack = event.stack
             rec.attempt = max(rec.attempt, event.attempt)
 
-    def flush(self, reason: str = "the process exited before the compile ended") -> None:
-        """Finish every compile in flight (ended ones normally, the rest as incomplete)."""
+    def flush(self, reason: str = "the process exited before the compile ended", cut_ns: int | None = None) -> None:
+        """Finish every compile in flight (ended ones normally, the rest as incomplete).
+
+        ``cut_ns`` is when the cut was seen (live: now). A cut compile and its open phases end
+        then; without it (replay of a truncated log) they end at the last time torch reported.
+        """
         with self._lock:
             for rec in list(self._open.values()):
                 if not rec._ended:
                     rec.incomplete = reason
+                    if cut_ns is not None:
+                        self._cut(rec, cut_ns)
                 self._finish(rec)
+
+    @staticmethod
+    def _cut(rec: CompileRecord, cut_ns: int) -> None:
+        for node in rec._stack:  # the phases still open, the root among them
+            if node.end_ns is None:
+                node.end_ns = max(cut_ns, node.start_ns)
 
     @property
     def open_count(self) -> int:
         return len(self._open)
 
     # -- internals --------------------------------------------------------
+
+    def _only_compile_in_flight(self, ev: PhaseEvent) -> CompileRecord | None:
+        """A phase with no compile id: inductor's compile workers (``compile_file``) run on threads that carry none.
+
+        When exactly one compile is in flight, they served it: the phase joins it and says so on its span.
+        Otherwise it cannot be known, and the phase is counted (``torch_otel_unattributed_phases_total``).
+        """
+        running = [r for r in self._open.values() if not r._ended]
+        if len(running) != 1:
+            self.stats["unattributed_phases"] += 1
+            return None
+        ev.args = {**ev.args, "attributed": "the only compile in flight"}
+        return running[0]
+
     def _find(self, cid: CompileId | None, prefer: str | None = None) -> CompileRecord | None:
         if cid is None:
             return None
@@ -235,6 +288,7 @@ class Assembler:
                 attempt=ev.attempt,
                 rank=ev.rank,
                 origin=ev.origin,
+                last_ts_ns=ev.ts_ns,
             )
             rec._stack.append(rec.root)
             self._open[key] = rec
@@ -250,7 +304,7 @@ class Assembler:
             if ending is None:
                 self.stats["orphan_phases"] += 1
                 return
-            ending.root.end_ns = ev.ts_ns
+            ending.root.end_ns = ending.last_ts_ns = ev.ts_ns
             ending.root.args.update(ev.args)
             ending.attempt = max(ending.attempt, ev.attempt)
             if ev.rank is not None:
@@ -260,11 +314,12 @@ class Assembler:
             if ending.metrics is not None or ending.kind == "compiled_autograd":
                 self._finish(ending)
             return
-        found = self._find(ev.compile_id)
+        found = self._find(ev.compile_id) if ev.compile_id is not None else self._only_compile_in_flight(ev)
         if found is None or found._ended:
             self.stats["orphan_phases"] += 1
             return
         rec = found
+        rec.last_ts_ns = ev.ts_ns
         if ev.name.startswith("compile_attempt_"):
             try:
                 rec.attempt = max(rec.attempt, int(ev.name.rsplit("_", 1)[1]))

@@ -7,6 +7,7 @@ import inspect
 import os
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,7 +164,7 @@ def uninstrument(timeout_millis: int | None = None) -> None:
         except Exception as exc:  # noqa: BLE001
             record_error("uninstrument", exc)
         try:
-            b.assembler.flush("the bridge was uninstrumented during the compile")
+            b.assembler.flush("the bridge was uninstrumented during the compile", cut_ns=time.time_ns())
         except Exception as exc:  # noqa: BLE001
             record_error("uninstrument flush", exc)
     _stop_owned(b, b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
@@ -284,7 +285,7 @@ def shutdown(timeout_millis: int | None = None) -> None:
         return
     try:
         b.capture.drain()
-        b.assembler.flush()
+        b.assembler.flush(cut_ns=time.time_ns())  # a compile cut short (SIGTERM, exit) ends now, not at its last phase
     except Exception as exc:  # noqa: BLE001
         record_error("shutdown flush", exc)
     if not b.owned:  # providers the application owns: flush them, as before

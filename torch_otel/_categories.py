@@ -7,6 +7,8 @@ import threading
 
 # Order matters: the first pattern that matches names the category.
 _RECOMPILE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # torch's global state: grad mode (train to eval), autocast, deterministic algorithms, default dtype, ...
+    ("global_state", re.compile(r"GLOBAL_STATE changed|___check_global_state|grad_mode", re.I)),
     ("size_mismatch", re.compile(r"size mismatch|sizes? (?:of|for) .* changed|Ne\(|Eq\(|<= |>= ", re.I)),
     ("stride_mismatch", re.compile(r"stride mismatch", re.I)),
     ("dtype", re.compile(r"dtype mismatch|dtype", re.I)),
@@ -51,7 +53,8 @@ PHASES: dict[str, str] = {
     "GraphLowering.run": "inductor_lowering",
     "GraphLowering.codegen": "codegen",
     "compile_file": "cpp_compile",
-    "async_compile.wait": "triton_compile",
+    # Waiting for the kernels being compiled: Triton's on a GPU, C++ builds on a CPU.
+    "async_compile.wait": "kernel_compile_wait",
     "CachingAutotuner.benchmark_all_configs": "autotune",
     "benchmark_codegened_module": "autotune",
     "build_guards": "guard_building",
@@ -94,7 +97,7 @@ _GUARD_SOURCE = re.compile(r"\s+#\s.*$")
 # The literal a value guard compares with: the user's constants (hyper-parameters, strings, lists).
 _GUARD_LITERAL = re.compile(
     r"""(==|!=|\bnot in\b|\bin\b)\s*("""
-    r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[\d.][\w.+-]*|\[[^\]]*\]|\([^)]*\)|\{[^}]*\})"""
+    r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[\d.][\w.+-]*|\b(?:True|False|None)\b|\[[^\]]*\]|\([^)]*\)|\{[^}]*\})"""
 )
 
 

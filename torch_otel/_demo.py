@@ -69,12 +69,15 @@ def _print_traces(spans: list[Any], out: TextIO) -> None:
             children[s.parent.span_id].append(s)
     roots.sort(key=lambda s: s.start_time)
 
-    def line(s: Any, depth: int) -> None:
+    def line(s: Any, lead: str, branch: str) -> None:
+        """The whole tree, every level, as the README shows it."""
         ms = (s.end_time - s.start_time) / 1e6
-        out.write(f"{'  ' * depth}{s.name:<{44 - 2 * depth}} {ms:9.1f} ms\n")
-        for c in sorted(children.get(s.context.span_id, []), key=lambda c: c.start_time):
-            if depth < 2:
-                line(c, depth + 1)
+        label = f"{lead}{branch}{s.name}"
+        out.write(f"{label:<46} {ms:9.1f} ms\n")
+        kids = sorted(children.get(s.context.span_id, []), key=lambda c: c.start_time)
+        deeper = lead + ("   " if branch == "└─ " else "│  " if branch else "")
+        for i, c in enumerate(kids):
+            line(c, deeper, "└─ " if i == len(kids) - 1 else "├─ ")
 
     for r in roots:
         a = dict(r.attributes or {})
@@ -93,7 +96,7 @@ def _print_traces(spans: list[Any], out: TextIO) -> None:
                 )
         if r.status.status_code.name == "ERROR":
             out.write(f"  ERROR: {r.status.description}\n")
-        line(r, 1)
+        line(r, "  ", "")
 
 
 def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextIO = sys.stdout) -> int:

@@ -25,6 +25,7 @@ class Origin:
     code_file: str | None = None
     code_line: int | None = None
     thread: str | None = None
+    stack: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
 
 
 @dataclass(slots=True)
@@ -62,6 +63,7 @@ class GraphBreakEvent:
     skipped_frame: bool = False
     attempt: int = 0
     rank: int | None = None
+    ts_ns: int | None = None  # when torch logged it (live); None: the assembler dates it by the compile's phases
 
 
 @dataclass(slots=True)
@@ -75,6 +77,17 @@ class ArtifactEvent:
     digest: str | None = None
     payload: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    rank: int | None = None
+    ts_ns: int | None = None  # as for GraphBreakEvent
+
+
+@dataclass(slots=True)
+class RecompileReasonsEvent:
+    """Why a frame recompiled: one guard failure per cached entry that did not match (tlparse lists them all)."""
+
+    compile_id: CompileId | None
+    reasons: list[str]
     attempt: int = 0
     rank: int | None = None
 
@@ -100,4 +113,4 @@ class LogEvent:
     message: str
 
 
-Event = PhaseEvent | MetricsEvent | GraphBreakEvent | ArtifactEvent | StartEvent | LogEvent
+Event = PhaseEvent | MetricsEvent | GraphBreakEvent | ArtifactEvent | StartEvent | LogEvent | RecompileReasonsEvent

@@ -49,9 +49,15 @@ def _attributes(attrs: Any) -> str:
     return "[" + ",".join(_key(k) + _value(v) + "}" for k, v in (attrs or {}).items()) + "]"
 
 
+def _dropped(n: int, field: str) -> str:
+    """OTLP's ``dropped*Count`` fields, written only when something was dropped (zero is their default)."""
+    return ',"%s":%d' % (field, n) if n else ""
+
+
 def _event(e: Any) -> str:
     attrs = (',"attributes":' + _attributes(e.attributes)) if e.attributes else ""
-    return '{"timeUnixNano":"%d","name":%s%s}' % (e.timestamp, _q(e.name), attrs)
+    dropped = _dropped(getattr(e.attributes, "dropped", 0), "droppedAttributesCount")
+    return '{"timeUnixNano":"%d","name":%s%s%s}' % (e.timestamp, _q(e.name), attrs, dropped)
 
 
 def _span(span: ReadableSpan) -> str:
@@ -64,8 +70,10 @@ def _span(span: ReadableSpan) -> str:
         out.append(',"parentSpanId":"%016x"' % span.parent.span_id)
     if span.attributes:
         out.append(',"attributes":' + _attributes(span.attributes))
+    out.append(_dropped(span.dropped_attributes, "droppedAttributesCount"))
     if span.events:
         out.append(',"events":[' + ",".join(_event(e) for e in span.events) + "]")
+    out.append(_dropped(span.dropped_events, "droppedEventsCount"))
     if span.links:
         links = (
             '{"traceId":"%032x","spanId":"%016x","attributes":%s}'

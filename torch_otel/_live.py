@@ -32,7 +32,7 @@ from opentelemetry import context as otel_context
 
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
-from ._events import Event, GraphBreakEvent, LogEvent, Origin, PhaseEvent
+from ._events import ArtifactEvent, Event, GraphBreakEvent, LogEvent, Origin, PhaseEvent, RecompileReasonsEvent
 from ._graph_breaks import parse_graph_break
 from ._internal import _in_bridge, guarded, record_error
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
@@ -48,17 +48,42 @@ WARNING_LOGGERS = ("torch._dynamo", "torch._inductor")
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
 MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
 
+
+_BRIDGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_HOOK_FILES = (os.sep + "_live.py", os.sep + "_internal.py")
+
+
+def _beside_the_hooks(path: str) -> bool:
+    """A module of the bridge other than its hooks (the demo's workload): a caller of last resort."""
+    return path.startswith(_BRIDGE_DIR) and not path.endswith(_HOOK_FILES)
+
+
 # A queued piece of work: (handler, three arguments).
 _Item = tuple[Callable[[Any, Any, Any], None], Any, Any, Any]
 
 
-def _skip_dirs() -> tuple[str, ...]:
+MAX_STACK = 8  # frames kept in ``code.stacktrace``: from the compiled call out to the user's line
+
+
+def _skip_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(never a caller: torch, the bridge, logging; not the user's code: installed libraries, the standard library)."""
     import contextlib
+    import site
+    import sysconfig
 
     import torch
 
-    dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__), os.path.dirname(logging.__file__)]
-    return tuple(d + os.sep for d in dirs) + (contextlib.__file__,)
+    never = [os.path.dirname(torch.__file__), os.path.dirname(__file__), os.path.dirname(logging.__file__)]
+    libraries = [p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")]
+    try:
+        libraries += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    both = {d for p in libraries if p for d in (os.path.normpath(p), os.path.realpath(p))}
+    return (
+        tuple(d + os.sep for d in never) + (contextlib.__file__, "<frozen"),
+        tuple(sorted(d + os.sep for d in both)),
+    )
 
 
 def _rank() -> int | None:
@@ -154,11 +179,13 @@ class LiveCapture:
         self.installed = False
         self._orig_record: Any = None
         self._orig_log_event: Any = None
+        self._orig_reasons: Any = None
         self._gb_handler = _GraphBreakHandler(self)
         self._trace_handler = _TraceHandler(self)
         self._logger_states: dict[str, _LoggerState] = {}
         self._interned: dict[int, str] = {}
         self._skip: tuple[str, ...] = ()
+        self._libraries: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._pending: deque[_Item] = deque()
         self._drain_lock = threading.RLock()
@@ -178,7 +205,7 @@ class LiveCapture:
                 return
             import torch._dynamo.utils as du
 
-            self._skip = _skip_dirs()
+            self._skip, self._libraries = _skip_dirs()
             self._stop, self._worker = threading.Event(), None
             # Phase begins and ends come from torch's chromium hook at both levels (no JSON to parse).
             self._orig_record = du.record_chromium_event_internal
@@ -186,8 +213,13 @@ class LiveCapture:
             if self.level == "full":
                 self._reattach = self._install_trace_handler
             else:
+                import torch._dynamo.convert_frame as cf
+
                 self._orig_log_event = du.log_compilation_event
                 du.log_compilation_event = self._log_compilation_event
+                # Every cache entry's guard failure (torch's metrics keep the first only); imported there by name.
+                self._orig_reasons = cf.get_and_maybe_log_recompilation_reasons
+                cf.get_and_maybe_log_recompilation_reasons = self._recompilation_reasons
                 self._reattach = self._ensure_graph_break_loggers
             self._reattach()
             if self.warnings:
@@ -206,7 +238,12 @@ class LiveCapture:
                 du.record_chromium_event_internal = self._orig_record
             if self._orig_log_event is not None and du.log_compilation_event == self._log_compilation_event:
                 du.log_compilation_event = self._orig_log_event
-            self._orig_record = self._orig_log_event = None
+            if self._orig_reasons is not None:
+                import torch._dynamo.convert_frame as cf
+
+                if cf.get_and_maybe_log_recompilation_reasons == self._recompilation_reasons:
+                    cf.get_and_maybe_log_recompilation_reasons = self._orig_reasons
+            self._orig_record = self._orig_log_event = self._orig_reasons = None
             for name, state in self._logger_states.items():
                 lg = logging.getLogger(name)
                 handler = self._trace_handler if name == TRACE_LOGGER else self._gb_handler
@@ -260,9 +297,18 @@ class LiveCapture:
 
     # -- origin ---------------------------------------------------------------
     def _origin(self) -> Origin:
+        """Who compiled: the compiled frame, and the user's line that called it.
+
+        The user's line is the nearest frame outside torch, the bridge, installed libraries and the
+        standard library (a model in ``transformers`` is called from the user's script, not from
+        ``transformers``). Failing that, the nearest frame outside torch and the bridge's hooks. The
+        frames on the way, at most ``MAX_STACK``, are kept for ``code.stacktrace``.
+        """
         origin = Origin(parent_context=otel_context.get_current(), thread=threading.current_thread().name)
         f: FrameType | None = sys._getframe(1)
-        skip = self._skip
+        skip, libraries = self._skip, self._libraries
+        stack: list[tuple[str, int, str]] = []
+        fallback: FrameType | None = None
         while f is not None:
             co = f.f_code
             fn = co.co_filename
@@ -272,12 +318,22 @@ class LiveCapture:
                     origin.code_name = code.co_name
                     origin.code_file = code.co_filename
                     origin.code_line = code.co_firstlineno
-            elif not fn.startswith(skip) and not fn.startswith("<frozen"):
-                origin.caller_file = fn
-                origin.caller_line = f.f_lineno
-                origin.caller_function = co.co_name
-                break
+            elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
+                if len(stack) < MAX_STACK:
+                    stack.append((fn, f.f_lineno, co.co_name))
+                if fallback is None:
+                    fallback = f
+                if not fn.startswith(libraries) and not fn.startswith(skip):
+                    fallback = f
+                    break
+                if len(stack) >= MAX_STACK:
+                    break
             f = f.f_back
+        if fallback is not None:
+            origin.caller_file = fallback.f_code.co_filename
+            origin.caller_line = fallback.f_lineno
+            origin.caller_function = fallback.f_code.co_name
+        origin.stack = stack
         return origin
 
     # -- the queue -------------------------------------------------------------
@@ -351,6 +407,14 @@ class LiveCapture:
         if orig is not None:
             orig(metrics)
 
+    def _recompilation_reasons(self, *args: Any, **kwargs: Any) -> Any:
+        orig = self._orig_reasons
+        if orig is None:  # uninstalled, but someone wrapped this hook since: torch's own function, untouched
+            from torch._dynamo.guards import get_and_maybe_log_recompilation_reasons as orig
+        reasons = orig(*args, **kwargs)
+        self._on_reasons(reasons)
+        return reasons
+
     @guarded("chromium event hook")
     def _on_chromium(self, event: dict[str, Any]) -> None:
         if not self.installed:
@@ -390,6 +454,12 @@ class LiveCapture:
         self._pending.append((self._process_metrics, fields, None, None))
         self._compile_ended()
 
+    @guarded("recompile reasons hook")
+    def _on_reasons(self, reasons: Any) -> None:
+        if self.installed and isinstance(reasons, list) and reasons:
+            ev = RecompileReasonsEvent(_current_compile_id(), [str(r) for r in reasons])
+            self._pending.append((self._process_event, ev, None, None))
+
     @guarded("warning hook")
     def _on_warning(self, record: logging.LogRecord) -> None:
         if record.name.endswith("__graph_breaks"):
@@ -400,7 +470,7 @@ class LiveCapture:
     @guarded("graph break handler")
     def _on_graph_break(self, record: logging.LogRecord) -> None:
         cid, message = _current_compile_id(), record.getMessage()
-        self._pending.append((self._process_graph_break, cid, message, None))
+        self._pending.append((self._process_graph_break, cid, message, int(record.created * 1e9)))
 
     @guarded("torch.__trace handler")
     def _on_trace_record(self, record: logging.LogRecord) -> None:
@@ -413,7 +483,7 @@ class LiveCapture:
         if held is not None:  # no chromium hook came after it: an instant event
             self._held.item = None
             self._pending.append(held)
-        item = (self._process_trace_record, md, payload, None)
+        item = (self._process_trace_record, md, payload, int(record.created * 1e9))
         if "chromium_event" in md:
             self._held.item = item
             return
@@ -444,11 +514,11 @@ class LiveCapture:
     def _process_metrics(self, fields: dict[str, Any], _b: None, _c: None) -> None:
         self.assembler.feed(metrics_to_event(fields))
 
-    def _process_graph_break(self, cid: CompileId | None, message: str, _c: None) -> None:
+    def _process_graph_break(self, cid: CompileId | None, message: str, ts_ns: int) -> None:
         gb = parse_graph_break(message)
-        self.assembler.feed(GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame))
+        self.assembler.feed(GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, ts_ns=ts_ns))
 
-    def _process_trace_record(self, md: dict[str, Any], payload: str | None, _c: None) -> None:
+    def _process_trace_record(self, md: dict[str, Any], payload: str | None, ts_ns: int) -> None:
         try:
             kind, events = parse_record(md, payload, self._interned)
         except RecordError as exc:
@@ -458,4 +528,6 @@ class LiveCapture:
             self.assembler.stats[f"unknown_kind:{kind}"] += 1
             return
         for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
+            if isinstance(ev, (GraphBreakEvent, ArtifactEvent)):
+                ev.ts_ns = ts_ns  # when torch logged it
             self.assembler.feed(ev)

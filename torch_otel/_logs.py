@@ -79,7 +79,7 @@ class LogSink(Sink):
                 attrs["code.line.number"] = gb.lineno
             what = gb.gb_type or (gb.reason.splitlines()[0] if gb.reason else "unknown")
             text = f"graph break: {what}"
-            self._emit(LogEvent(rec.compile_id, end, logging.WARNING, "torch._dynamo.graph_breaks", text), ctx, attrs)
+            self._emit(LogEvent(rec.compile_id, gb.ts_ns or end, logging.WARNING, "torch._dynamo.graph_breaks", text), ctx, attrs)
 
     def on_orphan_log(self, event: LogEvent) -> None:
         attrs = {"torch.compile.id": str(event.compile_id)} if event.compile_id is not None else {}

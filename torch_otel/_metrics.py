@@ -60,7 +60,7 @@ SERIES: dict[str, Series] = {
         Series(
             "torch_compile_phase_duration_seconds",
             "histogram",
-            "Time spent in one compile phase (see docs/metrics.md for the phase set).",
+            "Time one compile spent in a phase: all its stretches summed, nested ones counted once (docs/metrics.md).",
             ("rank", "phase"),
             "s",
             DURATION_BUCKETS,
@@ -79,7 +79,13 @@ SERIES: dict[str, Series] = {
         ),
         Series("torch_compile_eager_fallbacks", "counter", "Compiles that left their frame running in eager.", ("rank", "kind")),
         Series("torch_compile_cache_requests", "counter", "Compile cache lookups.", ("rank", "cache", "location", "result")),
-        Series("torch_compile_cache_time_saved_seconds", "counter", "Compile time saved by the remote cache.", ("rank",), "s"),
+        Series(
+            "torch_compile_cache_time_saved_seconds",
+            "counter",
+            "Compile time saved by FX graph cache hits, local and remote (torch's remote_cache_time_saved_s).",
+            ("rank",),
+            "s",
+        ),
         Series("torch_compile_guards", "histogram", "Guards per compiled frame.", ("rank",), "", GUARD_BUCKETS),
         Series("torch_compile_in_progress", "updown", "Compiles running now.", ("rank", "kind")),
         Series(
@@ -156,6 +162,16 @@ class SelfMetrics:
         e = CounterMetricFamily("torch_otel_internal_errors", "Exceptions caught inside the bridge (torch.compile went on).")
         e.add_metric([], internal_error_count())
         yield e
+        from ._bridge import current
+
+        b = current()
+        u = CounterMetricFamily(
+            "torch_otel_unattributed_phases",
+            "Phase events with no compile id (compile worker threads) that could not be given to a compile: "
+            "more than one was in flight.",
+        )
+        u.add_metric([], b.assembler.stats["unattributed_phases"] if b is not None else 0)
+        yield u
 
     def describe(self) -> list[Any]:
         return []
@@ -195,6 +211,19 @@ class OTelBackend:
             inst.set(value, attrs)
         else:
             inst.add(value, attrs, context=ctx)
+
+
+def covered_ns(spans: list[tuple[int, int]]) -> int:
+    """The time a set of (start, end) stretches covers: siblings add up, overlapping or nested ones count once."""
+    total, reach = 0, None
+    for start, end in sorted(spans):
+        if reach is None or start >= reach:
+            total += max(0, end - start)
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
 
 
 @functools.lru_cache(maxsize=4)  # one compile's observations share it
@@ -274,16 +303,16 @@ class CompileMetrics(Sink):
         ex = (rec.trace_id, rec.span_id or 0) if rec.trace_id else None
         yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
         yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
-        seen: set[str] = set()
+        stretches: dict[str, list[tuple[int, int]]] = {}
         for node, _ in rec.root.walk():
             if node.name in ("backend_compile", "inductor_compile") and node.args.get("cache_state") == "bypass":
                 cache = "fx_graph" if node.name == "inductor_compile" else "aot_autograd"
                 yield "torch_compile_cache_requests", (rank, cache, "local", "bypass"), 1, None
             phase = PHASES.get(node.name)
-            if phase is None or phase in seen or node.end_ns is None:
-                continue
-            seen.add(phase)  # the outermost occurrence only: nested ones are inside it
-            yield "torch_compile_phase_duration_seconds", (rank, phase), max(0.0, (node.end_ns - node.start_ns) / 1e9), ex
+            if phase is not None and node.end_ns is not None:
+                stretches.setdefault(phase, []).append((node.start_ns, node.end_ns))
+        for phase, spans in stretches.items():  # one observation per phase per compile: the time it covered
+            yield "torch_compile_phase_duration_seconds", (rank, phase), covered_ns(spans) / 1e9, ex
         if rec.recompile_reason:
             yield "torch_compile_recompiles", (rank, recompile_category(rec.recompile_reason)), 1, None
         for gb in rec.graph_breaks:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._compile_id import CompileId, compile_id_from_metadata, parse_compile_id
-from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, PhaseEvent, StartEvent
+from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, PhaseEvent, RecompileReasonsEvent, StartEvent
 from ._graph_breaks import parse_graph_break
 
 # (metadata value, whole metadata, payload, compile id, attempt, rank) -> events
@@ -84,6 +84,16 @@ def _artifact(
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise RecordError("artifact without a name")
     name = value["name"]
+    if name == "recompile_reasons":
+        # torch writes a list as JSON, but a single reason as its bare text (trace_structured leaves strings as they are)
+        try:
+            reasons = json.loads(payload or "null")
+        except ValueError:
+            reasons = payload
+        reasons = [reasons] if isinstance(reasons, str) else reasons
+        if not isinstance(reasons, list):
+            raise RecordError("recompile_reasons payload is not a list")
+        return [RecompileReasonsEvent(cid, [str(r) for r in reasons], attempt, rank)]
     if name == "dynamo_graph_break_reason":
         gb = parse_graph_break(payload or "")
         return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ._assembler import Assembler, CompileRecord, Sink
-from ._categories import recompile_category
+from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._events import ArtifactEvent
 from ._graph_breaks import graph_break_code
 from ._parse import RecordError, parse_record
@@ -30,6 +30,8 @@ from ._parse import RecordError, parse_record
 _GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] ")
 _RANK_RE = re.compile(r"rank_(\d+)")
 _KEEP_PAYLOAD = {"chromium_event"}
+_KEEP_ARTIFACTS = {"dynamo_graph_break_reason", "recompile_reasons"}  # small, and parsed
+_MAX_DISTINCT_REASONS = 1000
 
 
 @dataclass
@@ -59,7 +61,13 @@ class _SummarySink(Sink):
         if rec.recompile_limit_hit:
             s.recompile_limit_hits += 1
         if rec.recompile_reason:
-            s.recompile_reasons[recompile_category(rec.recompile_reason)] += 1
+            # the reason itself (its literals scrubbed, as on spans), after its category; bounded
+            text = scrub_guard_text(strip_recompile_prefix(rec.recompile_reason))[:160]
+            key = f"{recompile_category(rec.recompile_reason)}: {text}"
+            if key in s.recompile_reasons or len(s.recompile_reasons) < _MAX_DISTINCT_REASONS:
+                s.recompile_reasons[key] += 1
+            else:
+                s.recompile_reasons["(other reasons)"] += 1
         for gb in rec.graph_breaks:
             code = graph_break_code(gb.gb_type, gb.reason)
             s.graph_breaks[f"{code} {gb.gb_type or ''}".strip()] += 1
@@ -138,7 +146,7 @@ def iter_records(
             keep = (
                 keep_all_payloads
                 or kind in _KEEP_PAYLOAD
-                or (kind == "artifact" and isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason")
+                or (kind == "artifact" and isinstance(art, dict) and art.get("name") in _KEEP_ARTIFACTS)
             )
             chunks, size, lines = [], 0, 0
         if md is not None:

@@ -41,7 +41,8 @@ _NUMERIC_FIELDS = {
     "inductor_compile_time_s": "torch.compile.inductor_compile_time_s",
     "code_gen_time_s": "torch.compile.code_gen_time_s",
     "dynamo_time_before_restart_s": "torch.compile.dynamo_time_before_restart_s",
-    "remote_cache_time_saved_s": "torch.compile.cache.remote_time_saved_s",
+    # torch fills it from every FX graph cache hit, local ones too, despite its name
+    "remote_cache_time_saved_s": "torch.compile.cache.time_saved_s",
     "structured_logging_overhead_s": "torch.compile.structured_logging_overhead_s",
     "inductor_fx_local_cache_hit_count": "torch.compile.cache.fx_graph.local.hits",
     "inductor_fx_local_cache_miss_count": "torch.compile.cache.fx_graph.local.misses",
@@ -167,6 +168,9 @@ class SpanMapper:
                 a["torch.compile.caller.line.number"] = origin.caller_line
             if origin.caller_function:
                 a["torch.compile.caller.function.name"] = self._str(origin.caller_function)
+            if origin.stack:  # Python's traceback form, most recent call last
+                lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
+                a["code.stacktrace"] = self._str("\n".join(lines))
         elif rec.start_stack and len(rec.start_stack) >= 2:
             caller = rec.start_stack[-2]
             cp = self._path(caller.get("filename_str"))
@@ -188,6 +192,12 @@ class SpanMapper:
             a["torch.compile.recompile_reason"] = self._str(text)
             a["torch.compile.recompile_reason.category"] = recompile_category(reason)
             a["torch.compile.is_recompile"] = True
+        if rec.recompile_reasons:  # every cache entry's guard failure, as tlparse lists them
+            texts = [strip_recompile_prefix(r) for r in rec.recompile_reasons]
+            if not self.settings.capture_payloads:
+                texts = [scrub_guard_text(t) for t in texts]
+            a["torch.compile.recompile_reasons"] = [self._str(t) for t in texts]
+            a["torch.compile.recompile_reasons.categories"] = [recompile_category(r) for r in rec.recompile_reasons]
         elif cid is not None and cid.frame_compile_id:
             a["torch.compile.is_recompile"] = True
         else:
@@ -249,12 +259,10 @@ class SpanMapper:
                 self._forward.remember(rec.id_str, (ctx, {k: attrs[k] for k in keep if k in attrs}))
             if rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
                 self._last_ca.remember(cid.compiled_autograd_id, ctx)
-            self._events(rec, root, m)
             parent_ctx = trace.set_span_in_context(root)
             for child in rec.root.children:
                 self._phase_span(child, parent_ctx)
-            for iname, its, iargs in rec.root.instants:
-                root.add_event(iname, self._scalar_args(iargs), timestamp=its)
+            self._events(rec, root, m)
             self._status(rec, root, m, attrs)
             root.end(end_time=rec.root.end_ns)
 
@@ -268,7 +276,16 @@ class SpanMapper:
             elif (
                 isinstance(v, str)
                 and len(v) <= 256
-                and k in ("cache_state", "cache_bypass_reason", "key", "dispatch_mode", "cache_event_time", "triton_version")
+                and k
+                in (
+                    "cache_state",
+                    "cache_bypass_reason",
+                    "key",
+                    "dispatch_mode",
+                    "cache_event_time",
+                    "triton_version",
+                    "attributed",
+                )
             ):
                 out[f"torch.compile.{k}"] = v
         return out
@@ -289,26 +306,33 @@ class SpanMapper:
                 self._phase_span(child, ctx)
         span.end(end_time=node.end_ns)
 
+    def _event_limit(self) -> int:
+        """The SDK's events-per-span limit (``OTEL_SPAN_EVENT_COUNT_LIMIT``, 128 by default)."""
+        limit = getattr(getattr(self.tracer, "_span_limits", None), "max_events", None)
+        return limit if isinstance(limit, int) and limit > 0 else 128
+
     def _events(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any]) -> None:
-        for gb in rec.graph_breaks:
-            ga: dict[str, Any] = {"torch.compile.graph_break.reason": self._str(gb.reason)}
-            if gb.gb_type:
-                ga["torch.compile.graph_break.type"] = self._str(gb.gb_type)
-            ga["torch.compile.graph_break.code"] = graph_break_code(gb.gb_type, gb.reason)
-            p = self._path(gb.filename)
-            if p:
-                ga["code.file.path"] = p
-            if gb.lineno is not None:
-                ga["code.line.number"] = gb.lineno
-            if gb.skipped_frame:
-                ga["torch.compile.eager_fallback"] = True
-            root.add_event("torch.compile.graph_break", ga)
+        """The root's events, each at the time torch recorded it, kept inside the compile's span.
+
+        The SDK keeps a span's newest events only: the bulk records of full capture (artifacts) come
+        first and take what room the events a user needs leave them (graph breaks, restarts, the
+        instants, exceptions and the recompile-limit hit). What did not fit is counted on the span.
+        """
+        start, end = rec.root.start_ns, rec.root.end_ns if rec.root.end_ns is not None else rec.root.start_ns
+
+        def at(ts: int | None) -> int:
+            return min(max(ts if ts is not None else end, start), end)
+
         restarts = m.get("restart_reasons")
-        if isinstance(restarts, (list, set, tuple)):
-            for r in sorted(str(x) for x in restarts):
-                root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)})
+        restart_texts = sorted(str(x) for x in restarts) if isinstance(restarts, (list, set, tuple)) else []
+        needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + 2
+        room = max(0, self._event_limit() - needed)
+        if rec.artifacts:
+            root.set_attribute("torch.compile.artifact_count", len(rec.artifacts))
+            if len(rec.artifacts) > room:
+                root.set_attribute("torch.compile.artifacts_not_attached", len(rec.artifacts) - room)
         payloads = self.settings.capture_payloads
-        for art in rec.artifacts:
+        for art in rec.artifacts[:room]:
             aa: dict[str, Any] = {
                 "torch.compile.artifact.name": art.name,
                 "torch.compile.artifact.kind": art.kind,
@@ -324,22 +348,48 @@ class SpanMapper:
                     aa[_meta_key(k)] = v
             if payloads and art.payload is not None:
                 aa["torch.compile.artifact.payload"] = self._str(art.payload)
-            root.add_event("torch.compile.artifact", aa)
+            root.add_event("torch.compile.artifact", aa, timestamp=at(art.ts_ns))
+        for iname, its, iargs in rec.root.instants:
+            root.add_event(iname, self._scalar_args(iargs), timestamp=at(its))
+        for gb in rec.graph_breaks:
+            ga: dict[str, Any] = {"torch.compile.graph_break.reason": self._str(gb.reason)}
+            if gb.gb_type:
+                ga["torch.compile.graph_break.type"] = self._str(gb.gb_type)
+            ga["torch.compile.graph_break.code"] = graph_break_code(gb.gb_type, gb.reason)
+            p = self._path(gb.filename)
+            if p:
+                ga["code.file.path"] = p
+            if gb.lineno is not None:
+                ga["code.line.number"] = gb.lineno
+            if gb.skipped_frame:
+                ga["torch.compile.eager_fallback"] = True
+            root.add_event("torch.compile.graph_break", ga, timestamp=at(gb.ts_ns))
+        # A restart starts the next attempt: torch's compile_attempt_N (N >= 1) begins when it happened.
+        attempts = sorted(
+            n.start_ns for n, _ in rec.root.walk() if n.name.startswith("compile_attempt_") and n.name != "compile_attempt_0"
+        )
+        for i, r in enumerate(restart_texts):
+            ts = attempts[min(i, len(attempts) - 1)] if attempts else None
+            root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)}, timestamp=at(ts))
 
     def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         fail_type = rec.fail_type
         if fail_type:
             message = self._str(rec.fail_reason or fail_type)
-            root.add_event("exception", {"exception.type": fail_type, "exception.message": message})
+            root.add_event("exception", {"exception.type": fail_type, "exception.message": message}, timestamp=rec.root.end_ns)
             if rec.recompile_limit_hit:
                 fn = attrs.get("code.function.name") or "frame"
                 desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
-                root.add_event("torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)})
+                root.add_event(
+                    "torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)}, timestamp=rec.root.end_ns
+                )
             else:
                 desc = f"{fail_type}: {message.splitlines()[0] if message else ''}"
             root.set_status(Status(StatusCode.ERROR, self._str(desc)))
         elif rec.incomplete:
-            root.add_event("exception", {"exception.type": "Incomplete", "exception.message": rec.incomplete})
+            root.add_event(
+                "exception", {"exception.type": "Incomplete", "exception.message": rec.incomplete}, timestamp=rec.root.end_ns
+            )
             root.set_status(Status(StatusCode.ERROR, f"compile did not finish: {rec.incomplete}"))
 
 
