@@ -64,23 +64,21 @@ def when_dynamo_imported(callback: Callable[[], None]) -> bool:
     return True
 
 
-def armed_later() -> bool:
-    """Whether callbacks are waiting for ``torch._dynamo``'s import."""
-    with _lock:
-        return bool(_callbacks)
-
-
 def cancel() -> None:
     """Forget the waiting callbacks and take the finder out of ``sys.meta_path``."""
-    global _finder
     with _lock:
         _callbacks.clear()
-        if _finder is not None:
-            try:
-                sys.meta_path.remove(_finder)
-            except ValueError:
-                pass
-            _finder = None
+        _remove_finder()
+
+
+def _remove_finder() -> None:
+    global _finder
+    if _finder is not None:
+        try:
+            sys.meta_path.remove(_finder)
+        except ValueError:  # someone took it out already
+            pass
+        _finder = None
 
 
 def _importing() -> bool:
@@ -90,15 +88,9 @@ def _importing() -> bool:
 
 
 def _fire() -> None:
-    global _finder
     with _lock:
         callbacks, _callbacks[:] = list(_callbacks), []
-        if _finder is not None:
-            try:
-                sys.meta_path.remove(_finder)
-            except ValueError:
-                pass
-            _finder = None
+        _remove_finder()
     for cb in callbacks:
         try:
             cb()
