@@ -242,6 +242,7 @@ def test_every_recompile_reason_is_kept_live_on_replay_and_as_tlparse_lists_them
     reasons = list(live["torch.compile.recompile_reasons"])
     assert len(reasons) == 2 and all("size mismatch at index 0" in r for r in reasons), reasons
     assert live["torch.compile.recompile_reason"] == reasons[0]  # torch's own field keeps the first
+    assert live["torch.compile.is_recompile"] is True and cap.root("0/0").attributes["torch.compile.is_recompile"] is False
     # The same run's TORCH_TRACE log: replay keeps them all, as tlparse does.
     trace_dir = tmp_path / "trace"
     res = run_python("-c", {"TORCH_TRACE": str(trace_dir)}, args=[RECOMPILES])

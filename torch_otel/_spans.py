@@ -191,17 +191,13 @@ class SpanMapper:
                 text = scrub_guard_text(text)
             a["torch.compile.recompile_reason"] = self._str(text)
             a["torch.compile.recompile_reason.category"] = recompile_category(reason)
-            a["torch.compile.is_recompile"] = True
         if rec.recompile_reasons:  # every cache entry's guard failure, as tlparse lists them
             texts = [strip_recompile_prefix(r) for r in rec.recompile_reasons]
             if not self.settings.capture_payloads:
                 texts = [scrub_guard_text(t) for t in texts]
             a["torch.compile.recompile_reasons"] = [self._str(t) for t in texts]
             a["torch.compile.recompile_reasons.categories"] = [recompile_category(r) for r in rec.recompile_reasons]
-        elif cid is not None and cid.frame_compile_id:
-            a["torch.compile.is_recompile"] = True
-        else:
-            a["torch.compile.is_recompile"] = False
+        a["torch.compile.is_recompile"] = bool(reason or rec.recompile_reasons or (cid is not None and cid.frame_compile_id))
         if isinstance(m.get("has_guarded_code"), bool):
             a["torch.compile.has_guarded_code"] = m["has_guarded_code"]
         restarts = m.get("restart_reasons")
