@@ -18,6 +18,20 @@ from servers import require
 
 RULES = Path(__file__).resolve().parent.parent / "grafana" / "alerts" / "torch-compile-rules.yml"
 
+
+def _odd(job: str, aspect: str, rank: str) -> dict[str, str]:
+    return {"job": job, "run_id": f"{job}-run", "aspect": aspect, "rank": rank, "instance": f"{job}-{rank}"}
+
+
+def _fp(job: str, aspect: str, values: dict[str, str]) -> list[tuple[str, str]]:
+    """Each rank's torch_compile_rank_fingerprint for one aspect, as Prometheus scrapes it from that rank's port."""
+    out = []
+    for rank, v in values.items():
+        labels = ",".join(f'{k}="{x}"' for k, x in _odd(job, aspect, rank).items())
+        out.append((f"torch_compile_rank_fingerprint{{{labels}}}", v))
+    return out
+
+
 # alert -> (input series, [(eval time, [(expected labels, value as the template shows it)])])
 SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dict[str, str], str]]]]]] = {
     "TorchCompileRecompileLimitHit": (
@@ -70,12 +84,43 @@ SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dic
         ],
         [("5m", []), ("25m", [({"job": "train"}, "8m 20s")])],
     ),
+    "TorchCompileRankDivergence": (
+        [
+            # train: rank 1 alone compiles something at 55 s (a recompile the others never do)
+            *_fp("train", "compiles", {"0": "7x40", "1": "7x10 9x30", "2": "7x40"}),
+            # skew: all ranks compile the same things, 10 s apart: never odd for long enough
+            *_fp("skew", "compiles", {"0": "1x10 2x30", "1": "1x12 2x28", "2": "1x14 2x26"}),
+            # storm: one rank a compile behind the other all along, but compiling every 5 s: never settled
+            *_fp("storm", "compiles", {"0": "0+1x40", "1": "_ 0+1x39"}),
+            # cold: rank 1 missed the cache; it alone logged a collective schedule (the others' graphs came from the cache)
+            *_fp("cold", "cache", {"0": "5x40", "1": "6x40", "2": "5x40"}),
+            *_fp("cold", "collectives", {"0": "0x40", "1": "3x40", "2": "0x40"}),
+            # pair: two ranks, split evenly: both are named
+            *_fp("pair", "graphs", {"0": "1x40", "1": "2x40"}),
+            # slow: rank 2 is still compiling what the others compiled: not odd until it finishes
+            *_fp("slow", "compiles", {"0": "4x40", "1": "4x40", "2": "3x40"}),
+            ('torch_compile_in_progress{job="slow",instance="slow-2",rank="2",kind="frame"}', "1x40"),
+        ],
+        [
+            ("10s", []),
+            (
+                "150s",
+                [
+                    (_odd("train", "compiles", "1"), "1"),
+                    (_odd("cold", "cache", "1"), "1"),
+                    (_odd("pair", "graphs", "0"), "1"),
+                    (_odd("pair", "graphs", "1"), "1"),
+                ],
+            ),
+        ],
+    ),
 }
+EVALUATION_INTERVAL = {"TorchCompileRankDivergence": "5s"}  # the others: 1m
 
 
 def _rules() -> dict[str, dict[str, Any]]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
-    return {r["alert"]: r for g in groups for r in g["rules"]}
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
 
 
 def _render(template: str, labels: dict[str, str], value: str) -> str:
@@ -84,10 +129,12 @@ def _render(template: str, labels: dict[str, str], value: str) -> str:
     return re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, out)
 
 
-def _promtool_tests() -> dict[str, Any]:
+def _promtool_tests(interval: str) -> dict[str, Any]:
     rules = _rules()
     tests = []
     for alert, (series, evals) in SCENARIOS.items():
+        if EVALUATION_INTERVAL.get(alert, "1m") != interval:
+            continue
         rule = rules[alert]
         checks = []
         for at, firing in evals:
@@ -103,17 +150,17 @@ def _promtool_tests() -> dict[str, Any]:
         tests.append(
             {
                 "name": alert,
-                "interval": "1m",
+                "interval": interval,
                 "input_series": [{"series": s, "values": v} for s, v in series],
                 "alert_rule_test": checks,
             }
         )
-    return {"rule_files": [RULES.name], "evaluation_interval": "1m", "tests": tests}
+    return {"rule_files": [RULES.name], "evaluation_interval": interval, "tests": tests}
 
 
 def test_promtool_checks_the_rules():
     r = subprocess.run([require("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "SUCCESS: 5 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 9 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_every_alert_has_a_scenario_and_a_runbook():
@@ -128,8 +175,9 @@ def test_every_alert_has_a_scenario_and_a_runbook():
 
 def test_promtool_unit_tests_each_alert_firing_and_not(tmp_path):
     shutil.copy(RULES, tmp_path / RULES.name)
-    (tmp_path / "rules.test.yml").write_text(yaml.safe_dump(_promtool_tests(), sort_keys=False))
-    r = subprocess.run(
-        [require("promtool"), "test", "rules", "rules.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
-    )
-    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout[-6000:] + r.stderr
+    files = []
+    for interval in sorted({"1m", *EVALUATION_INTERVAL.values()}):
+        files.append(f"rules-{interval}.test.yml")
+        (tmp_path / files[-1]).write_text(yaml.safe_dump(_promtool_tests(interval), sort_keys=False))
+    r = subprocess.run([require("promtool"), "test", "rules", *files], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.count("SUCCESS") == len(files), r.stdout[-6000:] + r.stderr

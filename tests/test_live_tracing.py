@@ -287,14 +287,25 @@ def test_internal_errors_log_once_to_own_logger(cap):
 
 
 def test_uninstrument_restores_loggers_exactly():
+    import torch._dynamo.convert_frame as cf
     import torch._dynamo.utils as du
+    import torch._inductor.debug as idbg
 
     names = ["torch._dynamo.symbolic_convert.__graph_breaks", "torch._dynamo.convert_frame.__graph_breaks", "torch.__trace"]
     # torch's LazyTraceHandler removes itself at the first compile when TORCH_TRACE is unset
     torch.compile(lambda x: x - 1, backend="eager")(torch.ones(1))
     torch._dynamo.reset()
     before = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
-    hooks = (du.record_chromium_event_internal, du.log_compilation_event)
+    def functions() -> tuple[object, ...]:
+        return (
+            du.record_chromium_event_internal,
+            du.log_compilation_event,
+            cf.get_and_maybe_log_recompilation_reasons,
+            idbg.log_collective_schedule,
+            idbg._dump_collective_schedule,
+        )
+
+    hooks = functions()
     for level in ("default", "full"):
         torch_otel.instrument(TracerProvider(), registry=None, capture=level)
         torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
@@ -304,7 +315,7 @@ def test_uninstrument_restores_loggers_exactly():
             n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names
         }
         assert after == before
-        assert (du.record_chromium_event_internal, du.log_compilation_event) == hooks
+        assert functions() == hooks
 
 
 def test_full_capture_adds_artifacts_but_no_payloads_by_default(make_capture):

@@ -21,6 +21,7 @@ from ._events import (
     ArtifactEvent,
     Event,
     GraphBreakEvent,
+    GraphScheduleEvent,
     LogEvent,
     MetricsEvent,
     Origin,
@@ -41,6 +42,7 @@ MAX_GRAPH_BREAKS = 256
 MAX_ARTIFACTS = 512
 MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
+MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
 
 
 @dataclass(slots=True)
@@ -75,6 +77,8 @@ class CompileRecord:
     artifacts: list[ArtifactEvent] = field(default_factory=list)
     start_stack: list[dict[str, Any]] | None = None
     recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
+    # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
+    schedules: list[GraphScheduleEvent] = field(default_factory=list)
     incomplete: str | None = None
     dropped: int = 0
     # torch's time of the latest phase event of this compile: the date of a record that carries none (replay)
@@ -159,6 +163,7 @@ class Assembler:
             LogEvent: self._log,
             StartEvent: self._start,
             RecompileReasonsEvent: self._recompile_reasons,
+            GraphScheduleEvent: self._schedule,
         }
 
     # -- public -----------------------------------------------------------
@@ -208,6 +213,18 @@ class Assembler:
         else:
             rec.recompile_reasons = event.reasons[:MAX_RECOMPILE_REASONS]
             rec.dropped += max(0, len(event.reasons) - MAX_RECOMPILE_REASONS)
+
+    def _schedule(self, event: GraphScheduleEvent) -> None:
+        rec = self._find(event.compile_id)
+        if rec is None:
+            self.stats["orphan_schedules"] += 1
+        elif event.tensor_meta is None and rec.schedules and rec.schedules[-1].tensor_meta and not rec.schedules[-1].collectives:
+            # replay: torch logs a graph's tensor metadata (LOG_TLPARSE=1) just before its collective schedule
+            rec.schedules[-1].collectives = event.collectives
+        elif len(rec.schedules) < MAX_SCHEDULES:
+            rec.schedules.append(event)
+        else:
+            rec.dropped += 1
 
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")

@@ -60,6 +60,11 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         default=os.environ.get("TORCH_OTEL_PUSHGATEWAY_URL"),
         help="push the run's metrics to this Prometheus Pushgateway (default: $TORCH_OTEL_PUSHGATEWAY_URL)",
     )
+    rep.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the summary, with the cross-rank divergence report, as JSON to PATH (for CI)",
+    )
     rep.add_argument("--run", help="the run the log came from: the `run` label of pushed metrics (default: the path's name)")
     run = sub.add_parser(
         "run",
@@ -123,6 +128,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     from ._arm import sdk_disabled
     from ._config import load_settings
+    from ._divergence import DivergenceReport
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._ids import UrandomIdGenerator
     from ._replay import replay_paths
@@ -148,7 +154,13 @@ def _replay(args: argparse.Namespace) -> int:
     metrics = _replay_metrics(args.pushgateway, run)
     if metrics is not None:
         sinks.append(metrics.sink)
-    code, _ = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, artifacts=args.capture == "full")
+    divergence = DivergenceReport()
+    sinks.append(divergence)
+    code, stats = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, artifacts=args.capture == "full")
+    summary = divergence.summary()
+    divergence.write(sys.stdout, summary)
+    if args.json:
+        _write_json(args.json, stats, summary)
     if provider is not None:
         provider.shutdown()
     if metrics is not None:
@@ -156,6 +168,28 @@ def _replay(args: argparse.Namespace) -> int:
     if args.output and code == 0:
         print(f"spans written to {args.output}")
     return code
+
+
+def _write_json(path: str, stats: Any, divergence: dict[str, Any]) -> None:
+    import json
+
+    doc = {
+        "files": stats.files,
+        "records": stats.records,
+        "compiles": dict(stats.compiles),
+        "failures": dict(stats.failures),
+        "recompile_limit_hits": stats.recompile_limit_hits,
+        "graph_breaks": dict(stats.graph_breaks),
+        "lines_skipped": dict(stats.skipped),
+        "unknown_kinds": dict(stats.unknown_kinds),
+        "divergence": divergence,
+    }
+    try:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    except OSError as exc:
+        print(f"torch-otel replay: cannot write --json {path} ({exc.strerror or exc}); pass a writable path", file=sys.stderr)
 
 
 class _Backpressure:
@@ -220,7 +254,7 @@ def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
             backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
     if not backends:
         return None
-    return _ReplayMetrics(CompileMetrics(backends), registry, meter_provider, url, run)
+    return _ReplayMetrics(CompileMetrics(backends, run_id=run), registry, meter_provider, url, run)
 
 
 def _finish_replay_metrics(m: _ReplayMetrics, code: int) -> None:

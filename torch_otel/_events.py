@@ -93,6 +93,23 @@ class RecompileReasonsEvent:
 
 
 @dataclass(slots=True)
+class GraphScheduleEvent:
+    """One inductor graph's schedule, as torch logs it for cross-rank diagnostics.
+
+    ``collectives`` are the collective ops in the order inductor scheduled them (torch's
+    ``inductor_collective_schedule``); ``tensor_meta`` is a digest of the per-op output shapes,
+    strides and dtypes (``inductor_runtime_and_tensor_meta``, logged only with ``LOG_TLPARSE=1``),
+    or None when the source does not have it.
+    """
+
+    compile_id: CompileId | None
+    collectives: list[str]
+    tensor_meta: str | None = None
+    attempt: int = 0
+    rank: int | None = None
+
+
+@dataclass(slots=True)
 class StartEvent:
     """``dynamo_start``: the user stack of the frame being compiled."""
 
@@ -113,4 +130,13 @@ class LogEvent:
     message: str
 
 
-Event = PhaseEvent | MetricsEvent | GraphBreakEvent | ArtifactEvent | StartEvent | LogEvent | RecompileReasonsEvent
+Event = (
+    PhaseEvent
+    | MetricsEvent
+    | GraphBreakEvent
+    | ArtifactEvent
+    | StartEvent
+    | LogEvent
+    | RecompileReasonsEvent
+    | GraphScheduleEvent
+)

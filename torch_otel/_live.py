@@ -32,7 +32,16 @@ from opentelemetry import context as otel_context
 
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
-from ._events import ArtifactEvent, Event, GraphBreakEvent, LogEvent, Origin, PhaseEvent, RecompileReasonsEvent
+from ._events import (
+    ArtifactEvent,
+    Event,
+    GraphBreakEvent,
+    GraphScheduleEvent,
+    LogEvent,
+    Origin,
+    PhaseEvent,
+    RecompileReasonsEvent,
+)
 from ._graph_breaks import parse_graph_break
 from ._internal import _in_bridge, guarded, record_error
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
@@ -43,6 +52,9 @@ GRAPH_BREAK_LOGGERS = (
     "torch._dynamo.exc.__graph_breaks",
 )
 TRACE_LOGGER = "torch.__trace"
+INDUCTOR_DEBUG = "torch._inductor.debug"
+# Phases inside which inductor schedules a graph: by then it has imported torch._inductor.debug.
+_INDUCTOR_PHASES = frozenset({"compile_fx_inner", "inductor_compile", "compile_fx.<locals>.fw_compiler_base"})
 WARNING_LOGGERS = ("torch._dynamo", "torch._inductor")
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
@@ -180,6 +192,11 @@ class LiveCapture:
         self._orig_record: Any = None
         self._orig_log_event: Any = None
         self._orig_reasons: Any = None
+        # torch._inductor.debug's schedule loggers, wrapped once inductor is loaded (it is not, until it compiles)
+        self._orig_schedule: Any = None
+        self._orig_dump_schedule: Any = None
+        self._inductor_hook_pending = False
+        self._schedule_tls = threading.local()
         self._gb_handler = _GraphBreakHandler(self)
         self._trace_handler = _TraceHandler(self)
         self._logger_states: dict[str, _LoggerState] = {}
@@ -226,6 +243,8 @@ class LiveCapture:
                 for name in WARNING_LOGGERS:
                     logging.getLogger(name).addHandler(self._warning_handler)
             self.installed = True
+            self._inductor_hook_pending = True
+            self._hook_inductor()
 
     def uninstall(self) -> None:
         with self._lock:
@@ -244,6 +263,7 @@ class LiveCapture:
                 if cf.get_and_maybe_log_recompilation_reasons == self._recompilation_reasons:
                     cf.get_and_maybe_log_recompilation_reasons = self._orig_reasons
             self._orig_record = self._orig_log_event = self._orig_reasons = None
+            self._unhook_inductor()
             for name, state in self._logger_states.items():
                 lg = logging.getLogger(name)
                 handler = self._trace_handler if name == TRACE_LOGGER else self._gb_handler
@@ -262,6 +282,38 @@ class LiveCapture:
             self._stop.set()
             self._wake.set()
         self.drain()
+
+    def _hook_inductor(self) -> None:
+        """Wrap inductor's collective-schedule loggers, which torch calls on every graph it schedules.
+
+        Done once ``torch._inductor.debug`` is loaded: at install, or at the first inductor phase.
+        ``log_collective_schedule`` runs for every graph; ``_dump_collective_schedule`` only for a graph
+        with collectives, and hands over the op names torch already gathered (nothing is recomputed).
+        """
+        dbg = sys.modules.get(INDUCTOR_DEBUG)
+        if dbg is None or not self.installed:
+            return
+        self._inductor_hook_pending = False
+        log_fn, dump_fn = getattr(dbg, "log_collective_schedule", None), getattr(dbg, "_dump_collective_schedule", None)
+        if not callable(log_fn) or not callable(dump_fn):
+            self.assembler.stats["inductor_schedule_hook_missing"] += 1
+            return
+        self._orig_schedule, self._orig_dump_schedule = log_fn, dump_fn
+        setattr(dbg, "log_collective_schedule", self._log_collective_schedule)  # noqa: B010 - a module mypy sees as ModuleType
+        setattr(dbg, "_dump_collective_schedule", self._dump_collective_schedule)  # noqa: B010
+
+    def _unhook_inductor(self) -> None:
+        dbg = sys.modules.get(INDUCTOR_DEBUG)
+        if dbg is not None:
+            # Put torch's functions back unless someone wrapped ours since.
+            for name, orig, ours in (
+                ("log_collective_schedule", self._orig_schedule, self._log_collective_schedule),
+                ("_dump_collective_schedule", self._orig_dump_schedule, self._dump_collective_schedule),
+            ):
+                if orig is not None and getattr(dbg, name, None) == ours:
+                    setattr(dbg, name, orig)
+        self._orig_schedule = self._orig_dump_schedule = None
+        self._inductor_hook_pending = False
 
     def _ensure_graph_break_loggers(self) -> None:
         """(Re-)attach the graph-break handler; torch's set_logs() clears handlers."""
@@ -415,6 +467,33 @@ class LiveCapture:
         self._on_reasons(reasons)
         return reasons
 
+    def _log_collective_schedule(self, nodes: Any) -> None:
+        orig = self._orig_schedule
+        if orig is None:  # uninstalled, but someone wrapped this hook since
+            from torch._inductor.debug import log_collective_schedule as orig
+        self._schedule_tls.ops = None
+        try:
+            orig(nodes)
+        finally:
+            self._on_schedule()
+
+    def _dump_collective_schedule(self, schedule: Any) -> None:
+        orig = self._orig_dump_schedule
+        if orig is None:
+            from torch._inductor.debug import _dump_collective_schedule as orig
+        self._schedule_tls.ops = schedule
+        orig(schedule)
+
+    @guarded("collective schedule hook")
+    def _on_schedule(self) -> None:
+        if not self.installed:
+            return
+        ops = getattr(self._schedule_tls, "ops", None)
+        self._schedule_tls.ops = None
+        names = [str(op) for op in ops] if isinstance(ops, list) else []
+        ev = GraphScheduleEvent(_current_compile_id(), names)
+        self._pending.append((self._process_event, ev, None, None))
+
     @guarded("chromium event hook")
     def _on_chromium(self, event: dict[str, Any]) -> None:
         if not self.installed:
@@ -434,6 +513,8 @@ class LiveCapture:
                 self._compile_ended()
             return
         self._pending.append((self._process_chromium, event, None, None))
+        if self._inductor_hook_pending and name in _INDUCTOR_PHASES:
+            self._hook_inductor()
 
     @guarded("compilation metrics hook")
     def _on_metrics(self, metrics: Any) -> None:
@@ -528,6 +609,8 @@ class LiveCapture:
             self.assembler.stats[f"unknown_kind:{kind}"] += 1
             return
         for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
+            if isinstance(ev, GraphScheduleEvent) and ev.tensor_meta is None:
+                continue  # the schedule hook delivered it, for every graph (this record only comes with collectives)
             if isinstance(ev, (GraphBreakEvent, ArtifactEvent)):
                 ev.ts_ns = ts_ns  # when torch logged it
             self.assembler.feed(ev)

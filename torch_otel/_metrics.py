@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ._assembler import CompileRecord, Sink
 from ._categories import PHASES, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
+from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
 from ._version import __version__
@@ -89,6 +90,13 @@ SERIES: dict[str, Series] = {
         Series("torch_compile_guards", "histogram", "Guards per compiled frame.", ("rank",), "", GUARD_BUCKETS),
         Series("torch_compile_in_progress", "updown", "Compiles running now.", ("rank", "kind")),
         Series(
+            "torch_compile_rank_fingerprint",
+            "gauge",
+            "What this rank compiled so far, one number per aspect (compiles, cache, collectives, graphs): "
+            "ranks of one job that compiled the same things show equal values (docs/distributed.md).",
+            ("rank", "run_id", "aspect"),
+        ),
+        Series(
             "torch_compile_build_info",
             "gauge",
             "Versions of torch and torch-otel.",
@@ -103,6 +111,11 @@ Observation = tuple[str, tuple[str, ...], float, "tuple[int, int] | None"]
 
 class Backend(Protocol):
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None: ...
+
+
+def default_run_id() -> str:
+    """The job's id, shared by its ranks: torchrun's ``TORCHELASTIC_RUN_ID`` (empty otherwise: Prometheus's ``job`` groups)."""
+    return os.environ.get("TORCHELASTIC_RUN_ID", "").strip()[:64]
 
 
 def default_rank() -> str:
@@ -245,8 +258,10 @@ def _torch_version() -> str:
 class CompileMetrics(Sink):
     """Turns each finished compile into observations and applies them to every backend."""
 
-    def __init__(self, backends: list[Backend]) -> None:
+    def __init__(self, backends: list[Backend], run_id: str | None = None) -> None:
         self.backends = backends
+        self.run_id = default_run_id() if run_id is None else run_id
+        self._fingerprints = RankFingerprints()
         self._fail_types = BoundedLabels(50)
         self._gb_codes = BoundedLabels(200)
         self._build_seen: set[str] = set()
@@ -338,3 +353,5 @@ class CompileMetrics(Sink):
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None
+        for aspect, value in self._fingerprints.add(rank, rec).items():
+            yield "torch_compile_rank_fingerprint", (rank, self.run_id, aspect), value, None

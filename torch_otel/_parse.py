@@ -13,7 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ._compile_id import CompileId, compile_id_from_metadata, parse_compile_id
-from ._events import ArtifactEvent, Event, GraphBreakEvent, MetricsEvent, PhaseEvent, RecompileReasonsEvent, StartEvent
+from ._events import (
+    ArtifactEvent,
+    Event,
+    GraphBreakEvent,
+    GraphScheduleEvent,
+    MetricsEvent,
+    PhaseEvent,
+    RecompileReasonsEvent,
+    StartEvent,
+)
 from ._graph_breaks import parse_graph_break
 
 # (metadata value, whole metadata, payload, compile id, attempt, rank) -> events
@@ -94,6 +103,16 @@ def _artifact(
         if not isinstance(reasons, list):
             raise RecordError("recompile_reasons payload is not a list")
         return [RecompileReasonsEvent(cid, [str(r) for r in reasons], attempt, rank)]
+    if name == "inductor_collective_schedule":
+        ops = _json_payload(payload)
+        if not isinstance(ops, list):
+            raise RecordError("inductor_collective_schedule payload is not a list")
+        return [GraphScheduleEvent(cid, [str(op) for op in ops], None, attempt, rank)]
+    if name == "inductor_runtime_and_tensor_meta":
+        meta = _json_payload(payload)
+        if not isinstance(meta, dict) or not isinstance(meta.get("ops"), list):
+            raise RecordError("inductor_runtime_and_tensor_meta payload has no list of ops")
+        return [GraphScheduleEvent(cid, [], tensor_meta_digest(meta["ops"]), attempt, rank)]
     if name == "dynamo_graph_break_reason":
         gb = parse_graph_break(payload or "")
         return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]
@@ -110,6 +129,20 @@ def _artifact(
             rank,
         )
     ]
+
+
+def _json_payload(payload: str | None) -> Any:
+    try:
+        return json.loads(payload or "null")
+    except ValueError:
+        raise RecordError("artifact payload is not JSON") from None
+
+
+def tensor_meta_digest(ops: list[Any]) -> str:
+    """A short stable digest of a graph's per-op output shapes, strides and dtypes (runtime estimates left out)."""
+    outs = [op.get("outputs") if isinstance(op, dict) else None for op in ops]
+    text = json.dumps(outs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def _dynamo_start(

@@ -30,7 +30,12 @@ from ._parse import RecordError, parse_record
 _GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] ")
 _RANK_RE = re.compile(r"rank_(\d+)")
 _KEEP_PAYLOAD = {"chromium_event"}
-_KEEP_ARTIFACTS = {"dynamo_graph_break_reason", "recompile_reasons"}  # small, and parsed
+_KEEP_ARTIFACTS = {  # small, and parsed
+    "dynamo_graph_break_reason",
+    "recompile_reasons",
+    "inductor_collective_schedule",
+    "inductor_runtime_and_tensor_meta",
+}
 _MAX_DISTINCT_REASONS = 1000
 
 

@@ -15,6 +15,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 from ._assembler import CompileRecord, PhaseNode, Sink
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._config import Settings
+from ._divergence import schedule_digest
 from ._graph_breaks import graph_break_code
 from ._ids import private_random
 
@@ -25,6 +26,7 @@ ROOT_NAMES = {
 }
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
+MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
 # CompilationMetrics fields copied as numeric attributes (name -> attribute).
 _NUMERIC_FIELDS = {
@@ -220,6 +222,16 @@ class SpanMapper:
         for node in rec.root.children:
             if node.name in ("backend_compile", "inductor_compile") and isinstance(node.args.get("cache_state"), str):
                 a[f"torch.compile.cache.{node.name}.state"] = node.args["cache_state"]
+        if rec.schedules:  # inductor graphs: their collective schedule, to compare across ranks
+            a["torch.compile.inductor.graph_count"] = len(rec.schedules)
+            ops = [op for s in rec.schedules for op in s.collectives]
+            a["torch.compile.collectives.count"] = len(ops)
+            if ops:
+                a["torch.compile.collectives.digest"] = schedule_digest(ops)
+                a["torch.compile.collectives.schedule"] = ops[:MAX_SCHEDULE_OPS]
+            metas = [s.tensor_meta for s in rec.schedules if s.tensor_meta]
+            if metas:
+                a["torch.compile.inductor.tensor_meta_digest"] = metas[0] if len(metas) == 1 else schedule_digest(metas)
         if rec.dropped:
             a["torch.compile.dropped_events"] = rec.dropped
         return a
