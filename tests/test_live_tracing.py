@@ -296,6 +296,7 @@ def test_uninstrument_restores_loggers_exactly():
     torch.compile(lambda x: x - 1, backend="eager")(torch.ones(1))
     torch._dynamo.reset()
     before = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+
     def functions() -> tuple[object, ...]:
         return (
             du.record_chromium_event_internal,
@@ -432,3 +433,21 @@ def test_full_capture_of_the_first_compile_in_a_fresh_process(tmp_path):
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("ARTIFACTS"))
     kinds = set(line.split(" ", 1)[1].split(","))
     assert {"dynamo_output_graph", "aot_inference_graph", "describe_tensor"} <= kinds, line
+
+
+def test_the_collective_schedule_hook_wraps_torch_once():
+    """Two threads starting inductor compiles at once both try to wrap torch's schedule logger: it is wrapped once."""
+    import torch._inductor.debug as idbg
+
+    from torch_otel._bridge import current
+
+    torch_otel.instrument(TracerProvider(), registry=None)
+    try:
+        cap = current().capture
+        hooked = idbg.log_collective_schedule
+        cap._inductor_hook_pending = True  # as a second thread would find it
+        cap._hook_inductor()
+        assert idbg.log_collective_schedule == hooked
+        idbg.log_collective_schedule([])  # torch's function runs, once, under the wrapper
+    finally:
+        torch_otel.uninstrument()

@@ -196,6 +196,7 @@ class LiveCapture:
         self._orig_schedule: Any = None
         self._orig_dump_schedule: Any = None
         self._inductor_hook_pending = False
+        self._hook_lock = threading.Lock()
         self._schedule_tls = threading.local()
         self._gb_handler = _GraphBreakHandler(self)
         self._trace_handler = _TraceHandler(self)
@@ -293,14 +294,17 @@ class LiveCapture:
         dbg = sys.modules.get(INDUCTOR_DEBUG)
         if dbg is None or not self.installed:
             return
-        self._inductor_hook_pending = False
-        log_fn, dump_fn = getattr(dbg, "log_collective_schedule", None), getattr(dbg, "_dump_collective_schedule", None)
-        if not callable(log_fn) or not callable(dump_fn):
-            self.assembler.stats["inductor_schedule_hook_missing"] += 1
-            return
-        self._orig_schedule, self._orig_dump_schedule = log_fn, dump_fn
-        setattr(dbg, "log_collective_schedule", self._log_collective_schedule)  # noqa: B010 - a module mypy sees as ModuleType
-        setattr(dbg, "_dump_collective_schedule", self._dump_collective_schedule)  # noqa: B010
+        with self._hook_lock:  # two threads starting inductor compiles at once wrap torch's functions once
+            if not self._inductor_hook_pending:
+                return
+            self._inductor_hook_pending = False
+            log_fn, dump_fn = getattr(dbg, "log_collective_schedule", None), getattr(dbg, "_dump_collective_schedule", None)
+            if not callable(log_fn) or not callable(dump_fn) or log_fn == self._log_collective_schedule:
+                self.assembler.stats["inductor_schedule_hook_missing"] += 1
+                return
+            self._orig_schedule, self._orig_dump_schedule = log_fn, dump_fn
+            setattr(dbg, "log_collective_schedule", self._log_collective_schedule)  # noqa: B010 - mypy sees a ModuleType
+            setattr(dbg, "_dump_collective_schedule", self._dump_collective_schedule)  # noqa: B010
 
     def _unhook_inductor(self) -> None:
         dbg = sys.modules.get(INDUCTOR_DEBUG)
