@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -22,16 +23,29 @@ from typing import Any
 
 import pytest
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port(consecutive: int = 1) -> int:
-    """A port (the first of ``consecutive`` free ones) nobody listens on right now."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + consecutive > 65535:
-            continue
-        if all(_is_free(base + i) for i in range(1, consecutive)):
+    """A port (the first of ``consecutive`` free ones) nobody listens on right now, and not handed out before.
+
+    Taken below the kernel's ephemeral range: the ports the OS gives to outgoing connections and to
+    ``bind(0)`` (torchrun's rendezvous, gloo's pairs) can never take it between now and its use.
+    """
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(15000, max(15001, low - consecutive))
+        ports = range(base, base + consecutive)
+        if not _HANDED_OUT.intersection(ports) and all(_is_free(p) for p in ports):
+            _HANDED_OUT.update(ports)
             return base
     raise RuntimeError("no free port range")
 

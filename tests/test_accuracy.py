@@ -265,3 +265,43 @@ def _tlparse_recompile_reasons(log: Path, out: Path) -> list[str]:
     (found,) = [p for p in (out / "-_0_2_0").glob("recompile_reasons*.json")]
     data = json.loads(found.read_text())
     return [data] if isinstance(data, str) else list(data)
+
+
+def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
+    """DDP's optimizer splits one frame into a graph per bucket, each with a lazy backward under the same compile id."""
+    import subprocess
+
+    from helpers import WORKLOADS, clean_env, read_otlp_json_spans
+
+    bin_dir = Path(sys.executable).parent
+    env = {
+        "TORCH_TRACE": str(tmp_path / "trace"),
+        "TORCH_OTEL_TRACES_FILE": str(tmp_path / "live.jsonl"),
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [str(bin_dir / "torch-otel"), "run", "--", sys.executable, "-m", "torch.distributed.run"]
+    argv += ["--nproc-per-node", "2", "--standalone", str(WORKLOADS / "ddp_buckets.py")]
+    r = subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rr = subprocess.run(
+        [str(bin_dir / "torch-otel"), "replay", str(tmp_path / "trace"), "-o", str(tmp_path / "replay.jsonl")],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rr.returncode == 0, rr.stderr
+    for name in ("live.jsonl", "replay.jsonl"):
+        spans = read_otlp_json_spans(tmp_path / name)
+        frames = [s["attrs"] for s in spans if s["name"] == "torch.compile"]
+        backs = [s["attrs"] for s in spans if s["name"] == "torch.compile.backward"]
+        assert len(frames) == 2 and all(a["torch.compile.aot_graph_count"] == "6" for a in frames), (name, frames)
+        assert len(backs) == 12 and {a["torch.compile.id"] for a in backs} == {"0/0"}
+        for rank in ("0", "1"):
+            mine = [a for a in backs if a.get("torch.distributed.rank", rank) == rank] if name == "live.jsonl" else backs
+            indices = sorted(int(a["torch.compile.backward.index"]) for a in mine)
+            assert indices == (list(range(6)) if name == "live.jsonl" else sorted(list(range(6)) * 2)), (name, indices)
+            if name == "live.jsonl":  # torch's own name of each bucket's graph, distinct per backward
+                assert len({a["torch.compile.aot_graph"] for a in mine}) == 6

@@ -255,3 +255,37 @@ def test_torch_otel_run_chains_an_existing_sitecustomize(tmp_path):
         {"PYTHONPATH": str(tmp_path), "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
     )
     assert r.stdout.split() == ["1", "True"], r.stderr[-2000:]
+
+
+def test_a_dead_collector_costs_one_line_per_rank_that_lost_data_and_none_from_the_launcher():
+    """torchrun's launcher compiles nothing: it never arms, so it has nothing to lose and says nothing.
+
+    Each rank loses its spans and metrics (the collector is down from start to exit): one line each,
+    not one per signal, nor one more at exit.
+    """
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    r = _run(
+        [
+            str(BIN / "torch-otel"),
+            "run",
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--standalone",
+            str(WORKLOADS / "ranks.py"),
+        ],
+        {
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": dead,
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+            "OMP_NUM_THREADS": "1",
+        },
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    assert len(ours) == 2, ours
+    assert all(dead.split("//")[1] in ln and "dropped" in ln for ln in ours), ours

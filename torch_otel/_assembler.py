@@ -81,6 +81,8 @@ class CompileRecord:
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
     incomplete: str | None = None
     dropped: int = 0
+    # a lazy backward: the n-th (from 0) of its compile id in this process (DDP's buckets each have one)
+    backward_index: int | None = None
     # torch's time of the latest phase event of this compile: the date of a record that carries none (replay)
     last_ts_ns: int | None = None
     # Set by the span sink, read by the metrics sink (exemplars).
@@ -152,6 +154,7 @@ class Assembler:
         self.sinks: list[Sink] = list(sinks)
         self.max_open = max_open
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
+        self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._lock = threading.RLock()
         self.stats: Counter[str] = Counter()
         # One handler per event type.
@@ -308,6 +311,11 @@ class Assembler:
                 last_ts_ns=ev.ts_ns,
             )
             rec._stack.append(rec.root)
+            if kind == "backward":
+                n = self._backwards.get(ev.compile_id, 0)
+                rec.backward_index = n
+                if n or len(self._backwards) < 100_000:
+                    self._backwards[ev.compile_id] = n + 1
             self._open[key] = rec
             while len(self._open) > self.max_open:
                 _, oldest = next(iter(self._open.items()))

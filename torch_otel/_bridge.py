@@ -179,12 +179,12 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
     if not b.owned:
         return
     owned, b.owned = list(b.owned), []
-    from ._export_guard import reachable, targets, tls_problem
+    from ._export_guard import LOST_DATA, reachable, targets, tls_problem
 
     dead = sorted(t for t in targets() if not reachable(t))
     if dead:
-        warn_once(
-            "dead-at-exit",
+        warn_once(  # the same key as a failed export's line: a process that lost data says so once
+            LOST_DATA,
             "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
             ", ".join(dead),
         )

@@ -26,6 +26,7 @@ class Origin:
     code_line: int | None = None
     thread: str | None = None
     stack: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
+    aot_graph: str | None = None  # a lazy backward's AOTAutograd graph, as torch names it ("5_backward")
 
 
 @dataclass(slots=True)

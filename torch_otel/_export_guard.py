@@ -83,6 +83,9 @@ def reachable(endpoint: str, timeout_s: float = 0.5) -> bool:
         return False
 
 
+LOST_DATA = "lost-data"  # the warn_once key of the one line a process prints when it loses telemetry
+
+
 def dropped() -> dict[str, int]:
     with _lock:
         return dict(_dropped)
@@ -91,9 +94,10 @@ def dropped() -> dict[str, int]:
 def _count(signal: str, n: int, target: object, why: str) -> None:
     with _lock:
         _dropped[signal] += n
-    warn_once(
-        f"export:{signal}",
-        'cannot export %s to %s (%s); they are dropped and counted in torch_otel_dropped_total{signal="%s"}. Training goes on',
+    warn_once(  # one line per process that lost data, whatever it lost next (torch_otel_dropped_total counts it all)
+        LOST_DATA,
+        'cannot export %s to %s (%s); what cannot be exported is dropped and counted in torch_otel_dropped_total{signal="%s"}. '
+        "Training goes on",
         signal,
         target,
         why,

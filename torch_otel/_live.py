@@ -109,6 +109,17 @@ def _rank() -> int | None:
     return None
 
 
+def _aot_graph() -> str | None:
+    """The AOTAutograd graph being compiled (``"5_backward"``): torch sets it just before a lazy backward's root event.
+
+    DDP's optimizer splits one frame into a graph per bucket, each with its own lazy backward under the
+    same compile id; this tells them apart.
+    """
+    lu = sys.modules.get("torch._functorch._aot_autograd.logging_utils")
+    names = getattr(lu, "graph_being_compiled", None)
+    return str(names[0]) if isinstance(names, list) and names else None
+
+
 def _current_compile_id() -> CompileId | None:
     import torch._guards
 
@@ -507,7 +518,10 @@ class LiveCapture:
         if name in ROOTS:
             ph = event.get("ph")
             if ph == "B":
-                self._pending.append((self._process_chromium, event, self._origin(), _rank()))
+                origin = self._origin()
+                if name == "entire_backward_compile":
+                    origin.aot_graph = _aot_graph()
+                self._pending.append((self._process_chromium, event, origin, _rank()))
                 self._reattach()  # torch's set_logs() clears handlers: put ours back
                 if self._first_compile:
                     self._run_first_compile()

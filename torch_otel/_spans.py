@@ -222,6 +222,15 @@ class SpanMapper:
         for node in rec.root.children:
             if node.name in ("backend_compile", "inductor_compile") and isinstance(node.args.get("cache_state"), str):
                 a[f"torch.compile.cache.{node.name}.state"] = node.args["cache_state"]
+        if rec.backward_index is not None:
+            a["torch.compile.backward.index"] = rec.backward_index
+        aot = rec.origin.aot_graph if rec.origin is not None else None
+        if aot:
+            a["torch.compile.aot_graph"] = aot
+        if rec.kind == "frame":
+            graphs = sum(1 for n, _ in rec.root.walk() if n.name == "create_aot_dispatcher_function")
+            if graphs > 1:  # DDP's optimizer split the frame: one graph, and one lazy backward, per bucket
+                a["torch.compile.aot_graph_count"] = graphs
         if rec.schedules:  # inductor graphs: their collective schedule, to compare across ranks
             a["torch.compile.inductor.graph_count"] = len(rec.schedules)
             ops = [op for s in rec.schedules for op in s.collectives]
