@@ -63,8 +63,9 @@ def _by_compile(path: Path) -> dict[tuple[str, str], tuple[dict, list[str], list
 
 
 def _replayable(attrs: dict) -> dict:  # type: ignore[type-arg]
-    """All but the live-only attributes: the caller's frames are not in TORCH_TRACE logs."""
-    return {k: v for k, v in attrs.items() if not k.startswith(("torch.compile.caller.", "code.stacktrace"))}
+    """All but the live-only attributes: the caller's frames, and AOTAutograd's graph name, are not in TORCH_TRACE logs."""
+    live_only = ("torch.compile.caller.", "code.stacktrace", "torch.compile.aot_graph")
+    return {k: v for k, v in attrs.items() if not k.startswith(live_only) or k == "torch.compile.aot_graph_count"}
 
 
 def test_replay_produces_the_live_span_trees_and_attributes(recorded):
