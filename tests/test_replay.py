@@ -255,6 +255,11 @@ def test_replay_pushes_the_runs_metrics_to_the_pushgateway(recorded, tmp_path):
     assert compiles == len(roots) > 0  # one count per compile the replay found
     assert [s.value for s in ours if s.name == "torch_compile_recompile_limit_hits_total"] == [1.0]
     assert {s.labels["rank"] for s in ours if s.name == "torch_compile_compiles_total"} == {"0"}
+    # the rank's fingerprints (docs/distributed.md), labelled with the run, as a live rank serves them
+    fps = {s.labels["aspect"]: s for s in ours if s.name == "torch_compile_rank_fingerprint"}
+    assert set(fps) == {"compiles", "cache", "collectives", "graphs"}
+    assert all(s.labels["run_id"] == "nightly-42" and s.labels["rank"] == "0" for s in fps.values())
+    assert fps["compiles"].value > 0 and 0 < fps["graphs"].value <= compiles
 
 
 def test_replay_sends_metrics_over_otlp_labelled_with_the_run(recorded, tmp_path):
