@@ -42,6 +42,9 @@ MAX_GRAPH_BREAKS = 256
 MAX_ARTIFACTS = 512
 MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
+# cache -> the prefix of its counts in torch's CompilationMetrics; the phase that reports its bypass
+CACHE_METRIC_PREFIXES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd"))
+BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
 
 
@@ -126,6 +129,26 @@ class CompileRecord:
             or (self.metrics or {}).get("has_guarded_code") is False
             or any(gb.skipped_frame for gb in self.graph_breaks)
         )
+
+    def cache_lookups(self) -> dict[tuple[str, str, str], int]:
+        """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
+
+        Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked
+        ``cache_state=bypass`` (local: a bypass never reaches a remote cache).
+        """
+        m: dict[str, Any] = self.metrics or {}
+        out: dict[tuple[str, str, str], int] = {}
+        for cache, prefix in CACHE_METRIC_PREFIXES:
+            for location in ("local", "remote"):
+                for result in ("hit", "miss"):
+                    n = m.get(f"{prefix}_{location}_cache_{result}_count")
+                    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                        out[(cache, location, result)] = n
+        for node, _ in self.root.walk():
+            if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
+                key = (BYPASS_PHASES[node.name], "local", "bypass")
+                out[key] = out.get(key, 0) + 1
+        return out
 
     @property
     def duration_s(self) -> float:

@@ -22,11 +22,10 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ._assembler import CompileRecord, Sink
+from ._assembler import CACHE_METRIC_PREFIXES, CompileRecord, Sink
 
 ASPECTS: tuple[str, ...] = ("compiles", "cache", "collectives", "graphs")
 _MASK = (1 << 53) - 1  # a float64 holds every integer up to 2**53 exactly
-_CACHES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd"))
 
 
 def schedule_digest(ops: list[str]) -> str:
@@ -38,26 +37,20 @@ def _hash53(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big") & _MASK
 
 
-def _count(m: dict[str, Any], key: str) -> int:
-    v = m.get(key)
-    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+def cache_outcome(lookups: dict[tuple[str, str, str], int]) -> str | None:
+    """A compile's cache lookups (:meth:`CompileRecord.cache_lookups`) as ``fx_graph:hit aot_autograd:miss``.
 
-
-def cache_outcome(rec: CompileRecord) -> str | None:
-    """The compile's cache lookups, as ``fx_graph:hit aot_autograd:miss`` (None: it looked nothing up)."""
-    m: dict[str, Any] = rec.metrics or {}
+    None: it looked nothing up. A bypass shows only for a cache with no hit or miss.
+    """
     parts = []
-    for cache, prefix in _CACHES:
-        hits = sum(_count(m, f"{prefix}_{loc}_cache_hit_count") for loc in ("local", "remote"))
-        misses = sum(_count(m, f"{prefix}_{loc}_cache_miss_count") for loc in ("local", "remote"))
+    for cache, _ in CACHE_METRIC_PREFIXES:
+        hits = lookups.get((cache, "local", "hit"), 0) + lookups.get((cache, "remote", "hit"), 0)
+        misses = lookups.get((cache, "local", "miss"), 0) + lookups.get((cache, "remote", "miss"), 0)
         if hits or misses:
             result = "hit" if not misses else "miss" if not hits else f"{hits}hit/{misses}miss"
             parts.append(f"{cache}:{result}")
-    for node, _ in rec.root.walk():
-        if node.name in ("backend_compile", "inductor_compile") and node.args.get("cache_state") == "bypass":
-            cache = "fx_graph" if node.name == "inductor_compile" else "aot_autograd"
-            if not any(p.startswith(cache + ":") for p in parts):
-                parts.append(f"{cache}:bypass")
+        elif lookups.get((cache, "local", "bypass")):
+            parts.append(f"{cache}:bypass")
     return " ".join(parts) or None
 
 
@@ -90,9 +83,11 @@ class Facts:
     graphs: int
 
 
-def facts(rec: CompileRecord) -> Facts:
+def facts(rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = None) -> Facts:
+    """``lookups``: the record's :meth:`~CompileRecord.cache_lookups`, when the caller has them already."""
     key = rec.id_str if rec.kind == "frame" else f"{rec.kind} {rec.id_str}"
-    return Facts(key, cache_outcome(rec), collective_schedule(rec), graph_count(rec))
+    cache = cache_outcome(rec.cache_lookups() if lookups is None else lookups)
+    return Facts(key, cache, collective_schedule(rec), graph_count(rec))
 
 
 class RankFingerprints:
@@ -101,10 +96,10 @@ class RankFingerprints:
     def __init__(self) -> None:
         self._values: dict[str, dict[str, int]] = {}
 
-    def add(self, rank: str, rec: CompileRecord) -> dict[str, int]:
+    def add(self, rank: str, rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = None) -> dict[str, int]:
         """Fold one finished compile in; returns the rank's fingerprints (every aspect, from its first compile)."""
         v = self._values.setdefault(rank, dict.fromkeys(ASPECTS, 0))
-        f = facts(rec)
+        f = facts(rec, lookups)
         v["compiles"] = (v["compiles"] + _hash53(f.key)) & _MASK
         if f.cache is not None:
             v["cache"] = (v["cache"] + _hash53(f"{f.key} {f.cache}")) & _MASK

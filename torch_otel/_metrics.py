@@ -320,9 +320,6 @@ class CompileMetrics(Sink):
         yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
         stretches: dict[str, list[tuple[int, int]]] = {}
         for node, _ in rec.root.walk():
-            if node.name in ("backend_compile", "inductor_compile") and node.args.get("cache_state") == "bypass":
-                cache = "fx_graph" if node.name == "inductor_compile" else "aot_autograd"
-                yield "torch_compile_cache_requests", (rank, cache, "local", "bypass"), 1, None
             phase = PHASES.get(node.name)
             if phase is not None and node.end_ns is not None:
                 stretches.setdefault(phase, []).append((node.start_ns, node.end_ns))
@@ -344,14 +341,11 @@ class CompileMetrics(Sink):
             gc = m.get("guard_count")
             if isinstance(gc, int) and not isinstance(gc, bool):
                 yield "torch_compile_guards", (rank,), gc, None
-        for cache, prefix in (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd")):
-            for location in ("local", "remote"):
-                for result in ("hit", "miss"):
-                    n = m.get(f"{prefix}_{location}_cache_{result}_count")
-                    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                        yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
+        lookups = rec.cache_lookups()
+        for (cache, location, result), n in lookups.items():
+            yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None
-        for aspect, value in self._fingerprints.add(rank, rec).items():
+        for aspect, value in self._fingerprints.add(rank, rec, lookups).items():
             yield "torch_compile_rank_fingerprint", (rank, self.run_id, aspect), value, None
