@@ -23,6 +23,12 @@ def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return full
 
 
+def torchrun_under_torch_otel(nproc: int, script: Path) -> list[str]:
+    """``torch-otel run -- python -m torch.distributed.run --nproc-per-node N --standalone SCRIPT``."""
+    launcher = [str(Path(sys.executable).parent / "torch-otel"), "run", "--", sys.executable, "-m", "torch.distributed.run"]
+    return [*launcher, "--nproc-per-node", str(nproc), "--standalone", str(script)]
+
+
 def start_python(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """A background ``python ARGS...`` (or ``-m module ...``) with stdout and stderr into ``log``."""
     with log.open("wb") as out:

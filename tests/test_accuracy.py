@@ -271,7 +271,7 @@ def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
     """DDP's optimizer splits one frame into a graph per bucket, each with a lazy backward under the same compile id."""
     import subprocess
 
-    from helpers import WORKLOADS, clean_env, read_otlp_json_spans
+    from helpers import WORKLOADS, clean_env, read_otlp_json_spans, torchrun_under_torch_otel
 
     bin_dir = Path(sys.executable).parent
     env = {
@@ -281,8 +281,7 @@ def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
         "OTEL_METRICS_EXPORTER": "none",
         "OMP_NUM_THREADS": "1",
     }
-    argv = [str(bin_dir / "torch-otel"), "run", "--", sys.executable, "-m", "torch.distributed.run"]
-    argv += ["--nproc-per-node", "2", "--standalone", str(WORKLOADS / "ddp_buckets.py")]
+    argv = torchrun_under_torch_otel(2, WORKLOADS / "ddp_buckets.py")
     r = subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
     rr = subprocess.run(

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, clean_env, frame_roots, run_python
+from helpers import WORKLOADS, clean_env, frame_roots, run_python, torchrun_under_torch_otel
 from servers import Rotel, Tap, free_port, wait_until
 
 BIN = Path(sys.executable).parent
@@ -109,18 +109,7 @@ def test_headers_reach_the_receiver_and_never_appear_in_output():
 def test_torchrun_two_ranks_under_torch_otel_run():
     with Rotel() as rotel:
         r = _run(
-            [
-                str(BIN / "torch-otel"),
-                "run",
-                "--",
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nproc-per-node",
-                "2",
-                "--standalone",
-                str(WORKLOADS / "ranks.py"),
-            ],
+            torchrun_under_torch_otel(2, WORKLOADS / "ranks.py"),
             {**_otlp_env(rotel, "grpc"), "OMP_NUM_THREADS": "1"},
         )
         assert r.returncode == 0, r.stderr[-3000:]
@@ -265,18 +254,7 @@ def test_a_dead_collector_costs_one_line_per_rank_that_lost_data_and_none_from_t
     """
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     r = _run(
-        [
-            str(BIN / "torch-otel"),
-            "run",
-            "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--standalone",
-            str(WORKLOADS / "ranks.py"),
-        ],
+        torchrun_under_torch_otel(2, WORKLOADS / "ranks.py"),
         {
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_ENDPOINT": dead,

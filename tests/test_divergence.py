@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans
+from helpers import WORKLOADS, clean_env, read_otlp_json_spans, torchrun_under_torch_otel
 from servers import Prometheus, free_port, wait_until
 
 RULES = Path(__file__).resolve().parent.parent / "grafana" / "alerts" / "torch-compile-rules.yml"
@@ -55,8 +55,7 @@ def _torchrun(job: str, odd: int, tmp: Path, port: int, nproc: int = 3) -> subpr
     if job == "collectives":
         # every rank schedules its graph itself: a graph served from the cache comes with no schedule (torch logs none)
         env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
-    argv = [str(BIN / "torch-otel"), "run", "--", sys.executable, "-m", "torch.distributed.run"]
-    argv += ["--nproc-per-node", str(nproc), "--standalone", str(WORKLOADS / "diverge.py")]
+    argv = torchrun_under_torch_otel(nproc, WORKLOADS / "diverge.py")
     with (d / "out.log").open("wb") as out:
         return subprocess.Popen(argv, env=clean_env(env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
