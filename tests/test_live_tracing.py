@@ -171,6 +171,9 @@ def test_inductor_lowering_error(cap):
 
 
 def test_compiled_autograd_graph_is_its_own_trace_with_recompile(cap):
+    from torch._dynamo.utils import counters
+
+    captures_before = counters["compiled_autograd"]["captures"]
     model = torch.nn.Linear(4, 4)
     cm = torch.compile(model, backend="aot_eager")
     with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager")):
@@ -188,6 +191,9 @@ def test_compiled_autograd_graph_is_its_own_trace_with_recompile(cap):
         assert any(link.attributes.get("torch.compile.link") == "compiled_autograd" for link in r.links)
     recompiled = [r for r in cap.roots() if "torch.compile.recompile_reason" in r.attributes]
     assert recompiled, "the second batch size recompiles"
+    # torch's own counter, served as is: one capture per compiled-autograd graph (the new shape was a cache miss)
+    assert counters["compiled_autograd"]["captures"] - captures_before == len(ca)
+    assert cap.sample("torch_compile_compiled_autograd_captures_total", rank="0") == counters["compiled_autograd"]["captures"]
 
 
 def test_rank_from_fake_process_group(cap):

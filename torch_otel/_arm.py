@@ -11,6 +11,11 @@ This module imports only the standard library. The hook is a
 the callbacks right after that module has executed (the post-import hook
 OpenTelemetry instrumentations use to defer to their library), then removes
 itself. If ``torch._dynamo`` is already imported, the callbacks run at once.
+
+The same hook serves any module (:func:`when_imported`). While it waits for
+``torch._dynamo`` it also watches ``torch.export._trace``, which imports
+``torch._dynamo`` itself: when a process's first compile is a ``torch.export``,
+the bridge arms inside that import and can still hook export once it has run.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ if TYPE_CHECKING:  # importlib.abc alone imports importlib.resources: ~40 ms at 
     from types import ModuleType
 
 TARGET = "torch._dynamo"
+EXPORT_MODULE = "torch.export._trace"  # imports TARGET while it executes
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -43,7 +49,7 @@ def capture_off(env: Mapping[str, str] | None = None) -> bool:
 
 
 _lock = _thread.RLock()
-_callbacks: list[Callable[[], None]] = []
+_callbacks: dict[str, list[Callable[[], None]]] = {}
 _finder: _DynamoFinder | None = None
 
 
@@ -52,10 +58,18 @@ def when_dynamo_imported(callback: Callable[[], None]) -> bool:
 
     ``callback`` must not raise; it runs inside the user's import of ``torch._dynamo``.
     """
+    return when_imported(TARGET, callback)
+
+
+def when_imported(name: str, callback: Callable[[], None]) -> bool:
+    """Run ``callback`` once module ``name`` has been imported (now, if it already is). Returns whether it ran now.
+
+    A module still executing (this is called from inside its import) counts as not yet imported.
+    """
     global _finder
     with _lock:
-        if TARGET not in sys.modules or _importing():
-            _callbacks.append(callback)
+        if name not in sys.modules or _importing(name):
+            _callbacks.setdefault(name, []).append(callback)
             if _finder is None:
                 _finder = _DynamoFinder()
                 sys.meta_path.insert(0, _finder)
@@ -71,6 +85,10 @@ def cancel() -> None:
         _remove_finder()
 
 
+def _watched(name: str) -> bool:
+    return name in _callbacks or (name == EXPORT_MODULE and TARGET in _callbacks)
+
+
 def _remove_finder() -> None:
     global _finder
     if _finder is not None:
@@ -81,16 +99,17 @@ def _remove_finder() -> None:
         _finder = None
 
 
-def _importing() -> bool:
-    """``torch._dynamo`` is in ``sys.modules`` but still executing (we were imported from inside it)."""
-    spec = getattr(sys.modules.get(TARGET), "__spec__", None)
+def _importing(name: str = TARGET) -> bool:
+    """Module ``name`` is in ``sys.modules`` but still executing (we were imported from inside it)."""
+    spec = getattr(sys.modules.get(name), "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
 
 
-def _fire() -> None:
+def _fire(name: str) -> None:
     with _lock:
-        callbacks, _callbacks[:] = list(_callbacks), []
-        _remove_finder()
+        callbacks = _callbacks.pop(name, [])
+        if not _callbacks:
+            _remove_finder()
     for cb in callbacks:
         try:
             cb()
@@ -102,7 +121,7 @@ class _DynamoFinder:
     """Finds nothing itself: asks the other finders for ``torch._dynamo`` and wraps the loader they return."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname != TARGET:
+        if not _watched(fullname):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -110,14 +129,15 @@ class _DynamoFinder:
             spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = _NotifyingLoader(spec.loader)  # type: ignore[assignment]  # a Loader by duck typing
+                    spec.loader = _NotifyingLoader(spec.loader, fullname)  # type: ignore[assignment]  # a Loader by duck typing
                 return spec
         return None
 
 
 class _NotifyingLoader:
-    def __init__(self, inner: Loader) -> None:
+    def __init__(self, inner: Loader, name: str) -> None:
         self._inner = inner
+        self._name = name
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         create = getattr(self._inner, "create_module", None)
@@ -131,7 +151,7 @@ class _NotifyingLoader:
             module.__loader__ = self._inner
             if module.__spec__ is not None:
                 module.__spec__.loader = self._inner
-        _fire()
+        _fire(self._name)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)

@@ -2,8 +2,16 @@
 
 A compile is a root chromium event (``dynamo`` for a frame compile,
 ``entire_backward_compile`` for a lazily compiled backward, ``compiled_autograd``
-for a compiled-autograd graph) with the phases nested inside it, plus its
-``CompilationMetrics`` record, graph breaks and (full capture) artifacts.
+for a compiled-autograd graph, and the standalone compiles: ``fullgraph_capture``
+for a strict ``torch.export`` or an AOT precompile, ``compile_fx_aot`` for
+AOTInductor, ``export`` for the live hook around ``torch.export``) with the phases
+nested inside it, plus its ``CompilationMetrics`` record, graph breaks and (full
+capture) artifacts.
+
+A standalone compile's root carries no compile id: torch logs it outside any
+compile context. It takes the id of the first phase that has one (a strict
+export's ``0/0``), and records without an id (AOTInductor logs none at all) join
+it while it is the only such compile in flight.
 State is bounded: at most ``max_open`` compiles in flight, and a bounded number
 of phases, graph breaks and artifacts per compile.
 """
@@ -19,6 +27,7 @@ from typing import Any
 from ._compile_id import CompileId
 from ._events import (
     ArtifactEvent,
+    DebugDirEvent,
     Event,
     GraphBreakEvent,
     GraphScheduleEvent,
@@ -35,7 +44,14 @@ ROOTS: dict[str, str] = {
     "dynamo": "frame",
     "entire_backward_compile": "backward",
     "compiled_autograd": "compiled_autograd",
+    "export": "export",  # the live hook around torch.export (torch logs no root of its own for it)
+    "fullgraph_capture": "export",  # strict export; an AOT precompile's is told apart by its stack
+    "compile_fx_aot": "aot_inductor",
 }
+# Compiles that are not a frame's: each is its own trace, and nests no other root of its family.
+STANDALONE = frozenset({"export", "precompile", "aot_inductor"})
+# torch's functions on a standalone compile's stack that say what it is
+_STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
 
 MAX_PHASES = 2000
 MAX_GRAPH_BREAKS = 256
@@ -84,6 +100,10 @@ class CompileRecord:
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
     incomplete: str | None = None
     dropped: int = 0
+    # inductor's debug directories of this compile, one per graph (TORCH_COMPILE_DEBUG=1)
+    debug_dirs: list[str] = field(default_factory=list)
+    # replay: the TORCH_TRACE file it came from (live: torch's own trace file, looked up when it is mapped)
+    trace_file: str | None = None
     # a lazy backward: the n-th (from 0) of its compile id in this process (DDP's buckets each have one)
     backward_index: int | None = None
     # torch's time of the latest phase event of this compile: the date of a record that carries none (replay)
@@ -91,6 +111,10 @@ class CompileRecord:
     # Set by the span sink, read by the metrics sink (exemplars).
     trace_id: int | None = None
     span_id: int | None = None
+    # Replay: the process that wrote the log (from its lines) and its torch version (torch_version artifact)
+    process_id: int | None = None
+    torch_version: str | None = None
+    _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)
     _ended: bool = False
     _nodes: int = 1
@@ -100,7 +124,10 @@ class CompileRecord:
         return str(self.compile_id) if self.compile_id is not None else "-/-"
 
     def _text(self, field_name: str) -> str | None:
+        """A CompilationMetrics text field; else the root's end event's (torch puts ``fail_type`` there too)."""
         v = (self.metrics or {}).get(field_name)
+        if not (isinstance(v, str) and v):
+            v = self.root.args.get(field_name)
         return v if isinstance(v, str) and v else None
 
     @property
@@ -114,6 +141,8 @@ class CompileRecord:
 
     @property
     def recompile_reason(self) -> str | None:
+        if self.kind == "compiled_autograd":  # no metrics record: the cache miss torch logged for it
+            return self.recompile_reasons[0] if self.recompile_reasons else None
         return self._text("recompile_reason")
 
     @property
@@ -178,6 +207,7 @@ class Assembler:
         self.max_open = max_open
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
+        self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
         self._lock = threading.RLock()
         self.stats: Counter[str] = Counter()
         # One handler per event type.
@@ -190,6 +220,7 @@ class Assembler:
             StartEvent: self._start,
             RecompileReasonsEvent: self._recompile_reasons,
             GraphScheduleEvent: self._schedule,
+            DebugDirEvent: self._debug_dir,
         }
 
     # -- public -----------------------------------------------------------
@@ -233,9 +264,14 @@ class Assembler:
             rec.dropped += 1
 
     def _recompile_reasons(self, event: RecompileReasonsEvent) -> None:
+        if event.for_next:  # compiled autograd logs its cache miss before the graph's compile begins
+            self._next_reasons[event.for_next] = event.reasons[:MAX_RECOMPILE_REASONS]
+            return
         rec = self._find(event.compile_id, prefer="frame")
         if rec is None:
             self.stats["orphan_recompile_reasons"] += 1
+        elif rec.kind == "compiled_autograd" and rec.compile_id is not None and not rec.compile_id.compiled_autograd_id:
+            return  # the first compiled-autograd graph: a cache miss on an empty cache is no recompile
         else:
             rec.recompile_reasons = event.reasons[:MAX_RECOMPILE_REASONS]
             rec.dropped += max(0, len(event.reasons) - MAX_RECOMPILE_REASONS)
@@ -251,6 +287,13 @@ class Assembler:
             rec.schedules.append(event)
         else:
             rec.dropped += 1
+
+    def _debug_dir(self, event: DebugDirEvent) -> None:
+        rec = self._find(event.compile_id)
+        if rec is None:
+            self.stats["orphan_debug_dirs"] += 1
+        elif len(rec.debug_dirs) < MAX_SCHEDULES:
+            rec.debug_dirs.append(event.path)
 
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")
@@ -298,9 +341,37 @@ class Assembler:
         ev.args = {**ev.args, "attributed": "the only compile in flight"}
         return running[0]
 
+    def _standalone(self, cid: CompileId | None) -> CompileRecord | None:
+        """The standalone compile (export, AOTInductor) a record of id ``cid`` belongs to, if one can tell.
+
+        The only one in flight that has no id yet, or whose id is ``cid``. A record with an id gives the
+        compile its id (a strict export's root has none; its phases say ``0/0``).
+        """
+        found = [
+            r
+            for r in self._open.values()
+            if r.kind in STANDALONE and not r._ended and (r.compile_id is None or (cid is not None and r.compile_id == cid))
+        ]
+        if len(found) != 1:
+            return None
+        rec = found[0]
+        if rec.compile_id is None and cid is not None:
+            self._rekey(rec, cid, rec.kind)
+        return rec
+
+    def _rekey(self, rec: CompileRecord, cid: CompileId | None, kind: str) -> None:
+        if rec._key is not None and self._open.get(rec._key) is rec:
+            del self._open[rec._key]
+        rec.compile_id, rec.kind, rec._key = cid, kind, (cid, kind)
+        old = self._open.pop(rec._key, None)
+        if old is not None and old is not rec:
+            old.incomplete = old.incomplete or "a new compile with the same id started"
+            self._finish(old, pop=False)
+        self._open[rec._key] = rec
+
     def _find(self, cid: CompileId | None, prefer: str | None = None) -> CompileRecord | None:
         if cid is None:
-            return None
+            return self._standalone(None) if self._open else None
         if prefer is not None:
             rec = self._open.get((cid, prefer))
             if rec is not None:
@@ -313,10 +384,18 @@ class Assembler:
             rec = self._open.get((cid, kind))
             if rec is not None:
                 return rec
-        return None
+        for kind in STANDALONE:
+            rec = self._open.get((cid, kind))
+            if rec is not None:
+                return rec
+        return self._standalone(cid) if self._open else None
 
     def _phase(self, ev: PhaseEvent) -> None:
         kind = ROOTS.get(ev.name)
+        if kind == "export" and ev.origin is not None and ev.origin.root_kind:
+            kind = ev.origin.root_kind
+        if kind in STANDALONE and self._inside_standalone(ev):
+            kind = None  # torch's fullgraph_capture inside the live export root: one of its phases
         if kind is not None and ev.ph == "B":
             self._finish_pending()
             key = (ev.compile_id, kind)
@@ -334,6 +413,12 @@ class Assembler:
                 last_ts_ns=ev.ts_ns,
             )
             rec._stack.append(rec.root)
+            rec._key = key
+            if self._next_reasons:
+                reasons = self._next_reasons.pop(kind, None)
+                cid = ev.compile_id
+                if reasons and cid is not None and cid.compiled_autograd_id:  # the first graph is no recompile
+                    rec.recompile_reasons = reasons
             if kind == "backward":
                 n = self._backwards.get(ev.compile_id, 0)
                 rec.backward_index = n
@@ -349,6 +434,8 @@ class Assembler:
             return
         if kind is not None and ev.ph == "E":
             ending = self._open.get((ev.compile_id, kind))
+            if ending is None and kind in STANDALONE:
+                ending = self._ending_standalone(ev.name, ev.compile_id)
             if ending is None:
                 self.stats["orphan_phases"] += 1
                 return
@@ -359,10 +446,13 @@ class Assembler:
                 ending.rank = ev.rank
             ending._stack.clear()
             ending._ended = True
-            if ending.metrics is not None or ending.kind == "compiled_autograd":
+            if ending.metrics is not None or ending.kind == "compiled_autograd" or ev.final:
                 self._finish(ending)
             return
-        found = self._find(ev.compile_id) if ev.compile_id is not None else self._only_compile_in_flight(ev)
+        if ev.compile_id is not None:
+            found = self._find(ev.compile_id)
+        else:  # AOTInductor logs its phases without an id; inductor's compile workers carry none either
+            found = self._standalone(None) or self._only_compile_in_flight(ev)
         if found is None or found._ended:
             self.stats["orphan_phases"] += 1
             return
@@ -406,12 +496,44 @@ class Assembler:
         kind = "frame" if ev.is_forward else "backward"
         rec = self._open.get((ev.compile_id, kind))
         if rec is None:
+            rec = self._standalone_for_metrics(ev)
+        if rec is None:
             rec = self._synthesize(ev, kind)
         rec.metrics = ev.fields
+        rec.attempt = max(rec.attempt, ev.attempt)
         if ev.rank is not None:
             rec.rank = ev.rank
         if rec._ended:
             self._finish(rec)
+
+    def _inside_standalone(self, ev: PhaseEvent) -> bool:
+        """A standalone root's event inside a running standalone compile of the same id (or none) is its phase."""
+        for r in self._open.values():
+            if r.kind in STANDALONE and not r._ended and r.root.name != ev.name:
+                if r.compile_id is None or ev.compile_id is None or r.compile_id == ev.compile_id:
+                    return any(n.name == ev.name for n in r._stack) if ev.ph == "E" else True
+        return False
+
+    def _ending_standalone(self, name: str, cid: CompileId | None) -> CompileRecord | None:
+        """The running standalone compile whose root this end closes (its id may have been given since it began)."""
+        for r in reversed(self._open.values()):
+            if r.kind in STANDALONE and not r._ended and r.root.name == name and (cid is None or r.compile_id in (None, cid)):
+                return r
+        return None
+
+    def _standalone_for_metrics(self, ev: MetricsEvent) -> CompileRecord | None:
+        """The standalone compile a CompilationMetrics record ends: torch logs an export's and a precompile's without id."""
+        for r in reversed(self._open.values()):
+            if r.kind in STANDALONE and r.metrics is None and (ev.compile_id is None or r.compile_id in (None, ev.compile_id)):
+                stack = ev.stack_functions
+                if r.kind == "export" and r.root.name == "fullgraph_capture" and stack:
+                    for fn, kind in _STACK_KINDS:
+                        if fn in stack:
+                            if kind != r.kind:
+                                self._rekey(r, r.compile_id, kind)
+                            break
+                return r
+        return None
 
     def _synthesize(self, ev: MetricsEvent, kind: str) -> CompileRecord:
         """A metrics record with no chromium events around it (older logs, or lost events)."""
@@ -430,6 +552,7 @@ class Assembler:
         rec._ended = True
         self.stats["synthesized"] += 1
         key = (ev.compile_id, kind)
+        rec._key = key
         self._open[key] = rec
         self._notify("on_start", rec)
         return rec
@@ -440,7 +563,7 @@ class Assembler:
 
     def _finish(self, rec: CompileRecord, pop: bool = True) -> None:
         if pop:
-            key = (rec.compile_id, rec.kind)
+            key = rec._key if rec._key is not None else (rec.compile_id, rec.kind)
             if self._open.get(key) is rec:
                 del self._open[key]
         if rec.root.end_ns is None:

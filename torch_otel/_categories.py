@@ -9,7 +9,9 @@ import threading
 _RECOMPILE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # torch's global state: grad mode (train to eval), autocast, deterministic algorithms, default dtype, ...
     ("global_state", re.compile(r"GLOBAL_STATE changed|___check_global_state|grad_mode", re.I)),
-    ("size_mismatch", re.compile(r"size mismatch|sizes? (?:of|for) .* changed|Ne\(|Eq\(|<= |>= ", re.I)),
+    # compiled autograd's cache miss (TORCH_LOGS=compiled_autograd_verbose): a node its cache had not seen
+    ("autograd_graph", re.compile(r"new autograd node", re.I)),
+    ("size_mismatch", re.compile(r"size mismatch|sizes? (?:of|for) .* changed|changed shapes|Ne\(|Eq\(|<= |>= ", re.I)),
     ("stride_mismatch", re.compile(r"stride mismatch", re.I)),
     ("dtype", re.compile(r"dtype mismatch|dtype", re.I)),
     ("device", re.compile(r"device mismatch|device", re.I)),
@@ -55,8 +57,18 @@ PHASES: dict[str, str] = {
     "compile_file": "cpp_compile",
     # Waiting for the kernels being compiled: Triton's on a GPU, C++ builds on a CPU.
     "async_compile.wait": "kernel_compile_wait",
+    # GPU (torch 2.13's names, seen in real CUDA logs): Triton kernel builds (torch's triton_compile_time_us),
+    # benchmarking kernel configs and pad_mm choices, and setting up the cudagraph tree of a graph.
+    "async_compile.precompile": "triton_compile",
+    "CachingAutotuner.slow_precompile_config": "triton_compile",
     "CachingAutotuner.benchmark_all_configs": "autotune",
     "benchmark_codegened_module": "autotune",
+    "pad_mm_benchmark": "autotune",
+    "InductorBenchmarker.benchmark_gpu": "autotune",
+    "TritonBenchmarker.benchmark_gpu": "autotune",
+    "cudagraphify.get_container": "cudagraphs",
+    # AOTInductor: building the model's .so (its compile_file steps are cpp_compile)
+    "AotCodeCompiler.compile": "aot_inductor_build",
     "build_guards": "guard_building",
     "AOTAutogradCache.inductor_load": "cache_load",
     "PyCodeCache.load_by_key_path": "cache_load",

@@ -123,34 +123,35 @@ def _replay(args: argparse.Namespace) -> int:
     import dataclasses
     import os
 
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import NoOpTracer
 
     from ._arm import sdk_disabled
     from ._config import load_settings
     from ._divergence import DivergenceReport
     from ._file_exporter import OTLPJsonFileSpanExporter
-    from ._ids import UrandomIdGenerator
     from ._replay import replay_paths
-    from ._setup import build_tracer_provider, job_resource
+    from ._replay_identity import ReplayTracers
+    from ._setup import build_span_processors
     from ._spans import SpanMapper, SpanSink
 
     settings = load_settings()
     if args.payloads:
         settings = dataclasses.replace(settings, capture_payloads=True)
-    provider = None
+    run = args.run or _run_name(args.paths)
+    processors: list[Any] = []
     if args.output:
         if os.path.isfile(args.output):
             open(args.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
-        provider = TracerProvider(resource=job_resource(), id_generator=UrandomIdGenerator())
-        provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(args.output), max_queue_size=65536))
+        processors = [BatchSpanProcessor(OTLPJsonFileSpanExporter(args.output), max_queue_size=65536)]
     elif not sdk_disabled():
-        provider = build_tracer_provider()
+        processors = build_span_processors()
+    # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
+    provider = ReplayTracers(processors, run) if processors else None
     sinks: list[Any] = []
     if provider is not None:
-        sinks.append(SpanSink(SpanMapper(provider.get_tracer("torch_otel.replay"), settings, live=False)))
+        sinks.append(SpanSink(SpanMapper(NoOpTracer(), settings, live=False, tracer_for=provider.tracer_for)))
         sinks.append(_Backpressure(provider))
-    run = args.run or _run_name(args.paths)
     metrics = _replay_metrics(args.pushgateway, run)
     if metrics is not None:
         sinks.append(metrics.sink)
@@ -249,7 +250,10 @@ def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
     if os.environ.get("OTEL_METRICS_EXPORTER"):
         names = _list(os.environ, "OTEL_METRICS_EXPORTER", "none", METRIC_EXPORTERS)
         pushed = [n for n in names if n in ("otlp", "console")]  # prometheus: nothing to serve after a replay
-        meter_provider = build_meter_provider(os.environ, pushed, {"torch_otel.replay.run": run})
+        from ._replay_identity import replay_resource
+
+        # not the replaying machine's host or pid; each series says its rank
+        meter_provider = build_meter_provider(os.environ, pushed, resource=replay_resource(None, None, None, run))
         if meter_provider is not None:
             backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
     if not backends:

@@ -27,6 +27,7 @@ class Origin:
     thread: str | None = None
     stack: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
     aot_graph: str | None = None  # a lazy backward's AOTAutograd graph, as torch names it ("5_backward")
+    root_kind: str | None = None  # a standalone compile's kind when the live hook knows it ("precompile")
 
 
 @dataclass(slots=True)
@@ -41,6 +42,7 @@ class PhaseEvent:
     attempt: int = 0
     rank: int | None = None
     origin: Origin | None = None
+    final: bool = False  # a root's end after which torch logs nothing more of its compile (the live export hook)
 
 
 @dataclass(slots=True)
@@ -52,6 +54,8 @@ class MetricsEvent:
     is_forward: bool = True
     is_runtime: bool = False
     rank: int | None = None
+    attempt: int = 0  # replay: the record's attempt (a restarted compile's metrics say its last)
+    stack_functions: tuple[str, ...] = ()  # replay: the functions of the stack torch logged with it (says export or precompile)
 
 
 @dataclass(slots=True)
@@ -91,6 +95,7 @@ class RecompileReasonsEvent:
     reasons: list[str]
     attempt: int = 0
     rank: int | None = None
+    for_next: str | None = None  # logged before the compile it explains begins: the next root of this kind
 
 
 @dataclass(slots=True)
@@ -131,6 +136,14 @@ class LogEvent:
     message: str
 
 
+@dataclass(slots=True)
+class DebugDirEvent:
+    """Inductor made a graph's debug directory (``TORCH_COMPILE_DEBUG=1`` / ``config.trace.enabled``), live only."""
+
+    compile_id: CompileId | None
+    path: str
+
+
 Event = (
     PhaseEvent
     | MetricsEvent
@@ -140,4 +153,5 @@ Event = (
     | LogEvent
     | RecompileReasonsEvent
     | GraphScheduleEvent
+    | DebugDirEvent
 )

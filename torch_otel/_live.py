@@ -30,10 +30,12 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from ._arm import when_imported
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
 from ._events import (
     ArtifactEvent,
+    DebugDirEvent,
     Event,
     GraphBreakEvent,
     GraphScheduleEvent,
@@ -42,8 +44,10 @@ from ._events import (
     PhaseEvent,
     RecompileReasonsEvent,
 )
+from ._export_hook import ExportHook
 from ._graph_breaks import parse_graph_break
 from ._internal import _in_bridge, guarded, record_error
+from ._mega_cache import MegaCacheHook
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
 
 GRAPH_BREAK_LOGGERS = (
@@ -52,9 +56,8 @@ GRAPH_BREAK_LOGGERS = (
     "torch._dynamo.exc.__graph_breaks",
 )
 TRACE_LOGGER = "torch.__trace"
+CA_VERBOSE_LOGGER = "torch._dynamo.compiled_autograd.__compiled_autograd_verbose"
 INDUCTOR_DEBUG = "torch._inductor.debug"
-# Phases inside which inductor schedules a graph: by then it has imported torch._inductor.debug.
-_INDUCTOR_PHASES = frozenset({"compile_fx_inner", "inductor_compile", "compile_fx.<locals>.fw_compiler_base"})
 WARNING_LOGGERS = ("torch._dynamo", "torch._inductor")
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
@@ -120,6 +123,18 @@ def _aot_graph() -> str | None:
     return str(names[0]) if isinstance(names, list) and names else None
 
 
+def _capture_kind() -> str:
+    """Who called torch's ``fullgraph_capture``: an AOT precompile (``torch.compile(...).aot_compile``) or an export."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(40):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "aot_compile_fullgraph":
+            return "precompile"
+        frame = frame.f_back
+    return "export"
+
+
 def _current_compile_id() -> CompileId | None:
     import torch._guards
 
@@ -138,6 +153,23 @@ class _GraphBreakHandler(logging.Handler):
         self._capture._on_graph_break(record)
 
     def handleError(self, record: logging.LogRecord) -> None:  # never print tracebacks
+        return None
+
+
+class _CompiledAutogradMissHandler(logging.Handler):
+    """compiled autograd's cache-miss lines, when the user turned them on (TORCH_LOGS=compiled_autograd_verbose).
+
+    Attached without changing the logger's level: torch formats and logs these only if asked to.
+    """
+
+    def __init__(self, capture: LiveCapture) -> None:
+        super().__init__(logging.DEBUG)
+        self._capture = capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._capture._on_compiled_autograd_miss(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
         return None
 
 
@@ -206,10 +238,13 @@ class LiveCapture:
         # torch._inductor.debug's schedule loggers, wrapped once inductor is loaded (it is not, until it compiles)
         self._orig_schedule: Any = None
         self._orig_dump_schedule: Any = None
+        self._orig_debug_dir: Any = None  # DebugContext.create_debug_dir (a staticmethod)
+        self._torch_debug_dir: Any = None
         self._inductor_hook_pending = False
         self._hook_lock = threading.Lock()
         self._schedule_tls = threading.local()
         self._gb_handler = _GraphBreakHandler(self)
+        self._ca_miss_handler = _CompiledAutogradMissHandler(self)
         self._trace_handler = _TraceHandler(self)
         self._logger_states: dict[str, _LoggerState] = {}
         self._interned: dict[int, str] = {}
@@ -226,6 +261,8 @@ class LiveCapture:
         # (a phase begin or end, which the hook delivers without JSON) or not (an instant).
         self._held = threading.local()
         self._pid = os.getpid()  # in a forked child there is no worker: each compile is processed as it ends
+        self._export_hook = ExportHook(self._on_export, self._origin)
+        self._mega_cache_hook = MegaCacheHook()
 
     # -- lifecycle ------------------------------------------------------------
     def install(self) -> None:
@@ -251,12 +288,17 @@ class LiveCapture:
                 cf.get_and_maybe_log_recompilation_reasons = self._recompilation_reasons
                 self._reattach = self._ensure_graph_break_loggers
             self._reattach()
+            logging.getLogger(CA_VERBOSE_LOGGER).addHandler(self._ca_miss_handler)
             if self.warnings:
                 for name in WARNING_LOGGERS:
                     logging.getLogger(name).addHandler(self._warning_handler)
             self.installed = True
             self._inductor_hook_pending = True
-            self._hook_inductor()
+        # Outside the lock, as each may wrap at once: inductor's debug module once it is imported (it is not
+        # until the first inductor compile, and an AOTAutograd cache hit runs no inductor phase first).
+        when_imported(INDUCTOR_DEBUG, self._hook_inductor)
+        self._export_hook.hook()
+        self._mega_cache_hook.hook()
 
     def uninstall(self) -> None:
         with self._lock:
@@ -276,6 +318,8 @@ class LiveCapture:
                     cf.get_and_maybe_log_recompilation_reasons = self._orig_reasons
             self._orig_record = self._orig_log_event = self._orig_reasons = None
             self._unhook_inductor()
+            self._export_hook.unhook()
+            self._mega_cache_hook.unhook()
             for name, state in self._logger_states.items():
                 lg = logging.getLogger(name)
                 handler = self._trace_handler if name == TRACE_LOGGER else self._gb_handler
@@ -286,6 +330,7 @@ class LiveCapture:
                     lg.setLevel(state.level)
                     lg.propagate = state.propagate
             self._logger_states.clear()
+            logging.getLogger(CA_VERBOSE_LOGGER).removeHandler(self._ca_miss_handler)
             for name in WARNING_LOGGERS:
                 lg = logging.getLogger(name)
                 if self._warning_handler in lg.handlers:
@@ -298,7 +343,7 @@ class LiveCapture:
     def _hook_inductor(self) -> None:
         """Wrap inductor's collective-schedule loggers, which torch calls on every graph it schedules.
 
-        Done once ``torch._inductor.debug`` is loaded: at install, or at the first inductor phase.
+        Done once ``torch._inductor.debug`` is loaded: at install, or right after its import (a post-import hook).
         ``log_collective_schedule`` runs for every graph; ``_dump_collective_schedule`` only for a graph
         with collectives, and hands over the op names torch already gathered (nothing is recomputed).
         """
@@ -316,6 +361,11 @@ class LiveCapture:
             self._orig_schedule, self._orig_dump_schedule = log_fn, dump_fn
             setattr(dbg, "log_collective_schedule", self._log_collective_schedule)  # noqa: B010 - mypy sees a ModuleType
             setattr(dbg, "_dump_collective_schedule", self._dump_collective_schedule)  # noqa: B010
+            ctx = getattr(dbg, "DebugContext", None)
+            create = ctx.__dict__.get("create_debug_dir") if isinstance(ctx, type) else None
+            if isinstance(create, staticmethod):  # inductor's per-graph debug directory: its path, for the span
+                self._orig_debug_dir = self._torch_debug_dir = create
+                ctx.create_debug_dir = staticmethod(self._create_debug_dir)  # type: ignore[union-attr]
 
     def _unhook_inductor(self) -> None:
         dbg = sys.modules.get(INDUCTOR_DEBUG)
@@ -327,7 +377,12 @@ class LiveCapture:
             ):
                 if orig is not None and getattr(dbg, name, None) == ours:
                     setattr(dbg, name, orig)
-        self._orig_schedule = self._orig_dump_schedule = None
+            ctx = getattr(dbg, "DebugContext", None)
+            if self._orig_debug_dir is not None and isinstance(ctx, type):
+                current = ctx.__dict__.get("create_debug_dir")
+                if isinstance(current, staticmethod) and current.__func__ == self._create_debug_dir:
+                    ctx.create_debug_dir = self._orig_debug_dir  # type: ignore[attr-defined]
+        self._orig_schedule = self._orig_dump_schedule = self._orig_debug_dir = None
         self._inductor_hook_pending = False
 
     def _ensure_graph_break_loggers(self) -> None:
@@ -499,6 +554,18 @@ class LiveCapture:
         self._schedule_tls.ops = schedule
         orig(schedule)
 
+    def _create_debug_dir(self, folder_name: str) -> str | None:
+        # torch's own, kept after uninstall: someone may have wrapped ours since, and still call it
+        path: str | None = self._torch_debug_dir.__func__(folder_name)
+        if self._orig_debug_dir is not None:
+            self._on_debug_dir(path)
+        return path
+
+    @guarded("debug directory hook")
+    def _on_debug_dir(self, path: object) -> None:
+        if self.installed and isinstance(path, str):
+            self._pending.append((self._process_event, DebugDirEvent(_current_compile_id(), path), None, None))
+
     @guarded("collective schedule hook")
     def _on_schedule(self) -> None:
         if not self.installed:
@@ -521,6 +588,8 @@ class LiveCapture:
                 origin = self._origin()
                 if name == "entire_backward_compile":
                     origin.aot_graph = _aot_graph()
+                elif name == "fullgraph_capture":
+                    origin.root_kind = _capture_kind()
                 self._pending.append((self._process_chromium, event, origin, _rank()))
                 self._reattach()  # torch's set_logs() clears handlers: put ours back
                 if self._first_compile:
@@ -531,8 +600,18 @@ class LiveCapture:
                 self._compile_ended()
             return
         self._pending.append((self._process_chromium, event, None, None))
-        if self._inductor_hook_pending and name in _INDUCTOR_PHASES:
-            self._hook_inductor()
+
+    def _on_export(self, ev: PhaseEvent) -> None:
+        """A torch.export call began or ended (the export hook): a root, queued like torch's own."""
+        if not self.installed:
+            return
+        self._pending.append((self._process_event, ev, ev.origin, _rank() if ev.ph == "B" else None))
+        if ev.ph == "B":
+            self._reattach()
+            if self._first_compile:
+                self._run_first_compile()
+        else:
+            self._compile_ended()
 
     @guarded("compilation metrics hook")
     def _on_metrics(self, metrics: Any) -> None:
@@ -565,6 +644,13 @@ class LiveCapture:
             return  # graph breaks are their own events
         ev = LogEvent(_current_compile_id(), int(record.created * 1e9), record.levelno, record.name, record.getMessage())
         self._pending.append((self._process_event, ev, None, None))
+
+    @guarded("compiled autograd cache-miss handler")
+    def _on_compiled_autograd_miss(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.installed and message.startswith("Cache miss due to"):
+            ev = RecompileReasonsEvent(None, [message], for_next="compiled_autograd")
+            self._pending.append((self._process_event, ev, None, None))
 
     @guarded("graph break handler")
     def _on_graph_break(self, record: logging.LogRecord) -> None:

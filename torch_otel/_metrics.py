@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -26,6 +27,7 @@ from ._categories import PHASES, RECOMPILE_CATEGORIES, BoundedLabels, recompile_
 from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
+from ._mega_cache import hits as mega_cache_hits
 from ._version import __version__
 
 # 10 ms .. 30 min: compiles of big models take many minutes.
@@ -142,6 +144,7 @@ class PrometheusBackend:
                 )
             self._metrics[s.name] = m
         registry.register(SelfMetrics())
+        registry.register(TorchCounters())
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
         key = (name, labels)
@@ -185,6 +188,34 @@ class SelfMetrics:
         )
         u.add_metric([], b.assembler.stats["unattributed_phases"] if b is not None else 0)
         yield u
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class TorchCounters:
+    """torch's own compiled-autograd counters (``torch._dynamo.utils.counters["compiled_autograd"]``), read at scrape.
+
+    ``captures`` counts the autograd graphs compiled autograd traced (each cache miss: a new graph or shape);
+    ``compiles`` the graphs it then compiled. torch's tests assert on them. Nothing is read before torch's
+    dynamo is loaded, and nothing is hooked: the scrape reads the two numbers.
+    """
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        utils = sys.modules.get("torch._dynamo.utils")
+        counters = getattr(utils, "counters", None)
+        ca = counters.get("compiled_autograd", {}) if isinstance(counters, dict) else {}
+        rank = default_rank()
+        for key, help_text in (
+            ("captures", "Autograd graphs compiled autograd captured (torch's counter: one per cache miss)."),
+            ("compiles", "Graphs compiled autograd compiled (torch's counter)."),
+        ):
+            value = ca.get(key, 0) if hasattr(ca, "get") else 0
+            fam = CounterMetricFamily(f"torch_compile_compiled_autograd_{key}", help_text, labels=["rank"])
+            fam.add_metric([rank], value if isinstance(value, int) else 0)
+            yield fam
 
     def describe(self) -> list[Any]:
         return []
@@ -342,8 +373,13 @@ class CompileMetrics(Sink):
             if isinstance(gc, int) and not isinstance(gc, bool):
                 yield "torch_compile_guards", (rank,), gc, None
         lookups = rec.cache_lookups()
+        served = mega_cache_hits(rec)  # local hits on entries torch.compiler.load_cache_artifacts put there
         for (cache, location, result), n in lookups.items():
-            yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
+            if location == "local" and result == "hit" and served.get(cache):
+                n -= min(n, served[cache])
+                yield "torch_compile_cache_requests", (rank, cache, "mega_cache", result), served[cache], None
+            if n:
+                yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None

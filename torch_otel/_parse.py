@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,8 @@ from ._events import (
     StartEvent,
 )
 from ._graph_breaks import parse_graph_break
+
+_CA_PREFIX = re.compile(r"^!\d+: ")
 
 # (metadata value, whole metadata, payload, compile id, attempt, rank) -> events
 Handler = Callable[[Any, dict[str, Any], str | None, CompileId | None, int, int | None], list[Event]]
@@ -42,11 +45,17 @@ def _chromium(
         ev = json.loads(payload)
     except ValueError as exc:
         raise RecordError(f"chromium_event payload is not JSON: {exc}") from None
-    return [chromium_to_event(ev, attempt, rank, fallback=cid)]
+    return [chromium_to_event(ev, attempt, rank, record_id=cid)]
 
 
-def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, fallback: CompileId | None = None) -> PhaseEvent:
-    """A chromium event dict (as torch builds it) -> :class:`PhaseEvent`."""
+def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, record_id: CompileId | None = None) -> PhaseEvent:
+    """A chromium event dict (as torch builds it) -> :class:`PhaseEvent`.
+
+    ``record_id`` is the compile id of the trace record that carried the event (its ``frame_id``,
+    ``frame_compile_id``, ``compiled_autograd_id``). It decides, as tlparse keys records: the event's own
+    ``args.compile_id`` is only the fallback for records without ids (live hooks, and phases torch logs
+    outside a compile context, such as inductor's compile workers).
+    """
     if not isinstance(ev, dict):
         raise RecordError("chromium event is not an object")
     name, ph, ts = ev.get("name"), ev.get("ph"), ev.get("ts")
@@ -55,12 +64,13 @@ def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, fallba
     args = ev.get("args")
     if not isinstance(args, dict):
         args = {}
-    cid = parse_compile_id(args.get("compile_id")) or fallback
+    cid = record_id or parse_compile_id(args.get("compile_id"))
     return PhaseEvent(cid, name, ph, int(ts * 1000), args, attempt, rank)
 
 
-def metrics_to_event(fields: dict[str, Any], rank: int | None = None, fallback: CompileId | None = None) -> MetricsEvent:
-    cid = parse_compile_id(fields.get("compile_id")) or fallback
+def metrics_to_event(fields: dict[str, Any], rank: int | None = None, record_id: CompileId | None = None) -> MetricsEvent:
+    """A CompilationMetrics dict -> :class:`MetricsEvent`; the record's ids decide over the payload's ``compile_id``."""
+    cid = record_id or parse_compile_id(fields.get("compile_id"))
     return MetricsEvent(
         cid,
         fields,
@@ -75,7 +85,12 @@ def _metrics(
 ) -> list[Event]:
     if not isinstance(value, dict):
         raise RecordError("compilation_metrics is not an object")
-    return [metrics_to_event(value, rank, cid)]
+    ev = metrics_to_event(value, rank, cid)
+    ev.attempt = attempt
+    stack = md.get("stack")
+    if isinstance(stack, list):
+        ev.stack_functions = tuple(f["name"] for f in stack if isinstance(f, dict) and isinstance(f.get("name"), str))
+    return [ev]
 
 
 def _digest(md: dict[str, Any], payload: str | None) -> str | None:
@@ -103,6 +118,11 @@ def _artifact(
         if not isinstance(reasons, list):
             raise RecordError("recompile_reasons payload is not a list")
         return [RecompileReasonsEvent(cid, [str(r) for r in reasons], attempt, rank)]
+    if name == "compiled_autograd_compile_reasons":  # TORCH_LOGS=compiled_autograd_verbose: "!1: Cache miss due to ..."
+        reasons = _json_payload(payload)
+        if not isinstance(reasons, list):
+            raise RecordError("compiled_autograd_compile_reasons payload is not a list")
+        return [RecompileReasonsEvent(cid, [_CA_PREFIX.sub("", str(r)) for r in reasons], attempt, rank)]
     if name == "inductor_collective_schedule":
         ops = _json_payload(payload)
         if not isinstance(ops, list):
@@ -201,6 +221,8 @@ GENERIC_KINDS = (
     "missing_fake_kernel",
     "mismatched_fake_kernel",
     "exported_program",
+    "create_unbacked_symbol",
+    "propagate_real_tensors_provenance",
     "link",
     "bwd_compilation_metrics_runtime",
     "compilation_metrics_runtime",

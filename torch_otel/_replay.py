@@ -27,7 +27,7 @@ from ._graph_breaks import graph_break_code
 from ._parse import RecordError, parse_record
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
-_GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]]*\] ")
+_GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) [^\]]*\] ")
 _RANK_RE = re.compile(r"rank_(\d+)")
 _KEEP_PAYLOAD = {"chromium_event"}
 _KEEP_ARTIFACTS = {  # small, and parsed
@@ -35,6 +35,8 @@ _KEEP_ARTIFACTS = {  # small, and parsed
     "recompile_reasons",
     "inductor_collective_schedule",
     "inductor_runtime_and_tensor_meta",
+    "torch_version",
+    "compiled_autograd_compile_reasons",
 }
 _MAX_DISTINCT_REASONS = 1000
 
@@ -51,6 +53,8 @@ class ReplayStats:
     graph_breaks: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     unknown_kinds: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
+    processes: set[tuple[int | None, int | None]] = field(default_factory=set)  # (pid, rank) that wrote the logs
     problems: list[str] = field(default_factory=list)
 
 
@@ -94,12 +98,22 @@ def _open(path: Path) -> io.BufferedIOBase:
     return fh
 
 
+@dataclass
+class Writer:
+    """Who wrote the record being read: its process id (the log line's) and torch version (once logged)."""
+
+    pid: int | None = None
+    torch_version: str | None = None
+    path: str | None = None  # the log file
+
+
 def iter_records(
-    fh: io.BufferedIOBase, stats: ReplayStats, keep_all_payloads: bool = False
+    fh: io.BufferedIOBase, stats: ReplayStats, keep_all_payloads: bool = False, writer: Writer | None = None
 ) -> Iterator[tuple[dict[str, Any], str | None, int]]:
     """Yield ``(metadata, payload, payload size)`` per record; count every skipped line, and why.
 
-    ``payload`` is None when it was only measured (see the module docstring).
+    ``payload`` is None when it was only measured (see the module docstring). ``writer.pid`` follows
+    the record being yielded.
     """
     md: dict[str, Any] | None = None
     chunks: list[bytes] = []
@@ -127,12 +141,12 @@ def iter_records(
                     size += len(raw) - (2 if raw[-1:] == b"\n" else 1)
                     lines += 1
                 continue
+            if not raw.strip():
+                continue  # a blank line: older torch wrote a payload's empty lines without their tab (tlparse reads on)
             if md is not None:
                 yield finish()
                 md = None
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            if not line.strip():
-                continue
             m = _GLOG_RE.match(line)
             if not m:
                 stats.skipped["not a structured trace line"] += 1
@@ -146,6 +160,8 @@ def iter_records(
                 stats.skipped["metadata is not a JSON object"] += 1
                 continue
             md = parsed
+            if writer is not None:
+                writer.pid = int(m.group(1))
             kind = next(iter(md))
             art = md.get("artifact")
             keep = (
@@ -195,6 +211,32 @@ class Progress:
         self.out.flush()
 
 
+class _Stamp(Sink):
+    """Marks each replayed compile with the process that wrote it (first among the sinks)."""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+
+    def on_start(self, record: CompileRecord) -> None:
+        record.process_id = self.writer.pid
+        record.trace_file = self.writer.path
+
+    def on_finish(self, record: CompileRecord) -> None:
+        if record.process_id is None:
+            record.process_id = self.writer.pid
+        version = (record.metrics or {}).get("pytorch_version")
+        record.torch_version = version if isinstance(version, str) and version else self.writer.torch_version
+
+
+def _torch_version(payload: str | None) -> str | None:
+    try:
+        v = json.loads(payload or "null")
+    except ValueError:
+        return None
+    version = v.get("pytorch_version") if isinstance(v, dict) else None
+    return version if isinstance(version, str) and version else None
+
+
 def replay_file(
     path: Path,
     sinks: list[Sink],
@@ -206,7 +248,8 @@ def replay_file(
     stats.files += 1
     rank_hint = _RANK_RE.search(path.name)
     interned: dict[int, str] = {}
-    assembler = Assembler(sinks, max_open=4096)
+    writer = Writer(path=str(path))
+    assembler = Assembler([_Stamp(writer), *sinks], max_open=4096)
     try:
         fh = _open(path)
     except OSError as exc:
@@ -214,7 +257,7 @@ def replay_file(
         return
     raw = getattr(fh, "fileobj", fh)  # a gzip file's position in the compressed bytes
     with fh:
-        for md, payload, size in iter_records(fh, stats, keep_all_payloads):
+        for md, payload, size in iter_records(fh, stats, keep_all_payloads, writer):
             stats.records += 1
             if progress is not None and stats.records % 200 == 0:
                 progress.update(raw.tell(), stats.records, path.name)
@@ -231,7 +274,12 @@ def replay_file(
             if events is None:
                 stats.unknown_kinds[kind] += 1
                 continue
+            if kind != "str":
+                stats.kinds[kind] += 1
+            stats.processes.add((writer.pid, md.get("rank") if isinstance(md.get("rank"), int) else None))
             for ev in events:
+                if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
+                    writer.torch_version = _torch_version(ev.payload) or writer.torch_version
                 if isinstance(ev, ArtifactEvent) and not artifacts:
                     continue  # default capture: the same events a live default capture sees
                 assembler.feed(ev)
@@ -246,6 +294,9 @@ def print_summary(stats: ReplayStats, out: IO[str]) -> None:
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.compiles.items()))
     out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
     out.write(f"compiles found: {total}" + (f" ({kinds})" if kinds else "") + "\n")
+    if not total and stats.kinds:
+        held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
+        out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")
     out.write(
         f"failures: {sum(stats.failures.values())}"
         + (" (" + ", ".join(f"{k}: {v}" for k, v in stats.failures.most_common()) + ")" if stats.failures else "")
@@ -291,7 +342,7 @@ def replay_paths(
     print_summary(stats, out)
     for p in stats.problems:
         sys.stderr.write(f"torch-otel replay: {p}\n")
-    if stats.records == 0 or (sum(stats.compiles.values()) == 0 and not stats.unknown_kinds and stats.skipped):
+    if not stats.kinds and not stats.unknown_kinds:
         sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
         return 1, stats
     return 0, stats

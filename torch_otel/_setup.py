@@ -196,6 +196,18 @@ def _ca_respecting_session() -> Any:
 def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> TracerProvider | None:
     """A TracerProvider with the exporters ``OTEL_TRACES_EXPORTER`` names, or None if there are none."""
     env = os.environ if env is None else env
+    processors = build_span_processors(env, traces_file)
+    if not processors:
+        return None
+    provider = TracerProvider(resource=job_resource(env), id_generator=UrandomIdGenerator(), shutdown_on_exit=False)
+    for p in processors:
+        provider.add_span_processor(p)
+    return provider
+
+
+def build_span_processors(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> list[BatchSpanProcessor]:
+    """One batch processor per exporter ``OTEL_TRACES_EXPORTER`` names (a traces file first)."""
+    env = os.environ if env is None else env
     exporters: list[SpanExporter] = []
     if traces_file:  # first: flushed (in order) before a network exporter that may be down or slow
         exporters.append(OTLPJsonFileSpanExporter(traces_file))
@@ -206,15 +218,15 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
                 exporters.append(e)
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
-    if not exporters:
-        return None
-    provider = TracerProvider(resource=job_resource(env), id_generator=UrandomIdGenerator(), shutdown_on_exit=False)
-    for e in exporters:
-        provider.add_span_processor(BatchSpanProcessor(e))
-    return provider
+    return [BatchSpanProcessor(e) for e in exporters]
 
 
-def build_meter_provider(env: Mapping[str, str], exporters: list[str], extra_resource: Mapping[str, str] | None = None) -> Any:
+def build_meter_provider(
+    env: Mapping[str, str],
+    exporters: list[str],
+    extra_resource: Mapping[str, str] | None = None,
+    resource: Resource | None = None,
+) -> Any:
     """A MeterProvider pushing to the ``otlp``/``console`` exporters named, or None if none are.
 
     ``prometheus`` needs no reader: the bridge serves its prometheus_client
@@ -230,7 +242,7 @@ def build_meter_provider(env: Mapping[str, str], exporters: list[str], extra_res
             readers.append(PeriodicExportingMetricReader(exporter))
     if not readers:
         return None
-    resource = job_resource(env).merge(Resource(dict(extra_resource or {})))
+    resource = (resource or job_resource(env)).merge(Resource(dict(extra_resource or {})))
     return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry import trace
@@ -18,11 +19,15 @@ from ._config import Settings
 from ._divergence import schedule_digest
 from ._graph_breaks import graph_break_code
 from ._ids import private_random
+from ._mega_cache import hits as mega_cache_hits
 
 ROOT_NAMES = {
     "frame": "torch.compile",
     "backward": "torch.compile.backward",
     "compiled_autograd": "torch.compiled_autograd",
+    "export": "torch.export",
+    "precompile": "torch.compile.aot_compile",
+    "aot_inductor": "torch._inductor.aot_compile",
 }
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
@@ -68,6 +73,14 @@ def _meta_key(field: str) -> str:
     return f"torch.compile.artifact.metadata.{field}"
 
 
+def torch_trace_file() -> str | None:
+    """The file torch's TORCH_TRACE handler writes to in this process, once it has opened one."""
+    internal = sys.modules.get("torch._logging._internal")
+    handler = getattr(internal, "LOG_TRACE_HANDLER", None)
+    path = getattr(handler, "_stream_path", None) or getattr(getattr(handler, "stream", None), "name", None)
+    return path if isinstance(path, str) else None
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -89,8 +102,16 @@ class _Recent(OrderedDict[K, V]):
 class SpanMapper:
     """Builds spans for a :class:`CompileRecord` with the given tracer."""
 
-    def __init__(self, tracer: Tracer, settings: Settings | None = None, live: bool = True) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        settings: Settings | None = None,
+        live: bool = True,
+        tracer_for: Callable[[CompileRecord], Tracer] | None = None,
+    ) -> None:
         self.tracer = tracer
+        # Replay: the tracer of the process that wrote the compile's log (its own resource)
+        self.tracer_for = tracer_for
         self.settings = settings or Settings()
         self.live = live
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
@@ -241,9 +262,41 @@ class SpanMapper:
             metas = [s.tensor_meta for s in rec.schedules if s.tensor_meta]
             if metas:
                 a["torch.compile.inductor.tensor_meta_digest"] = metas[0] if len(metas) == 1 else schedule_digest(metas)
+        self._artifact_places(rec, a)
+        for cache, n in mega_cache_hits(rec).items():
+            a[f"torch.compile.cache.{cache}.mega_cache.hits"] = n
+        if rec.kind == "export":
+            args = rec.root.args
+            a["torch.export.api"] = args.get("api") if isinstance(args.get("api"), str) else "torch.export.export"
+            # torch logs a root (fullgraph_capture) only for a strict export's dynamo capture
+            a["torch.export.strict"] = bool(args.get("strict", rec.root.name == "fullgraph_capture"))
+            failures = args.get("draft_failures")
+            if isinstance(failures, dict):
+                a["torch.export.draft_export.failure_count"] = sum(v for v in failures.values() if isinstance(v, int))
         if rec.dropped:
             a["torch.compile.dropped_events"] = rec.dropped
         return a
+
+    def _artifact_places(self, rec: CompileRecord, a: dict[str, Any]) -> None:
+        """Where to look next: inductor's debug directories and their files, the TORCH_TRACE file, tlparse's directory."""
+        if rec.debug_dirs:
+            a["torch.compile.inductor.debug_dirs"] = [self._path(d) or "?" for d in rec.debug_dirs]
+            files: set[str] = set()
+            for d in rec.debug_dirs:
+                try:
+                    files.update(e.name for e in os.scandir(d) if e.is_file())
+                except OSError:  # removed since, or another host's path
+                    continue
+            if files:
+                a["torch.compile.inductor.debug_files"] = sorted(files)[:64]
+        trace_file = rec.trace_file or (torch_trace_file() if self.live else None)
+        if trace_file:
+            a["torch.compile.trace_log.file"] = self._path(trace_file) or "?"
+            cid = rec.compile_id
+            if cid is not None and cid.frame_id is not None:
+                ca = "-" if cid.compiled_autograd_id is None else cid.compiled_autograd_id
+                attempt = a.get("torch.compile.attempt", rec.attempt)  # a lazy backward's is its forward's
+                a["torch.compile.tlparse.directory"] = f"{ca}_{cid.frame_id}_{cid.frame_compile_id}_{attempt}"
 
     def emit(self, rec: CompileRecord) -> None:
         m: Mapping[str, Any] = rec.metrics or {}
@@ -260,8 +313,9 @@ class SpanMapper:
             fwd = self._forward.get(rec.id_str)
             if fwd is not None:
                 links.append(Link(fwd[0], {"torch.compile.link": "forward"}))
+        tracer = self.tracer_for(rec) if self.tracer_for is not None else self.tracer
         with private_random():
-            root = self.tracer.start_span(
+            root = tracer.start_span(
                 name,
                 context=parent,
                 kind=SpanKind.INTERNAL,
@@ -278,7 +332,7 @@ class SpanMapper:
                 self._last_ca.remember(cid.compiled_autograd_id, ctx)
             parent_ctx = trace.set_span_in_context(root)
             for child in rec.root.children:
-                self._phase_span(child, parent_ctx)
+                self._phase_span(tracer, child, parent_ctx)
             self._events(rec, root, m)
             self._status(rec, root, m, attrs)
             root.end(end_time=rec.root.end_ns)
@@ -307,8 +361,8 @@ class SpanMapper:
                 out[f"torch.compile.{k}"] = v
         return out
 
-    def _phase_span(self, node: PhaseNode, parent_ctx: Context) -> None:
-        span = self.tracer.start_span(
+    def _phase_span(self, tracer: Tracer, node: PhaseNode, parent_ctx: Context) -> None:
+        span = tracer.start_span(
             node.name,
             context=parent_ctx,
             kind=SpanKind.INTERNAL,
@@ -320,7 +374,7 @@ class SpanMapper:
         if node.children:
             ctx = trace.set_span_in_context(span)
             for child in node.children:
-                self._phase_span(child, ctx)
+                self._phase_span(tracer, child, ctx)
         span.end(end_time=node.end_ns)
 
     def _event_limit(self) -> int:
@@ -381,6 +435,14 @@ class SpanMapper:
             if gb.skipped_frame:
                 ga["torch.compile.eager_fallback"] = True
             root.add_event("torch.compile.graph_break", ga, timestamp=at(gb.ts_ns))
+        failures = rec.root.args.get("draft_failures") if rec.kind == "export" else None
+        if isinstance(failures, dict):  # draft export's report: one event per kind of failure it found
+            for ftype, count in sorted(failures.items()):
+                root.add_event(
+                    "torch.export.draft_export.failure",
+                    {"torch.export.draft_export.failure_type": str(ftype), "torch.export.draft_export.failure_count": count},
+                    timestamp=rec.root.end_ns,
+                )
         # A restart starts the next attempt: torch's compile_attempt_N (N >= 1) begins when it happened.
         attempts = sorted(
             n.start_ns for n, _ in rec.root.walk() if n.name.startswith("compile_attempt_") and n.name != "compile_attempt_0"
