@@ -91,10 +91,14 @@ def test_real_logs_have_tlparses_compile_ids_one_root_per_compile_none_invented(
     log = _unzip(name, tmp_path)
     proc, spans = _replay([log], tmp_path / "spans.jsonl")
     assert proc.returncode == 0, proc.stderr
-    roots = _roots(spans)
+    everything = _roots(spans)
+    roots = [r for r in everything if r["attrs"]["torch.compile.kind"] != "runtime"]
     with_ids = [r for r in roots if r["attrs"]["torch.compile.id"] != "-/-"]
     assert span_compile_ids(with_ids) == tlparse_compile_ids(log, tmp_path / "tl")
     assert all(r["attrs"]["torch.compile.kind"] == "aot_inductor" for r in roots if r not in with_ids)
+    # work timed after a compile ended (GPU autotuning, cudagraph set-up) names a compile that exists
+    runtime = {r["attrs"]["torch.compile.id"] for r in everything if r not in roots}
+    assert runtime <= {r["attrs"]["torch.compile.id"] for r in with_ids}
     frames = Counter(r["attrs"]["torch.compile.id"] for r in roots if r["attrs"]["torch.compile.kind"] == "frame")
     assert frames == _frame_compiles_in_log(log)
     if not roots:  # an export-only log: a success that says what it holds
@@ -112,18 +116,17 @@ def test_the_records_ids_decide_not_the_payloads_stale_compile_id(tmp_path):
     log = _unzip("multi_rank_runtime_rank_0.log.gz", tmp_path)
     proc, spans = _replay([log], tmp_path / "spans.jsonl")
     assert proc.returncode == 0, proc.stderr
-    ids = sorted(r["attrs"]["torch.compile.id"] for r in _roots(spans))
+    ids = sorted(r["attrs"]["torch.compile.id"] for r in _roots(spans) if r["attrs"]["torch.compile.kind"] == "frame")
     assert ids == ["0/0", "0/1", "0/2", "0/3"]
     assert set(ids) == tlparse_compile_ids(log, tmp_path / "tl")
     assert '"compile_id": "0/1"' in log.read_text().split('"frame_compile_id": 3')[1][:2000]
 
 
 def test_gpu_phases_reach_the_phase_metric_with_their_own_labels(tmp_path):
-    """Triton kernel builds and autotuning, as real CUDA logs record them, are phases of their own; so is AOTInductor's build.
-
-    (cudagraph set-up, ``cudagraphify.get_container``, runs at the graph's first call, after its compile has ended:
-    a runtime event, counted among the phases outside any compile.)
-    """
+    """Triton kernel builds, autotuning and cudagraph set-up, as real CUDA logs record them, are phases of their own;
+    so is AOTInductor's build. cudagraph set-up and runtime autotuning run at a graph's first call, after its compile
+    ended: each is a ``torch.compile.runtime`` root under that graph's compile id, and counts in the phase metric,
+    not as a compile."""
     registry = CollectorRegistry()
     metrics = CompileMetrics([PrometheusBackend(registry)], run_id="gpu")
     for name in (
@@ -132,11 +135,29 @@ def test_gpu_phases_reach_the_phase_metric_with_their_own_labels(tmp_path):
         "inductor_provenance_aot_cuda_log.txt.gz",
     ):
         replay_file(CORPUS / name, [metrics], ReplayStats())
-    for phase in ("triton_compile", "autotune", "kernel_compile_wait", "aot_inductor_build", "cpp_compile", "inductor"):
+    for phase in (
+        "triton_compile",
+        "autotune",
+        "cudagraphs",
+        "kernel_compile_wait",
+        "aot_inductor_build",
+        "cpp_compile",
+        "inductor",
+    ):
         count = registry.get_sample_value("torch_compile_phase_duration_seconds_count", {"rank": "0", "phase": phase})
         assert count and count > 0, phase
     aoti = registry.get_sample_value("torch_compile_compiles_total", {"rank": "0", "kind": "aot_inductor", "status": "ok"})
     assert aoti == 1
+    frames = registry.get_sample_value("torch_compile_compiles_total", {"rank": "0", "kind": "frame", "status": "ok"})
+    assert frames == 2  # the runtime work is no compile
+    assert registry.get_sample_value("torch_compile_compiles_total", {"rank": "0", "kind": "runtime", "status": "ok"}) is None
+    log = _unzip("autotune_with_compile_id.log.gz", tmp_path)
+    proc, spans = _replay([log], tmp_path / "spans.jsonl")
+    assert proc.returncode == 0 and "orphan" not in proc.stdout, proc.stdout
+    runtime = [r for r in _roots(spans) if r["name"] == "torch.compile.runtime"]
+    assert runtime and all(r["attrs"]["torch.compile.id"] == "0/0" for r in runtime)
+    children = {s["name"] for s in spans if any(s.get("parentSpanId") == r["spanId"] for r in runtime)}
+    assert "cudagraphify.get_container" in children
 
 
 def test_replayed_spans_carry_the_writing_processes_identity_not_the_replayers(tmp_path):

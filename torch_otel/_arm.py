@@ -78,6 +78,18 @@ def when_imported(name: str, callback: Callable[[], None]) -> bool:
     return True
 
 
+def forget(name: str, callback: Callable[[], None]) -> None:
+    """Take back a :func:`when_imported` callback that has not run (an uninstrumented bridge's)."""
+    with _lock:
+        waiting = _callbacks.get(name)
+        if waiting and callback in waiting:
+            waiting.remove(callback)
+            if not waiting:
+                del _callbacks[name]
+            if not _callbacks:
+                _remove_finder()
+
+
 def cancel() -> None:
     """Forget the waiting callbacks and take the finder out of ``sys.meta_path``."""
     with _lock:

@@ -50,6 +50,9 @@ ROOTS: dict[str, str] = {
 }
 # Compiles that are not a frame's: each is its own trace, and nests no other root of its family.
 STANDALONE = frozenset({"export", "precompile", "aot_inductor"})
+# Not a compile: work torch times for a compiled graph after its compile ended, at its first calls (GPU: cudagraph
+# set-up, runtime autotuning). Each outermost such phase is a record of this kind, under its graph's compile id.
+RUNTIME = "runtime"
 # torch's functions on a standalone compile's stack that say what it is
 _STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
 
@@ -334,7 +337,9 @@ class Assembler:
         When exactly one compile is in flight, they served it: the phase joins it and says so on its span.
         Otherwise it cannot be known, and the phase is counted (``torch_otel_unattributed_phases_total``).
         """
-        running = [r for r in self._open.values() if not r._ended]
+        running = [r for r in self._open.values() if not r._ended and r.kind != RUNTIME]
+        if not running:  # no compile: runtime work (GPU benchmarking inside runtime autotuning) of one graph
+            running = [r for r in self._open.values() if not r._ended]
         if len(running) != 1:
             self.stats["unattributed_phases"] += 1
             return None
@@ -454,8 +459,11 @@ class Assembler:
         else:  # AOTInductor logs its phases without an id; inductor's compile workers carry none either
             found = self._standalone(None) or self._only_compile_in_flight(ev)
         if found is None or found._ended:
-            self.stats["orphan_phases"] += 1
-            return
+            runtime = self._runtime(ev)
+            if runtime is None:
+                self.stats["orphan_phases"] += 1
+                return
+            found = runtime
         rec = found
         rec.last_ts_ns = ev.ts_ns
         if ev.name.startswith("compile_attempt_"):
@@ -483,6 +491,11 @@ class Assembler:
                     for unclosed in rec._stack[i + 1 :]:
                         unclosed.end_ns = ev.ts_ns
                     del rec._stack[i:]
+                    if rec.kind == RUNTIME and len(rec._stack) == 1:  # its outermost phase ended: so has it
+                        rec.root.end_ns = ev.ts_ns
+                        rec._stack.clear()
+                        rec._ended = True
+                        self._finish(rec)
                     return
             self.stats["unmatched_phase_ends"] += 1
         else:
@@ -505,6 +518,20 @@ class Assembler:
             rec.rank = ev.rank
         if rec._ended:
             self._finish(rec)
+
+    def _runtime(self, ev: PhaseEvent) -> CompileRecord | None:
+        """The runtime record of a phase whose compile has ended (begun now, for a begin), or None."""
+        if ev.compile_id is None:
+            return None
+        key = (ev.compile_id, RUNTIME)
+        rec = self._open.get(key)
+        if rec is None and ev.ph == "B":
+            rec = CompileRecord(RUNTIME, ev.compile_id, PhaseNode(RUNTIME, ev.ts_ns), rank=ev.rank, last_ts_ns=ev.ts_ns)
+            rec._stack.append(rec.root)
+            rec._key = key
+            self._open[key] = rec
+            self._notify("on_start", rec)
+        return rec
 
     def _inside_standalone(self, ev: PhaseEvent) -> bool:
         """A standalone root's event inside a running standalone compile of the same id (or none) is its phase."""

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ._assembler import CACHE_METRIC_PREFIXES, CompileRecord, Sink
+from ._assembler import CACHE_METRIC_PREFIXES, RUNTIME, CompileRecord, Sink
 
 ASPECTS: tuple[str, ...] = ("compiles", "cache", "collectives", "graphs")
 _MASK = (1 << 53) - 1  # a float64 holds every integer up to 2**53 exactly
@@ -143,6 +143,8 @@ class DivergenceReport(Sink):
         self.ranks: dict[int, _Rank] = {}
 
     def on_finish(self, rec: CompileRecord) -> None:
+        if rec.kind == RUNTIME:
+            return  # not a compile (runtime autotuning, cudagraph set-up): timing differs between ranks
         r = self.ranks.setdefault(rec.rank if rec.rank is not None else 0, _Rank())
         f = facts(rec)
         r.compiles.append(f.key)

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ._arm import when_imported
+from ._arm import forget, when_imported
 from ._events import Origin, PhaseEvent
 from ._internal import _in_bridge, record_error
 
@@ -53,15 +53,21 @@ class ExportHook:
         self._tls = threading.local()
         self._lock = threading.Lock()
         self._wrapped: dict[tuple[str, str], tuple[Any, Any]] = {}  # (module, name) -> (torch's, ours)
+        self._waiting: list[tuple[str, Callable[[], None]]] = []
         self.active = False
 
     def hook(self) -> None:
         self.active = True
         for module in dict.fromkeys(m for m, _, _ in TARGETS):
-            when_imported(module, functools.partial(self._wrap_module, module))
+            callback = functools.partial(self._wrap_module, module)
+            if not when_imported(module, callback):
+                self._waiting.append((module, callback))
 
     def unhook(self) -> None:
         self.active = False
+        for module, callback in self._waiting:
+            forget(module, callback)
+        self._waiting.clear()
         with self._lock:
             for (module, name), (orig, ours) in self._wrapped.items():
                 mod = sys.modules.get(module)

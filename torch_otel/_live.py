@@ -30,7 +30,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from ._arm import when_imported
+from ._arm import forget, when_imported
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
 from ._events import (
@@ -320,6 +320,7 @@ class LiveCapture:
             self._unhook_inductor()
             self._export_hook.unhook()
             self._mega_cache_hook.unhook()
+            forget(INDUCTOR_DEBUG, self._hook_inductor)
             for name, state in self._logger_states.items():
                 lg = logging.getLogger(name)
                 handler = self._trace_handler if name == TRACE_LOGGER else self._gb_handler

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._arm import when_imported
+from ._arm import forget, when_imported
 from ._assembler import CompileRecord
 from ._internal import record_error
 
@@ -90,7 +90,7 @@ class MegaCacheHook:
 
     def hook(self) -> None:
         self._active = True
-        when_imported(self.MODULE, self._wrap)
+        when_imported(self.MODULE, self._wrap)  # a bound method: forget() finds it again
 
     def _wrap(self) -> None:
         try:
@@ -116,6 +116,7 @@ class MegaCacheHook:
 
     def unhook(self) -> None:
         self._active = False
+        forget(self.MODULE, self._wrap)
         manager = getattr(sys.modules.get(self.MODULE), "CacheArtifactManager", None)
         if isinstance(manager, type) and self._orig is not None:
             current = manager.__dict__.get("populate_caches")

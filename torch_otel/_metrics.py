@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ._assembler import CompileRecord, Sink
+from ._assembler import RUNTIME, CompileRecord, Sink
 from ._categories import PHASES, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
 from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
@@ -332,23 +332,14 @@ class CompileMetrics(Sink):
     def _start(self, rec: CompileRecord) -> Iterator[Observation]:
         rank = self._rank(rec)
         yield from self._info(rank)
-        yield "torch_compile_in_progress", (rank, rec.kind), 1, None
+        if rec.kind != RUNTIME:
+            yield "torch_compile_in_progress", (rank, rec.kind), 1, None
 
     def on_finish(self, rec: CompileRecord) -> None:
         self._emit(self.observations(rec))
 
-    def observations(self, rec: CompileRecord) -> Iterator[Observation]:
-        """Everything one finished compile contributes to the series."""
-        rank = self._rank(rec)
-        yield from self._info(rank)
-        yield "torch_compile_in_progress", (rank, rec.kind), -1, None
-        m: dict[str, Any] = rec.metrics or {}
-        fail_type = rec.fail_type
-        failed = fail_type is not None or rec.incomplete is not None
-        status = "failed" if failed else "ok"
-        ex = (rec.trace_id, rec.span_id or 0) if rec.trace_id else None
-        yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
-        yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
+    @staticmethod
+    def _phases(rec: CompileRecord, rank: str, ex: tuple[int, int] | None) -> Iterator[Observation]:
         stretches: dict[str, list[tuple[int, int]]] = {}
         for node, _ in rec.root.walk():
             phase = PHASES.get(node.name)
@@ -356,6 +347,23 @@ class CompileMetrics(Sink):
                 stretches.setdefault(phase, []).append((node.start_ns, node.end_ns))
         for phase, spans in stretches.items():  # one observation per phase per compile: the time it covered
             yield "torch_compile_phase_duration_seconds", (rank, phase), covered_ns(spans) / 1e9, ex
+
+    def observations(self, rec: CompileRecord) -> Iterator[Observation]:
+        """Everything one finished compile contributes to the series."""
+        rank = self._rank(rec)
+        yield from self._info(rank)
+        ex = (rec.trace_id, rec.span_id or 0) if rec.trace_id else None
+        if rec.kind == RUNTIME:  # not a compile: only the time its phases took (cudagraph set-up, autotuning)
+            yield from self._phases(rec, rank, ex)
+            return
+        yield "torch_compile_in_progress", (rank, rec.kind), -1, None
+        m: dict[str, Any] = rec.metrics or {}
+        fail_type = rec.fail_type
+        failed = fail_type is not None or rec.incomplete is not None
+        status = "failed" if failed else "ok"
+        yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
+        yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
+        yield from self._phases(rec, rank, ex)
         if rec.recompile_reason:
             yield "torch_compile_recompiles", (rank, recompile_category(rec.recompile_reason)), 1, None
         for gb in rec.graph_breaks:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ._assembler import Assembler, CompileRecord, Sink
+from ._assembler import RUNTIME, Assembler, CompileRecord, Sink
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._events import ArtifactEvent
 from ._graph_breaks import graph_break_code
@@ -54,7 +54,10 @@ class ReplayStats:
     skipped: Counter[str] = field(default_factory=Counter)
     unknown_kinds: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
-    processes: set[tuple[int | None, int | None]] = field(default_factory=set)  # (pid, rank) that wrote the logs
+    processes: set[tuple[int | None, int | None]] = field(default_factory=set)
+    runtime_phases: int = (
+        0  # work timed for compiled graphs after their compiles (GPU: autotuning, cudagraphs)  # (pid, rank) that wrote the logs
+    )
     problems: list[str] = field(default_factory=list)
 
 
@@ -64,6 +67,9 @@ class _SummarySink(Sink):
 
     def on_finish(self, rec: CompileRecord) -> None:
         s = self.stats
+        if rec.kind == RUNTIME:
+            s.runtime_phases += 1
+            return
         s.compiles[rec.kind] += 1
         if rec.fail_type:
             s.failures[rec.fail_type] += 1
@@ -141,12 +147,12 @@ def iter_records(
                     size += len(raw) - (2 if raw[-1:] == b"\n" else 1)
                     lines += 1
                 continue
-            if not raw.strip():
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if not line.strip():
                 continue  # a blank line: older torch wrote a payload's empty lines without their tab (tlparse reads on)
             if md is not None:
                 yield finish()
                 md = None
-            line = raw.decode("utf-8", "replace").rstrip("\n")
             m = _GLOG_RE.match(line)
             if not m:
                 stats.skipped["not a structured trace line"] += 1
@@ -249,6 +255,7 @@ def replay_file(
     rank_hint = _RANK_RE.search(path.name)
     interned: dict[int, str] = {}
     writer = Writer(path=str(path))
+    last_who: tuple[int | None, Any] | None = None
     assembler = Assembler([_Stamp(writer), *sinks], max_open=4096)
     try:
         fh = _open(path)
@@ -276,7 +283,10 @@ def replay_file(
                 continue
             if kind != "str":
                 stats.kinds[kind] += 1
-            stats.processes.add((writer.pid, md.get("rank") if isinstance(md.get("rank"), int) else None))
+            who = (writer.pid, md.get("rank") if isinstance(md.get("rank"), int) else None)
+            if who != last_who:  # the same writer, record after record: one set lookup per change
+                stats.processes.add(who)
+                last_who = who
             for ev in events:
                 if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
                     writer.torch_version = _torch_version(ev.payload) or writer.torch_version
@@ -294,6 +304,8 @@ def print_summary(stats: ReplayStats, out: IO[str]) -> None:
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.compiles.items()))
     out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
     out.write(f"compiles found: {total}" + (f" ({kinds})" if kinds else "") + "\n")
+    if stats.runtime_phases:
+        out.write(f"runtime phases after their compile (autotuning, cudagraph set-up): {stats.runtime_phases}\n")
     if not total and stats.kinds:
         held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
         out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")

@@ -13,7 +13,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
-from ._assembler import CompileRecord, PhaseNode, Sink
+from ._assembler import RUNTIME, CompileRecord, PhaseNode, Sink
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._config import Settings
 from ._divergence import schedule_digest
@@ -28,6 +28,7 @@ ROOT_NAMES = {
     "export": "torch.export",
     "precompile": "torch.compile.aot_compile",
     "aot_inductor": "torch._inductor.aot_compile",
+    "runtime": "torch.compile.runtime",
 }
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
@@ -146,6 +147,11 @@ class SpanMapper:
                 a["torch.compile.frame_compile_id"] = cid.frame_compile_id
             if cid.compiled_autograd_id is not None:
                 a["torch.compiled_autograd.id"] = cid.compiled_autograd_id
+        if rec.kind == RUNTIME:  # not a compile: which compiled graph, and what torch timed for it
+            if rec.rank is not None:
+                a["torch.distributed.rank"] = rec.rank
+            a["torch.compile.runtime.phases"] = [n.name for n in rec.root.children][:64]
+            return a
         a["torch.compile.attempt"] = rec.attempt
         if self.live and os.getpid() != self._pid:
             a["process.pid"] = os.getpid()
