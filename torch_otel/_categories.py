@@ -67,6 +67,7 @@ PHASES: dict[str, str] = {
     "InductorBenchmarker.benchmark_gpu": "autotune",
     "TritonBenchmarker.benchmark_gpu": "autotune",
     "cudagraphify.get_container": "cudagraphs",
+    "CUDAGraphTreeManager.add_function": "cudagraphs",  # recording a graph's cudagraph tree (its first run)
     # AOTInductor: building the model's .so (its compile_file steps are cpp_compile)
     "AotCodeCompiler.compile": "aot_inductor_build",
     "build_guards": "guard_building",
