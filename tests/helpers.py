@@ -23,6 +23,11 @@ def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return full
 
 
+def spans_to_file(path: Path) -> dict[str, str]:
+    """The environment that has a bridged process write its spans to ``path`` (OTLP JSON lines) and export nothing else."""
+    return {"TORCH_OTEL_TRACES_FILE": str(path), "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+
+
 def torchrun_under_torch_otel(nproc: int, script: Path) -> list[str]:
     """``torch-otel run -- python -m torch.distributed.run --nproc-per-node N --standalone SCRIPT``."""
     launcher = [str(Path(sys.executable).parent / "torch-otel"), "run", "--", sys.executable, "-m", "torch.distributed.run"]

@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import HERE, WORKLOADS, clean_env, read_otlp_json_spans, run_python, span_compile_ids, tlparse_compile_ids
+from helpers import (
+    HERE,
+    WORKLOADS,
+    clean_env,
+    read_otlp_json_spans,
+    run_python,
+    span_compile_ids,
+    spans_to_file,
+    tlparse_compile_ids,
+)
 from prometheus_client import CollectorRegistry
 
 from torch_otel._metrics import CompileMetrics, PrometheusBackend
@@ -190,9 +199,7 @@ def exported(tmp_path_factory) -> dict[str, Any]:
             "AOTI": "1",
             "OUT_DIR": str(d),
             "TORCH_TRACE": str(d / "trace"),
-            "TORCH_OTEL_TRACES_FILE": str(d / "live.jsonl"),
-            "OTEL_TRACES_EXPORTER": "none",
-            "OTEL_METRICS_EXPORTER": "none",
+            **spans_to_file(d / "live.jsonl"),
         },
         timeout=600,
     )
@@ -291,9 +298,7 @@ def test_a_compile_names_its_inductor_debug_directory_trace_file_and_tlparse_dir
             "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
             "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
             "TORCH_TRACE": str(tmp_path / "trace"),
-            "TORCH_OTEL_TRACES_FILE": str(tmp_path / "live.jsonl"),
-            "OTEL_TRACES_EXPORTER": "none",
-            "OTEL_METRICS_EXPORTER": "none",
+            **spans_to_file(tmp_path / "live.jsonl"),
         },
         cwd=tmp_path,
     )
@@ -330,8 +335,7 @@ def test_a_compile_served_from_the_mega_cache_says_so(tmp_path):
             "WITH_BRIDGE": "1",
             "ARTIFACTS": str(artifacts),
             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache"),
-            "TORCH_OTEL_TRACES_FILE": str(tmp_path / "live.jsonl"),
-            "OTEL_TRACES_EXPORTER": "none",
+            **spans_to_file(tmp_path / "live.jsonl"),
             "OTEL_METRICS_EXPORTER": "prometheus",
             "OTEL_EXPORTER_PROMETHEUS_PORT": str(free_port()),
         },
@@ -353,11 +357,7 @@ def test_a_new_compiled_autograd_graph_says_why_when_torch_logs_it(tmp_path):
     """With TORCH_LOGS=compiled_autograd_verbose, torch logs each compiled-autograd cache miss before compiling the
     graph; that line is the graph's recompile reason (the first graph has none: it is no recompile). torch's own
     output to stderr is unchanged: the bridge adds a handler, never a level."""
-    env = {
-        "TORCH_OTEL_TRACES_FILE": str(tmp_path / "live.jsonl"),
-        "OTEL_TRACES_EXPORTER": "none",
-        "OTEL_METRICS_EXPORTER": "none",
-    }
+    env = spans_to_file(tmp_path / "live.jsonl")
     res = run_python(
         WORKLOADS / "compiled_autograd.py",
         {**env, "TORCH_LOGS": "compiled_autograd_verbose", "TORCH_TRACE": str(tmp_path / "trace")},

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, read_otlp_json_spans, run_python, span_compile_ids, tlparse_compile_ids
+from helpers import WORKLOADS, read_otlp_json_spans, run_python, span_compile_ids, spans_to_file, tlparse_compile_ids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,9 +36,7 @@ def recorded(tmp_path_factory) -> dict[str, Path]:
             "WITH_BRIDGE": "1",
             "COMPILED_AUTOGRAD": "1",
             "TORCH_TRACE": str(d / "trace"),
-            "TORCH_OTEL_TRACES_FILE": str(d / "live.jsonl"),
-            "OTEL_TRACES_EXPORTER": "none",
-            "OTEL_METRICS_EXPORTER": "none",
+            **spans_to_file(d / "live.jsonl"),
         },
     )
     assert res.returncode == 0, res.stderr[-3000:]

@@ -268,16 +268,20 @@ class Assembler:
 
     def _recompile_reasons(self, event: RecompileReasonsEvent) -> None:
         if event.for_next:  # compiled autograd logs its cache miss before the graph's compile begins
-            self._next_reasons[event.for_next] = event.reasons[:MAX_RECOMPILE_REASONS]
+            self._next_reasons[event.for_next] = event.reasons
             return
         rec = self._find(event.compile_id, prefer="frame")
         if rec is None:
             self.stats["orphan_recompile_reasons"] += 1
-        elif rec.kind == "compiled_autograd" and rec.compile_id is not None and not rec.compile_id.compiled_autograd_id:
-            return  # the first compiled-autograd graph: a cache miss on an empty cache is no recompile
         else:
-            rec.recompile_reasons = event.reasons[:MAX_RECOMPILE_REASONS]
-            rec.dropped += max(0, len(event.reasons) - MAX_RECOMPILE_REASONS)
+            self._set_reasons(rec, event.reasons)
+
+    @staticmethod
+    def _set_reasons(rec: CompileRecord, reasons: list[str]) -> None:
+        if rec.kind == "compiled_autograd" and rec.compile_id is not None and not rec.compile_id.compiled_autograd_id:
+            return  # the first compiled-autograd graph: a cache miss on an empty cache is no recompile
+        rec.recompile_reasons = reasons[:MAX_RECOMPILE_REASONS]
+        rec.dropped += max(0, len(reasons) - MAX_RECOMPILE_REASONS)
 
     def _schedule(self, event: GraphScheduleEvent) -> None:
         rec = self._find(event.compile_id)
@@ -367,12 +371,17 @@ class Assembler:
     def _rekey(self, rec: CompileRecord, cid: CompileId | None, kind: str) -> None:
         if rec._key is not None and self._open.get(rec._key) is rec:
             del self._open[rec._key]
-        rec.compile_id, rec.kind, rec._key = cid, kind, (cid, kind)
-        old = self._open.pop(rec._key, None)
+        rec.compile_id, rec.kind = cid, kind
+        self._place(rec, (cid, kind))
+
+    def _place(self, rec: CompileRecord, key: tuple[CompileId | None, str]) -> None:
+        """Put ``rec`` among the compiles in flight under ``key``; one already there is finished, cut short."""
+        old = self._open.pop(key, None)
         if old is not None and old is not rec:
             old.incomplete = old.incomplete or "a new compile with the same id started"
             self._finish(old, pop=False)
-        self._open[rec._key] = rec
+        rec._key = key
+        self._open[key] = rec
 
     def _find(self, cid: CompileId | None, prefer: str | None = None) -> CompileRecord | None:
         if cid is None:
@@ -403,11 +412,6 @@ class Assembler:
             kind = None  # torch's fullgraph_capture inside the live export root: one of its phases
         if kind is not None and ev.ph == "B":
             self._finish_pending()
-            key = (ev.compile_id, kind)
-            old = self._open.pop(key, None)
-            if old is not None:
-                old.incomplete = old.incomplete or "a new compile with the same id started"
-                self._finish(old, pop=False)
             rec = CompileRecord(
                 kind,
                 ev.compile_id,
@@ -418,18 +422,15 @@ class Assembler:
                 last_ts_ns=ev.ts_ns,
             )
             rec._stack.append(rec.root)
-            rec._key = key
-            if self._next_reasons:
-                reasons = self._next_reasons.pop(kind, None)
-                cid = ev.compile_id
-                if reasons and cid is not None and cid.compiled_autograd_id:  # the first graph is no recompile
-                    rec.recompile_reasons = reasons
+            self._place(rec, (ev.compile_id, kind))
+            reasons = self._next_reasons.pop(kind, None) if self._next_reasons else None
+            if reasons:
+                self._set_reasons(rec, reasons)
             if kind == "backward":
                 n = self._backwards.get(ev.compile_id, 0)
                 rec.backward_index = n
                 if n or len(self._backwards) < 100_000:
                     self._backwards[ev.compile_id] = n + 1
-            self._open[key] = rec
             while len(self._open) > self.max_open:
                 _, oldest = next(iter(self._open.items()))
                 oldest.incomplete = oldest.incomplete or "evicted: too many compiles in flight"
@@ -528,8 +529,7 @@ class Assembler:
         if rec is None and ev.ph == "B":
             rec = CompileRecord(RUNTIME, ev.compile_id, PhaseNode(RUNTIME, ev.ts_ns), rank=ev.rank, last_ts_ns=ev.ts_ns)
             rec._stack.append(rec.root)
-            rec._key = key
-            self._open[key] = rec
+            self._place(rec, key)
             self._notify("on_start", rec)
         return rec
 
@@ -578,9 +578,7 @@ class Assembler:
         rec = CompileRecord(kind, ev.compile_id, root, rank=ev.rank)
         rec._ended = True
         self.stats["synthesized"] += 1
-        key = (ev.compile_id, kind)
-        rec._key = key
-        self._open[key] = rec
+        self._place(rec, (ev.compile_id, kind))
         self._notify("on_start", rec)
         return rec
 

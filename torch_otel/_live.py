@@ -144,44 +144,15 @@ def _current_compile_id() -> CompileId | None:
         return None
 
 
-class _GraphBreakHandler(logging.Handler):
-    def __init__(self, capture: LiveCapture) -> None:
-        super().__init__(logging.DEBUG)
-        self._capture = capture
+class _ForwardingHandler(logging.Handler):
+    """Hands each record of a torch logger to one of the capture's hooks. Adds no output, prints no traceback."""
+
+    def __init__(self, hook: Callable[[logging.LogRecord], None], level: int = logging.DEBUG) -> None:
+        super().__init__(level)
+        self._hook = hook
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._capture._on_graph_break(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:  # never print tracebacks
-        return None
-
-
-class _CompiledAutogradMissHandler(logging.Handler):
-    """compiled autograd's cache-miss lines, when the user turned them on (TORCH_LOGS=compiled_autograd_verbose).
-
-    Attached without changing the logger's level: torch formats and logs these only if asked to.
-    """
-
-    def __init__(self, capture: LiveCapture) -> None:
-        super().__init__(logging.DEBUG)
-        self._capture = capture
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._capture._on_compiled_autograd_miss(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        return None
-
-
-class _WarningHandler(logging.Handler):
-    """torch's own warnings (``torch._dynamo``, ``torch._inductor``), for log records. Adds no output."""
-
-    def __init__(self, capture: LiveCapture) -> None:
-        super().__init__(logging.WARNING)
-        self._capture = capture
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._capture._on_warning(record)
+        self._hook(record)
 
     def handleError(self, record: logging.LogRecord) -> None:
         return None
@@ -230,7 +201,7 @@ class LiveCapture:
         self._first_compile = list(on_first_compile or ())
         self.level = level
         self.warnings = warnings
-        self._warning_handler = _WarningHandler(self)
+        self._warning_handler = _ForwardingHandler(self._on_warning, logging.WARNING)  # for log records
         self.installed = False
         self._orig_record: Any = None
         self._orig_log_event: Any = None
@@ -243,8 +214,10 @@ class LiveCapture:
         self._inductor_hook_pending = False
         self._hook_lock = threading.Lock()
         self._schedule_tls = threading.local()
-        self._gb_handler = _GraphBreakHandler(self)
-        self._ca_miss_handler = _CompiledAutogradMissHandler(self)
+        self._gb_handler = _ForwardingHandler(self._on_graph_break)
+        # compiled autograd's cache-miss lines (TORCH_LOGS=compiled_autograd_verbose): attached without changing
+        # the logger's level, so torch formats and logs them only if the user asked
+        self._ca_miss_handler = _ForwardingHandler(self._on_compiled_autograd_miss)
         self._trace_handler = _TraceHandler(self)
         self._logger_states: dict[str, _LoggerState] = {}
         self._interned: dict[int, str] = {}

@@ -68,11 +68,6 @@ def hits(rec: CompileRecord) -> dict[str, int]:
     return out
 
 
-def reset_for_tests() -> None:
-    with _lock:
-        _loaded.clear()
-
-
 class MegaCacheHook:
     """Wraps torch's ``CacheArtifactManager.populate_caches``, which ``load_cache_artifacts`` calls to write the
     loaded entries, to learn their keys.

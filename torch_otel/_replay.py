@@ -54,10 +54,7 @@ class ReplayStats:
     skipped: Counter[str] = field(default_factory=Counter)
     unknown_kinds: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
-    processes: set[tuple[int | None, int | None]] = field(default_factory=set)
-    runtime_phases: int = (
-        0  # work timed for compiled graphs after their compiles (GPU: autotuning, cudagraphs)  # (pid, rank) that wrote the logs
-    )
+    runtime_phases: int = 0  # work timed for compiled graphs after their compiles (GPU: autotuning, cudagraphs)
     problems: list[str] = field(default_factory=list)
 
 
@@ -255,7 +252,6 @@ def replay_file(
     rank_hint = _RANK_RE.search(path.name)
     interned: dict[int, str] = {}
     writer = Writer(path=str(path))
-    last_who: tuple[int | None, Any] | None = None
     assembler = Assembler([_Stamp(writer), *sinks], max_open=4096)
     try:
         fh = _open(path)
@@ -283,10 +279,6 @@ def replay_file(
                 continue
             if kind != "str":
                 stats.kinds[kind] += 1
-            who = (writer.pid, md.get("rank") if isinstance(md.get("rank"), int) else None)
-            if who != last_who:  # the same writer, record after record: one set lookup per change
-                stats.processes.add(who)
-                last_who = who
             for ev in events:
                 if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
                     writer.torch_version = _torch_version(ev.payload) or writer.torch_version

@@ -79,10 +79,6 @@ class ReplayTracers:
         self._last = found[1]
         return found[1]
 
-    @property
-    def identities(self) -> int:
-        return len(self._providers)
-
     def force_flush(self) -> None:
         for p in self.processors:
             p.force_flush()

@@ -339,7 +339,7 @@ class SpanMapper:
             parent_ctx = trace.set_span_in_context(root)
             for child in rec.root.children:
                 self._phase_span(tracer, child, parent_ctx)
-            self._events(rec, root, m)
+            self._events(rec, root, m, tracer)
             self._status(rec, root, m, attrs)
             root.end(end_time=rec.root.end_ns)
 
@@ -383,12 +383,13 @@ class SpanMapper:
                 self._phase_span(tracer, child, ctx)
         span.end(end_time=node.end_ns)
 
-    def _event_limit(self) -> int:
-        """The SDK's events-per-span limit (``OTEL_SPAN_EVENT_COUNT_LIMIT``, 128 by default)."""
-        limit = getattr(getattr(self.tracer, "_span_limits", None), "max_events", None)
+    @staticmethod
+    def _event_limit(tracer: Tracer) -> int:
+        """The SDK's events-per-span limit (``OTEL_SPAN_EVENT_COUNT_LIMIT``, 128 by default) of the tracer in use."""
+        limit = getattr(getattr(tracer, "_span_limits", None), "max_events", None)
         return limit if isinstance(limit, int) and limit > 0 else 128
 
-    def _events(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any]) -> None:
+    def _events(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], tracer: Tracer) -> None:
         """The root's events, each at the time torch recorded it, kept inside the compile's span.
 
         The SDK keeps a span's newest events only: the bulk records of full capture (artifacts) come
@@ -403,7 +404,7 @@ class SpanMapper:
         restarts = m.get("restart_reasons")
         restart_texts = sorted(str(x) for x in restarts) if isinstance(restarts, (list, set, tuple)) else []
         needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + 2
-        room = max(0, self._event_limit() - needed)
+        room = max(0, self._event_limit(tracer) - needed)
         if rec.artifacts:
             root.set_attribute("torch.compile.artifact_count", len(rec.artifacts))
             if len(rec.artifacts) > room:
