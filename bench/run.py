@@ -364,9 +364,9 @@ def table(results: dict[str, Any]) -> str:
 
 
 def zero_cost_section(reps: int) -> dict[str, Any]:
-    from zero_cost import compile_loop, startup
+    from zero_cost import compile_loop, floor, startup
 
-    return {"startup": startup(max(reps, 10)), "loop": compile_loop(max(reps, 5))}
+    return {"startup": startup(max(reps, 10)), "loop": compile_loop(max(reps, 5)), "floor": floor()}
 
 
 def main() -> int:

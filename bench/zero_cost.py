@@ -127,6 +127,88 @@ def run_loop(config: str) -> dict[str, Any]:
     return {"cpu_s": t1 - t0, "wall_s": w1 - w0, "threads": groups}
 
 
+def sdk_floor() -> dict[str, Any]:
+    """What the OpenTelemetry SDK alone costs per compile root of the loop: its spans and histogram records.
+
+    One process: the loop runs once under the bridge (default capture) with a counting span processor and
+    a count of histogram observations, then the same SDK calls are timed alone (``thread_time``): starting
+    and ending a child span through an SDK tracer with a batch processor and a no-op exporter, and one
+    histogram record with an exemplar context, as the bridge makes them.
+    """
+    os.environ["OTEL_TRACES_EXPORTER"] = os.environ["OTEL_METRICS_EXPORTER"] = "none"
+    from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    import torch_otel.auto  # noqa: F401
+    from torch_otel import _metrics
+
+    class Count(SpanProcessor):
+        spans = roots = 0
+
+        def on_end(self, span: Any) -> None:
+            Count.spans += 1
+            Count.roots += span.parent is None
+
+    provider = TracerProvider()
+    provider.add_span_processor(Count())
+    trace.set_tracer_provider(provider)
+    histograms = {"n": 0}
+    apply = _metrics.OTelBackend.apply
+
+    def counted(self: Any, name: str, *a: Any) -> None:
+        histograms["n"] += _metrics.SERIES[name].kind == "histogram"
+        apply(self, name, *a)
+
+    _metrics.OTelBackend.apply = counted  # type: ignore[method-assign]
+    import torch
+
+    import torch_otel
+
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 10_000
+    cm = torch.compile(
+        torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)), backend="aot_eager"
+    )
+    for n in range(1, 26):
+        cm(torch.randn(n, 64)).sum().backward()
+    torch_otel.force_flush(60_000)
+    roots = max(Count.roots, 1)
+
+    class Nothing(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    timed = TracerProvider()
+    timed.add_span_processor(BatchSpanProcessor(Nothing()))
+    tracer = timed.get_tracer("floor")
+    root = tracer.start_span("root")
+    ctx = trace.set_span_in_context(root)
+    attrs = {"torch.compile.cache_state": "miss", "torch.compile.key": "k" * 52}
+    n = 5000
+    t = time.thread_time()
+    for _ in range(n):
+        tracer.start_span("phase", context=ctx, attributes=attrs, start_time=1).end(end_time=2)
+    span_us = (time.thread_time() - t) / n * 1e6
+    hist = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("floor").create_histogram("h")
+    ex = _metrics._span_context((root.get_span_context().trace_id, root.get_span_context().span_id))
+    labels = {"rank": "0", "phase": "backend_compile"}
+    t = time.thread_time()
+    for _ in range(n):
+        hist.record(0.5, labels, context=ex)
+    hist_us = (time.thread_time() - t) / n * 1e6
+    return {
+        "roots": roots,
+        "spans_per_root": Count.spans / roots,
+        "histograms_per_root": histograms["n"] / roots,
+        "span_us": span_us,
+        "histogram_us": hist_us,
+    }
+
+
 def _pairs(a: list[str], b: list[str], reps: int, a_env: dict[str, str]) -> dict[str, list[float]]:
     """A and B in turn (ABBA), each a fresh process; A alone gets ``a_env``."""
     from run import child
@@ -241,16 +323,55 @@ def table(results: dict[str, Any]) -> str:
     for g in groups:
         cells = [f"{statistics.median(r['threads'].get(g, 0.0) for r in runs[cfg]):.3f}" for cfg in LOOP_CONFIGS]
         lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    base = statistics.median(r["cpu_s"] for r in none)
+    lines += ["", "The bridge's share, measured directly (its threads and its hooks; median of each repetition's sum):", ""]
+    lines += ["| config | bridge CPU s | of none's CPU |", "|---|---|---|"]
+    for cfg in ("default", "full"):
+        share = statistics.median(sum(v for g, v in r["threads"].items() if g in BRIDGE_GROUPS) for r in runs[cfg])
+        lines.append(f"| {cfg} | {share:.3f} | {share / base:.1%} |")
+    f = results.get("floor")
+    if f:
+        per_root = f["spans_per_root"] * f["span_us"] + f["histograms_per_root"] * f["histogram_us"]
+        roots = f["roots"] - 2  # the loop's window leaves out the warm-up compile (forward and backward)
+        lines += [
+            "",
+            f"The OpenTelemetry SDK's floor, timed alone: {f['span_us']:.0f} µs per span (started and ended, batch "
+            f"processor), {f['histogram_us']:.0f} µs per histogram record with an exemplar. The loop makes "
+            f"{f['spans_per_root']:.1f} spans and {f['histograms_per_root']:.1f} histogram records per compile root "
+            f"({f['roots']} roots), so the SDK alone takes {per_root / 1000:.2f} ms per root: "
+            f"{per_root * roots / 1e6:.3f} s over the window, {per_root * roots / 1e6 / base:.1%} of none's CPU.",
+        ]
     return "\n".join(lines) + "\n"
 
 
+# What the bridge adds, by thread: its worker, its hooks on torch's thread, and the SDK and gRPC threads it started.
+BRIDGE_GROUPS = (
+    "the bridge's worker thread",
+    "the bridge's hooks (inside the main thread's figure)",
+    "the SDK's span batch thread (OTLP export)",
+    "the SDK's metric reader thread",
+    "gRPC's native threads",
+)
+
+
 def main() -> int:
+    if sys.argv[1:] == ["floor"]:
+        print(json.dumps(sdk_floor()), flush=True)
+        return 0
     if sys.argv[1:2] != ["loop"] or len(sys.argv) != 3:
         sys.exit(
-            "usage: python bench/zero_cost.py loop none|default|full|trace (python bench/run.py --only zero-cost runs them all)"
+            "usage: python bench/zero_cost.py loop none|default|full|trace | floor"
+            " (python bench/run.py --only zero-cost runs them all)"
         )
     print(json.dumps(run_loop(sys.argv[2])), flush=True)
     return 0
+
+
+def floor() -> dict[str, Any]:
+    from run import child
+
+    _, _, _, out = child([PY, str(HERE / "zero_cost.py"), "floor"])
+    return json.loads(out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

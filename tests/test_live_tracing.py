@@ -231,16 +231,34 @@ def test_lazy_backward_compile_links_to_forward(cap):
 
 
 def test_unique_trace_ids_with_the_sdk_default_id_generator():
-    """Dynamo restores `random` around each compile; ids must still differ."""
+    """Dynamo restores `random` around each compile; ids must still differ.
+
+    The bridge's own tracer reads os.urandom; the module-wide `random.getrandbits` is never swapped (the
+    worker thread builds spans while the user's code runs), and the provider keeps its generator.
+    """
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    from torch_otel import _spans
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()  # RandomIdGenerator: draws from `random`
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    torch_otel.instrument(provider, registry=None)
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    fn = torch.compile(lambda x: x + 2, backend="eager")
-    for n in range(1, 6):
-        fn(torch.randn(n))
-    torch_otel.uninstrument()
+    swaps = []
+    real_private_random = _spans.private_random
+
+    def counted() -> object:
+        swaps.append(1)
+        return real_private_random()
+
+    with mock.patch.object(_spans, "private_random", counted):
+        torch_otel.instrument(provider, registry=None)
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        fn = torch.compile(lambda x: x + 2, backend="eager")
+        for n in range(1, 6):
+            fn(torch.randn(n))
+        torch_otel.uninstrument()
+    assert swaps == []
+    assert type(provider.id_generator) is RandomIdGenerator
     roots = [s for s in exporter.get_finished_spans() if s.parent is None]
     assert len(roots) == 5
     assert len({s.context.trace_id for s in roots}) == 5

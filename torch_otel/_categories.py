@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 
@@ -27,11 +28,13 @@ RECOMPILE_CATEGORIES: tuple[str, ...] = tuple(c for c, _ in _RECOMPILE_RULES) + 
 _PREFIX_RE = re.compile(r"^\s*(?:!\d+/)?\d+/\d+(?:_\d+)?:\s*")
 
 
+@functools.lru_cache(maxsize=512)
 def strip_recompile_prefix(reason: str) -> str:
     """``'0/0: tensor 'x' size mismatch ...'`` -> ``"tensor 'x' size mismatch ..."``."""
     return _PREFIX_RE.sub("", reason.split("\n", 1)[0] if reason else reason).strip() if reason else reason
 
 
+@functools.lru_cache(maxsize=512)  # a frame's every recompile lists its earlier cache entries' failures again
 def recompile_category(reason: str | None) -> str:
     """Map a guard failure to one of :data:`RECOMPILE_CATEGORIES`."""
     if not reason:
@@ -114,6 +117,7 @@ _GUARD_LITERAL = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=512)  # the same failure texts come back at each recompile of a frame
 def scrub_guard_text(text: str) -> str:
     """A guard failure without the user's source line and without the values of value guards.
 

@@ -2,9 +2,12 @@
 
 Dynamo saves and restores ``random``'s state around every frame compile, so
 the SDK's ``RandomIdGenerator`` (which draws from ``random``) would hand every
-compile the same trace id. The bridge creates its spans inside
-:func:`private_random`, which swaps in a stream of its own (seeded from the OS,
-re-seeded after fork) and leaves the user's stream untouched.
+compile the same trace id. :func:`own_ids` gives the bridge's own SDK tracer an
+id generator that reads ``os.urandom`` instead (the tracer is the bridge's
+alone: the provider and the user's tracers keep theirs). A tracer it cannot see
+into (a proxy not yet resolved, another implementation) builds its spans inside
+:func:`private_random`, which swaps in a stream of the bridge's own (seeded from
+the OS, re-seeded after fork) and leaves the user's stream unread.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 
 _lock = threading.Lock()
 _rng = random.Random()
@@ -44,6 +47,20 @@ def private_random() -> Iterator[None]:
             yield
         finally:
             random.getrandbits = saved
+
+
+def own_ids(tracer: object) -> bool:
+    """True when ``tracer``'s ids never come from ``random``; an SDK tracer drawing from it is switched to os.urandom.
+
+    Only the SDK's own ``RandomIdGenerator`` is replaced: any other generator is the user's choice, and kept.
+    """
+    real = getattr(tracer, "_real_tracer", None) or tracer  # the API's proxy tracer, once the provider is set
+    gen = getattr(real, "id_generator", None)
+    if gen is None:
+        return False
+    if type(gen) is RandomIdGenerator:
+        setattr(real, "id_generator", UrandomIdGenerator())  # noqa: B010 - an attribute of the SDK tracer, not the API
+    return True
 
 
 class UrandomIdGenerator(IdGenerator):

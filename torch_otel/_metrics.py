@@ -16,11 +16,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 
 from ._assembler import RUNTIME, CompileRecord, Sink
 from ._categories import PHASES, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
@@ -127,37 +129,89 @@ def default_rank() -> str:
 
 
 class PrometheusBackend:
-    """The series on a prometheus_client registry, with trace-id exemplars on histograms."""
+    """The series on a prometheus_client registry, with trace-id exemplars on histograms.
+
+    Histograms are prometheus_client's own. Counters and gauges are numbers kept
+    here and read by one collector at scrape time: an observation is a dict
+    update, and the exposition is the same as prometheus_client's (``_total``,
+    ``_created``).
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._metrics: dict[str, Any] = {}
+        self._histograms: dict[str, Histogram] = {}
         self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._table = _SeriesTable()
         for s in SERIES.values():
             if s.kind == "histogram":
-                m: Any = Histogram(s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry)
-            elif s.kind == "counter":
-                m = Counter(s.name, s.help, s.labels, registry=registry)
-            else:
-                m = Gauge(
-                    s.name, s.help, s.labels, registry=registry, multiprocess_mode="livesum" if s.kind == "updown" else "max"
+                self._histograms[s.name] = Histogram(
+                    s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry
                 )
-            self._metrics[s.name] = m
+        registry.register(self._table)
         registry.register(SelfMetrics())
         registry.register(TorchCounters())
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
+        h = self._histograms.get(name)
+        if h is None:
+            self._table.apply(name, labels, value)
+            return
         key = (name, labels)
         m = self._children.get(key)
         if m is None:  # label sets are bounded: keep each child instead of looking it up per observation
-            m = self._children[key] = self._metrics[name].labels(*labels)
-        kind = SERIES[name].kind
-        if kind == "histogram":
-            m.observe(value, {"trace_id": f"{exemplar[0]:032x}"} if exemplar else None)
-        elif kind == "gauge":
-            m.set(value)
-        else:
-            m.inc(value)
+            m = self._children[key] = h.labels(*labels)
+        m.observe(value, {"trace_id": f"{exemplar[0]:032x}"} if exemplar else None)
+
+
+class _SeriesTable:
+    """The counter and gauge series of ``SERIES``, as numbers, exposed at collection (a prometheus_client collector)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
+            s.name: {} for s in SERIES.values() if s.kind != "histogram"
+        }
+
+    def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        series = self._values[name]
+        with self._lock:
+            cell = series.get(labels)
+            if cell is None:
+                series[labels] = [value, time.time()]  # the value, and when the series was created
+            elif SERIES[name].kind == "gauge":
+                cell[0] = value
+            else:
+                cell[0] += value
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client import metrics as prometheus_metrics
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
+        with self._lock:
+            snapshot = {name: [(k, v[0], v[1]) for k, v in series.items()] for name, series in self._values.items()}
+        for name, rows in snapshot.items():
+            s = SERIES[name]
+            if s.kind == "counter":
+                c = CounterMetricFamily(s.name, s.help, labels=s.labels)
+                for labels, value, since in rows:
+                    c.add_metric(labels, value, created=since if created else None)
+                yield c
+            else:
+                g = GaugeMetricFamily(s.name, s.help, labels=s.labels)
+                for labels, value, _ in rows:
+                    g.add_metric(labels, value)
+                yield g
+
+    def describe(self) -> Iterator[Any]:
+        """The names this collector serves, so the registry refuses a second metric of the same name."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        for s in SERIES.values():
+            if s.kind == "counter":
+                yield CounterMetricFamily(s.name, s.help, labels=s.labels)
+            elif s.kind != "histogram":
+                yield GaugeMetricFamily(s.name, s.help, labels=s.labels)
 
 
 class SelfMetrics:
@@ -227,34 +281,62 @@ class OTelBackend:
     Counters are named without ``_total`` (Prometheus-compatible backends add
     it); histograms carry explicit buckets and an exemplar context pointing at
     the compile's root span.
+
+    Counters, up-down counters and gauges are observable instruments: an
+    observation adds to a number kept here, and the meter reads the numbers when
+    its reader collects (every export interval). The SDK's per-measurement work
+    (attribute hashing, the exemplar reservoir, one storage per reader) is then
+    paid once per series per export, not once per compile. Only histograms,
+    which have no observable form and carry exemplars, are recorded as they come.
     """
 
     def __init__(self, meter: Any) -> None:
+        from opentelemetry.metrics import Observation as OTelObservation
+
+        self._observation = OTelObservation
         self._instruments: dict[str, Any] = {}
+        self._values: dict[str, dict[tuple[str, ...], float]] = {}
+        self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        self._lock = threading.Lock()
         for s in SERIES.values():
             if s.kind == "histogram":
                 inst = meter.create_histogram(
                     s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
                 )
-            elif s.kind == "counter":
-                inst = meter.create_counter(s.name, unit=s.unit, description=s.help)
-            elif s.kind == "gauge":
-                inst = meter.create_gauge(s.name, unit=s.unit, description=s.help)
             else:
-                inst = meter.create_up_down_counter(s.name, unit=s.unit, description=s.help)
+                self._values[s.name] = {}
+                create = {
+                    "counter": meter.create_observable_counter,
+                    "gauge": meter.create_observable_gauge,
+                    "updown": meter.create_observable_up_down_counter,
+                }[s.kind]
+                inst = create(s.name, callbacks=[functools.partial(self._observe, s.name)], unit=s.unit, description=s.help)
             self._instruments[s.name] = inst
 
+    def _attributes(self, name: str, labels: tuple[str, ...]) -> dict[str, str]:
+        key = (name, labels)
+        a = self._attrs.get(key)
+        if a is None:  # label sets are bounded: one dict per series, never changed after
+            a = self._attrs[key] = dict(zip(SERIES[name].labels, labels, strict=True))
+        return a
+
+    def _observe(self, name: str, _options: Any) -> list[Any]:
+        """The meter's callback: every series of ``name``, as it stands."""
+        with self._lock:
+            values = list(self._values[name].items())
+        return [self._observation(v, self._attributes(name, labels)) for labels, v in values]
+
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        attrs = dict(zip(SERIES[name].labels, labels, strict=True))
-        inst = self._instruments[name]
-        ctx = _span_context(exemplar) if exemplar else None
-        kind = SERIES[name].kind
-        if kind == "histogram":
-            inst.record(value, attrs, context=ctx)
-        elif kind == "gauge":
-            inst.set(value, attrs)
-        else:
-            inst.add(value, attrs, context=ctx)
+        values = self._values.get(name)
+        if values is None:  # a histogram
+            ctx = _span_context(exemplar) if exemplar else None
+            self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
+            return
+        with self._lock:
+            if SERIES[name].kind == "gauge":
+                values[labels] = value
+            else:
+                values[labels] = values.get(labels, 0) + value
 
 
 def covered_ns(spans: list[tuple[int, int]]) -> int:

@@ -7,6 +7,7 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from opentelemetry import trace
@@ -18,7 +19,7 @@ from ._categories import recompile_category, scrub_guard_text, strip_recompile_p
 from ._config import Settings
 from ._divergence import schedule_digest
 from ._graph_breaks import graph_break_code
-from ._ids import private_random
+from ._ids import own_ids, private_random
 from ._mega_cache import hits as mega_cache_hits
 
 ROOT_NAMES = {
@@ -124,6 +125,8 @@ class SpanMapper:
         # Code location per frame: a compile that stops before dynamo reports
         # its code (the recompile-limit check) still names its function.
         self._frame_code: _Recent[tuple[int | None, int | None], tuple[Any, Any, Any]] = _Recent(4096)
+        # Tracers whose ids never come from ``random`` (see _ids): their spans need no private stream.
+        self._own_ids: set[int] = set()
 
     # -- helpers ------------------------------------------------------------
     def _str(self, value: object) -> str:
@@ -320,7 +323,10 @@ class SpanMapper:
             if fwd is not None:
                 links.append(Link(fwd[0], {"torch.compile.link": "forward"}))
         tracer = self.tracer_for(rec) if self.tracer_for is not None else self.tracer
-        with private_random():
+        safe = id(tracer) in self._own_ids or own_ids(tracer)
+        if safe:
+            self._own_ids.add(id(tracer))  # tracers live as long as the mapper: their ids are not reused
+        with nullcontext() if safe else private_random():
             root = tracer.start_span(
                 name,
                 context=parent,
