@@ -90,6 +90,18 @@ def _time_the_hooks() -> None:
     _live._TraceHandler.handle = timed(_live._TraceHandler.handle)  # type: ignore[method-assign]
 
 
+def compiled_mlp() -> Any:
+    """The loop's model: an MLP under ``torch.compile(backend="aot_eager")``, each new batch size a recompile."""
+    import torch
+
+    torch.manual_seed(0)
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 10_000
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    return torch.compile(mlp, backend="aot_eager")
+
+
 def run_loop(config: str) -> dict[str, Any]:
     """One process: warm-up compile, then the measured loop; CPU per thread group over the window."""
     if config in ("default", "full"):
@@ -98,15 +110,7 @@ def run_loop(config: str) -> dict[str, Any]:
         _time_the_hooks()
     import torch
 
-    torch.manual_seed(0)
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    torch._dynamo.config.recompile_limit = 64
-    torch._dynamo.config.accumulated_recompile_limit = 10_000
-
-    def mlp() -> torch.nn.Module:
-        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
-
-    cm = torch.compile(mlp(), backend="aot_eager")
+    cm = compiled_mlp()
     cm(torch.randn(1, 64)).sum().backward()  # the warm-up compile
     before, t0, w0 = thread_cpu(), time.process_time(), time.perf_counter()
     HOOKS["cpu"] = 0.0
@@ -167,12 +171,7 @@ def sdk_floor() -> dict[str, Any]:
 
     import torch_otel
 
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    torch._dynamo.config.recompile_limit = 64
-    torch._dynamo.config.accumulated_recompile_limit = 10_000
-    cm = torch.compile(
-        torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)), backend="aot_eager"
-    )
+    cm = compiled_mlp()
     for n in range(1, 26):
         cm(torch.randn(n, 64)).sum().backward()
     torch_otel.force_flush(60_000)

@@ -164,7 +164,10 @@ class PrometheusBackend:
 
 
 class _SeriesTable:
-    """The counter and gauge series of ``SERIES``, as numbers, exposed at collection (a prometheus_client collector)."""
+    """The counter and gauge series of ``SERIES``, as numbers: what both backends read when they collect.
+
+    Registered on a prometheus_client registry, it is the collector that serves them at scrape time.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -183,15 +186,19 @@ class _SeriesTable:
             else:
                 cell[0] += value
 
+    def rows(self, name: str) -> list[tuple[tuple[str, ...], float, float]]:
+        """Every series of ``name`` as it stands: (label values, value, when it was created)."""
+        with self._lock:
+            return [(labels, cell[0], cell[1]) for labels, cell in self._values[name].items()]
+
     def collect(self) -> Iterator[Any]:
         from prometheus_client import metrics as prometheus_metrics
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
-        with self._lock:
-            snapshot = {name: [(k, v[0], v[1]) for k, v in series.items()] for name, series in self._values.items()}
-        for name, rows in snapshot.items():
+        for name in self._values:
             s = SERIES[name]
+            rows = self.rows(name)
             if s.kind == "counter":
                 c = CounterMetricFamily(s.name, s.help, labels=s.labels)
                 for labels, value, since in rows:
@@ -283,7 +290,8 @@ class OTelBackend:
     the compile's root span.
 
     Counters, up-down counters and gauges are observable instruments: an
-    observation adds to a number kept here, and the meter reads the numbers when
+    observation adds to a number kept here (the same table the Prometheus
+    backend serves from), and the meter reads the numbers when
     its reader collects (every export interval). The SDK's per-measurement work
     (attribute hashing, the exemplar reservoir, one storage per reader) is then
     paid once per series per export, not once per compile. Only histograms,
@@ -295,16 +303,14 @@ class OTelBackend:
 
         self._observation = OTelObservation
         self._instruments: dict[str, Any] = {}
-        self._values: dict[str, dict[tuple[str, ...], float]] = {}
+        self._table = _SeriesTable()
         self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
-        self._lock = threading.Lock()
         for s in SERIES.values():
             if s.kind == "histogram":
                 inst = meter.create_histogram(
                     s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
                 )
             else:
-                self._values[s.name] = {}
                 create = {
                     "counter": meter.create_observable_counter,
                     "gauge": meter.create_observable_gauge,
@@ -322,21 +328,14 @@ class OTelBackend:
 
     def _observe(self, name: str, _options: Any) -> list[Any]:
         """The meter's callback: every series of ``name``, as it stands."""
-        with self._lock:
-            values = list(self._values[name].items())
-        return [self._observation(v, self._attributes(name, labels)) for labels, v in values]
+        return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        values = self._values.get(name)
-        if values is None:  # a histogram
-            ctx = _span_context(exemplar) if exemplar else None
-            self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
+        if SERIES[name].kind != "histogram":
+            self._table.apply(name, labels, value)
             return
-        with self._lock:
-            if SERIES[name].kind == "gauge":
-                values[labels] = value
-            else:
-                values[labels] = values.get(labels, 0) + value
+        ctx = _span_context(exemplar) if exemplar else None
+        self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
 
 
 def covered_ns(spans: list[tuple[int, int]]) -> int:

@@ -125,8 +125,6 @@ class SpanMapper:
         # Code location per frame: a compile that stops before dynamo reports
         # its code (the recompile-limit check) still names its function.
         self._frame_code: _Recent[tuple[int | None, int | None], tuple[Any, Any, Any]] = _Recent(4096)
-        # Tracers whose ids never come from ``random`` (see _ids): their spans need no private stream.
-        self._own_ids: set[int] = set()
 
     # -- helpers ------------------------------------------------------------
     def _str(self, value: object) -> str:
@@ -323,10 +321,7 @@ class SpanMapper:
             if fwd is not None:
                 links.append(Link(fwd[0], {"torch.compile.link": "forward"}))
         tracer = self.tracer_for(rec) if self.tracer_for is not None else self.tracer
-        safe = id(tracer) in self._own_ids or own_ids(tracer)
-        if safe:
-            self._own_ids.add(id(tracer))  # tracers live as long as the mapper: their ids are not reused
-        with nullcontext() if safe else private_random():
+        with nullcontext() if own_ids(tracer) else private_random():
             root = tracer.start_span(
                 name,
                 context=parent,
