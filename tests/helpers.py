@@ -107,3 +107,35 @@ def span_compile_ids(roots: list[dict[str, Any]]) -> set[str]:
 def frame_roots(received: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """The frame-compile root spans a receiver got (see ``servers.parse_rotel_debug``), by compile id."""
     return {s["attrs"]["torch.compile.id"]: s for s in received["spans"] if s["attrs"].get("torch.compile.kind") == "frame"}
+
+
+def torch_release() -> tuple[int, int]:
+    """The installed torch's (major, minor)."""
+    import torch
+
+    major, minor = str(torch.__version__).split(".")[:2]
+    return int(major), int(minor)
+
+
+def recompile_limit_fail_type() -> str:
+    """torch's ``fail_type`` for a frame that hits the recompile limit: 2.10 raises ``RecompileLimitExceeded``;
+    2.11 and later report ``Unsupported`` ("Dynamo recompile limit exceeded")."""
+    return "RecompileLimitExceeded" if torch_release() < (2, 11) else "Unsupported"
+
+
+def bridge_lines(stderr: str) -> list[str]:
+    """The bridge's own lines in a process's stderr, less the one line a tested release that lacks a documented
+    record or hook is meant to print (torch_otel._sources rows whose ``releases`` leave this release out)."""
+    import torch
+
+    from torch_otel._sources import SOURCES, _in_releases
+
+    lacking = [s.name for s in SOURCES if not _in_releases(str(torch.__version__), s.releases)]
+    out = []
+    for line in stderr.splitlines():
+        if "torch-otel" not in line:
+            continue
+        if lacking and "lacks what torch-otel attaches to for:" in line and all(f"({n})" in line for n in lacking):
+            continue
+        out.append(line)
+    return out

@@ -301,6 +301,9 @@ def _connects(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+_RESOURCE_HEADER = re.compile(r"^Resource(?:Spans?|Metrics?|Logs?) #")
+
+
 def parse_rotel_debug(text: str) -> dict[str, list[dict[str, Any]]]:
     """rotel's detailed debug log -> spans, metric points and log records, each with its resource attributes.
 
@@ -313,7 +316,7 @@ def parse_rotel_debug(text: str) -> dict[str, list[dict[str, Any]]]:
     metric = ""
     section = ""
     for line in text.splitlines():
-        if line.startswith(("ResourceSpans #", "ResourceMetrics #", "ResourceLogs #")):
+        if _RESOURCE_HEADER.match(line):  # rotel prints "ResourceSpans #0", "ResourceMetrics #0" and "ResourceLog #0"
             resource, target, section = {}, None, "resource"
         elif line == "Resource attributes:":
             target = resource
@@ -396,7 +399,7 @@ class Tap:
         import threading
 
         self.upstream_port = upstream_port
-        self.received = bytearray()
+        self._streams: list[bytearray] = []  # one per client connection, never interleaved
         self.delay = 0.0
         self.hold = False
         self.reject: int | None = None
@@ -454,10 +457,13 @@ class Tap:
 
         threading.Thread(target=downstream, daemon=True).start()
         pending = b""
+        mine = bytearray()
+        with self._lock:
+            self._streams.append(mine)
         try:
             while data := client.recv(65536):
                 with self._lock:
-                    self.received += data
+                    mine += data
                 if self.hold:
                     self.held += 1
                     continue
@@ -480,9 +486,18 @@ class Tap:
             client.sendall(f"HTTP/1.1 {self.reject} Rejected\r\nContent-Length: 0\r\n\r\n".encode())
         return rest
 
-    def text(self) -> str:
+    def streams(self) -> list[bytes]:
+        """What each client connection sent, one entry per connection, in the order they were accepted."""
         with self._lock:
-            return self.received.decode("latin-1")
+            return [bytes(b) for b in self._streams]
+
+    @property
+    def received(self) -> bytes:
+        """Every connection's bytes, one connection after another (never one connection's inside another's)."""
+        return b"".join(self.streams())
+
+    def text(self) -> str:
+        return self.received.decode("latin-1")
 
     def close(self) -> None:
         self._stop = True

@@ -147,3 +147,31 @@ def test_every_relative_link_in_the_docs_resolves():
             elif anchor and dest.suffix == ".md" and anchor not in _heading_slugs(dest.read_text()):
                 broken.append(f"{where} (no such heading)")
     assert not broken, broken
+
+
+def test_the_release_matrix_the_version_module_and_the_instruments_extra_agree():
+    """noxfile.py's RELEASES, TESTED_TORCH and pyproject's `instruments` extra name the same releases."""
+    import ast
+
+    import tomllib
+
+    from torch_otel._sources import SOURCES
+    from torch_otel._version import SUPPORTED_TORCH, TESTED_TORCH
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    releases = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "RELEASES"
+    )
+    assert tuple(".".join(r.split(".")[:2]) for r in releases) == TESTED_TORCH
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["instruments"]
+    assert extra == [SUPPORTED_TORCH]
+    first, last = TESTED_TORCH[0], TESTED_TORCH[-1]
+    major, minor = last.split(".")
+    assert SUPPORTED_TORCH == f"torch >= {first}, < {major}.{int(minor) + 1}"
+    table = (ROOT / "docs" / "compatibility.md").read_text()
+    header = next(ln for ln in table.splitlines() if ln.startswith("| source |"))
+    assert [c.strip() for c in header.split("|")[3:-1]] == list(releases)  # a column per release the matrix ran
+    for src in SOURCES:
+        assert f"| `{src.name}` |" in table, f"{src.name} is not in docs/compatibility.md: run `nox -s matrix`"

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._categories import is_recompile_limit_hit
 from ._compile_id import CompileId
 from ._events import (
     ArtifactEvent,
@@ -151,7 +152,7 @@ class CompileRecord:
     @property
     def recompile_limit_hit(self) -> bool:
         """The frame exceeded ``recompile_limit``: it runs in eager from now on."""
-        return "recompile limit exceeded" in (self.fail_reason or "").lower()
+        return is_recompile_limit_hit(self.fail_type, self.fail_reason)
 
     @property
     def eager_fallback(self) -> bool:

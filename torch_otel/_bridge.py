@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from ._assembler import Assembler, Sink
 from ._config import Settings, load_settings
-from ._internal import logger, record_error, warn_once
+from ._internal import logger, record_error, set_live_stats, warn_once
 from ._live import LiveCapture
 from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
@@ -132,6 +132,7 @@ def instrument(
             record_error("instrument", exc)
             return None
         _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []))
+        set_live_stats(assembler.stats)
         if not _atexit_registered:
             atexit.register(shutdown)
             os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -159,6 +160,7 @@ def uninstrument(timeout_millis: int | None = None) -> None:
         if b is None:
             return
         _bridge = None
+        set_live_stats(None)
         try:
             b.capture.uninstall()
         except Exception as exc:  # noqa: BLE001

@@ -132,3 +132,24 @@ def scrub_guard_text(text: str) -> str:
             line = _GUARD_LITERAL.sub(lambda m: f"{m.group(1)} <value>", line)
         out.append(line)
     return "\n".join(out)
+
+
+# How each torch release words a frame's hit of the recompile limit: (fail_type, or words in fail_reason).
+# 2.10 raises RecompileLimitExceeded ("recompile_limit reached"; "cache_size_limit reached" on older names), or with
+# fullgraph=True / fail_on_recompile_limit_hit FailOnRecompileLimitHit; without torch's skip-recursive knob it
+# reports Unsupported "Dynamo cache limit exceeded". 2.11 on: Unsupported "Dynamo recompile limit exceeded".
+RECOMPILE_LIMIT_FAIL_TYPES = frozenset({"RecompileLimitExceeded", "FailOnRecompileLimitHit", "CacheLimitExceeded"})
+RECOMPILE_LIMIT_WORDS = (
+    "recompile limit exceeded",
+    "cache limit exceeded",
+    "recompile_limit reached",
+    "cache_size_limit reached",
+)
+
+
+def is_recompile_limit_hit(fail_type: str | None, fail_reason: str | None) -> bool:
+    """Whether a failed compile is its frame hitting the recompile limit, in any supported release's words."""
+    if fail_type in RECOMPILE_LIMIT_FAIL_TYPES:
+        return True
+    reason = (fail_reason or "").lower()
+    return any(w in reason for w in RECOMPILE_LIMIT_WORDS)

@@ -44,6 +44,12 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     demo.add_argument("--metrics-port", type=int, default=9464, help="local /metrics port (0: any free port)")
     demo.add_argument("--serve", type=float, default=0.0, help="keep /metrics up this many seconds after the run")
     demo.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, eager, inductor)")
+    doc = sub.add_parser(
+        "doctor",
+        help="say how the installed torch stands: tested or not, and which of torch's hooks the bridge finds",
+        description="Lists each point where torch-otel attaches to torch, and whether the installed torch has it.",
+    )
+    doc.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH (the release matrix's report)")
     rep = sub.add_parser("replay", help="replay TORCH_TRACE logs into traces (and metrics)")
     rep.add_argument("paths", nargs="+", metavar="PATH", help="a TORCH_TRACE log, a .gz of one, or a TORCH_TRACE directory")
     rep.add_argument("--output", "-o", help="write spans as OTLP-JSON lines to this file instead of exporting per OTEL_*")
@@ -77,6 +83,8 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         return _run(args.cmd)
     if args.command == "replay":
         return _replay(args)
+    if args.command == "doctor":
+        return _doctor(args.json)
     if args.command == "demo":
         from ._demo import run_demo
 
@@ -85,16 +93,54 @@ def _parse_and_dispatch(argv: list[str]) -> int:
 
 
 def version_line() -> str:
-    """``torch-otel 0.1.0 (torch 2.13.0+cpu, supported >=2.13,<2.14)``, without importing torch."""
-    from importlib.metadata import PackageNotFoundError, version
+    """``torch-otel 0.2.0 (torch 2.13.0+cpu: a tested release; tested: torch >= 2.10, < 2.16)``, without importing torch."""
+    from ._version import SUPPORTED_TORCH, __version__, torch_version
 
+    installed = torch_version()
+    if installed == "unknown":
+        return f"torch-otel {__version__} (torch not installed; tested: {SUPPORTED_TORCH})"
+    return f"torch-otel {__version__} (torch {installed}: {_STATUS[_tested_status(installed)]}; tested: {SUPPORTED_TORCH})"
+
+
+_STATUS = {
+    "tested": "a tested release",
+    "newer": "newer than the tested releases, captured on a best-effort basis",
+    "older": "older than the supported range, not supported",
+    "unknown": "an unreadable version, captured on a best-effort basis",
+}
+
+
+def _tested_status(installed: str) -> str:
+    from ._sources import tested_status
+
+    return tested_status(installed)
+
+
+def _doctor(json_path: str | None) -> int:
+    """Each attach point, and whether this torch has it; exit 1 when a row this torch should have is missing."""
+    import json
+
+    import torch
+
+    from ._sources import release_line, survey
     from ._version import SUPPORTED_TORCH, __version__
 
-    try:
-        torch = f"torch {version('torch')}"
-    except PackageNotFoundError:
-        torch = "torch not installed"
-    return f"torch-otel {__version__} ({torch}; supported: {SUPPORTED_TORCH})"
+    rows = survey(str(torch.__version__))
+    status = _tested_status(str(torch.__version__))
+    print(version_line())
+    line = release_line(str(torch.__version__))
+    if line:
+        print(line)
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        mark = "ok" if r["present"] else ("MISSING" if r["expected"] else "not in this release")
+        print(f"  {r['name']:<{width}}  {mark:<7}  {r['gives']}")
+    if json_path:
+        doc: dict[str, object] = {"torch": str(torch.__version__), "torch_otel": __version__, "status": status}
+        doc.update(supported=SUPPORTED_TORCH, sources=rows)
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+    return 1 if any(r["expected"] and not r["present"] for r in rows) else 0
 
 
 def _run(cmd: list[str]) -> int:

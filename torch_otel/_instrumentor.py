@@ -5,6 +5,15 @@
 SDK from ``OTEL_*`` unless the application or another configurator already did,
 and then the instrumentor (``opentelemetry_instrumentor`` entry point ``torch``,
 so ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=torch`` turns it off).
+
+``opentelemetry-instrument`` skips an instrumentor whose library lies outside
+the distribution's ``instruments`` extra, and says so only at debug level: a
+torch newer than the tested releases would then be traced by nothing, silently.
+So the package also registers an ``opentelemetry_post_instrument`` hook
+(:func:`after_instrumentors`): when the instrumentor was skipped although torch
+is installed and the user did not disable it, it instruments anyway, and the
+bridge says in one line, as it arms, how this torch stands against the tested
+releases (best effort for a newer one).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from ._internal import record_error
 from ._version import SUPPORTED_TORCH
 
 _INSTRUMENTS = (SUPPORTED_TORCH,)
+_ENTRY_POINT = "torch"  # the instrumentor's entry-point name: what OTEL_PYTHON_DISABLED_INSTRUMENTATIONS names
 
 
 class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any to mypy: see the import above
@@ -32,6 +42,7 @@ class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any t
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
+        """The tested range. Outside it, ``instrument()`` is still honoured by :func:`after_instrumentors` (best effort)."""
         return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
@@ -65,3 +76,30 @@ class TorchOtelConfigurator(_BaseConfigurator):
             configure_providers()
         except Exception as exc:  # noqa: BLE001
             record_error("TorchOtelConfigurator", exc)
+
+
+def _disabled_by_env() -> bool:
+    import os
+
+    names = {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}
+    return _ENTRY_POINT in names or "*" in names
+
+
+def after_instrumentors() -> None:
+    """``opentelemetry_post_instrument``: instrument torch when ``opentelemetry-instrument`` skipped it for its range.
+
+    Nothing happens when the instrumentor ran, when the user disabled it, or when torch is not installed.
+    """
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            version("torch")
+        except PackageNotFoundError:
+            return
+        inst = TorchCompileInstrumentor()
+        if _disabled_by_env() or inst.is_instrumented_by_opentelemetry:
+            return
+        inst.instrument(skip_dep_check=True)  # the bridge's own line, as it arms, says how this torch stands
+    except Exception as exc:  # noqa: BLE001 - never break the user's program
+        record_error("TorchCompileInstrumentor (outside the tested range)", exc)

@@ -9,7 +9,7 @@ import contextvars
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ParamSpec
 
 logger = logging.getLogger("torch_otel")
@@ -70,6 +70,36 @@ def warn_once(key: str, message: str, *args: object) -> None:
         logger.warning(message, *args)
     except Exception:  # pragma: no cover
         pass
+
+
+# The live assembler's counts (its ``stats``), for the health series served at scrape time; None when not instrumented.
+_live_stats: Mapping[str, int] | None = None
+
+
+def set_live_stats(stats: Mapping[str, int] | None) -> None:
+    global _live_stats
+    _live_stats = stats
+
+
+def live_stat(key: str) -> int:
+    """One of the live assembler's counts (0 when the bridge is not instrumented)."""
+    stats = _live_stats
+    return int(stats.get(key, 0)) if stats is not None else 0
+
+
+def report_lacking(source: str, gives: str) -> None:
+    """A source (a row of torch_otel._sources) whose attach point this torch lacks: one line, once per source."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", "?")
+    warn_once(
+        f"source-lacking:{source}",
+        "torch %s lacks what torch-otel attaches to for: %s (%s). The rest is captured",
+        version,
+        gives,
+        source,
+    )
 
 
 def reset_for_tests() -> None:

@@ -30,7 +30,6 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from ._arm import forget, when_imported
 from ._assembler import ROOTS, Assembler
 from ._compile_id import CompileId, parse_compile_id
 from ._events import (
@@ -46,31 +45,23 @@ from ._events import (
 )
 from ._export_hook import ExportHook
 from ._graph_breaks import parse_graph_break
-from ._internal import _in_bridge, guarded, record_error
+from ._internal import _in_bridge, guarded, record_error, warn_once
 from ._mega_cache import MegaCacheHook
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
-
-GRAPH_BREAK_LOGGERS = (
-    "torch._dynamo.symbolic_convert.__graph_breaks",
-    "torch._dynamo.convert_frame.__graph_breaks",
-    "torch._dynamo.exc.__graph_breaks",
-)
-TRACE_LOGGER = "torch.__trace"
-CA_VERBOSE_LOGGER = "torch._dynamo.compiled_autograd.__compiled_autograd_verbose"
-INDUCTOR_DEBUG = "torch._inductor.debug"
-WARNING_LOGGERS = ("torch._dynamo", "torch._inductor")
+from ._sources import INDUCTOR_DEBUG, Attached, attach_all, detach_all, reattach, release_line
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
 MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
 
 
 _BRIDGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_HOOK_FILES = (os.sep + "_live.py", os.sep + "_internal.py")
+_WORKLOAD_FILES = (os.sep + "_demo.py",)  # the bridge's only module that calls torch.compile as a user would
 
 
 def _beside_the_hooks(path: str) -> bool:
-    """A module of the bridge other than its hooks (the demo's workload): a caller of last resort."""
-    return path.startswith(_BRIDGE_DIR) and not path.endswith(_HOOK_FILES)
+    """The demo's workload, a module of the bridge: a caller of last resort. Never a hook's own frame (the export
+    hook's wrapper sits between the user's call and torch)."""
+    return path.startswith(_BRIDGE_DIR) and path.endswith(_WORKLOAD_FILES)
 
 
 # A queued piece of work: (handler, three arguments).
@@ -200,19 +191,14 @@ class LiveCapture:
         # Run once, as the first compile starts (lazy servers, arming the push).
         self._first_compile = list(on_first_compile or ())
         self.level = level
-        self.warnings = warnings
+        self.warnings: bool = warnings
         self._warning_handler = _ForwardingHandler(self._on_warning, logging.WARNING)  # for log records
         self.installed = False
-        self._orig_record: Any = None
-        self._orig_log_event: Any = None
-        self._orig_reasons: Any = None
-        # torch._inductor.debug's schedule loggers, wrapped once inductor is loaded (it is not, until it compiles)
-        self._orig_schedule: Any = None
-        self._orig_dump_schedule: Any = None
-        self._orig_debug_dir: Any = None  # DebugContext.create_debug_dir (a staticmethod)
-        self._torch_debug_dir: Any = None
-        self._inductor_hook_pending = False
-        self._hook_lock = threading.Lock()
+        # torch's functions the capture replaced, by "module.name" (the sources put them back on detach)
+        self.originals: dict[str, Any] = {}
+        self.attached = Attached()
+        self.attach_lock = threading.Lock()
+        self._torch_debug_dir: Any = None  # inductor's DebugContext.create_debug_dir, kept once seen
         self._schedule_tls = threading.local()
         self._gb_handler = _ForwardingHandler(self._on_graph_break)
         # compiled autograd's cache-miss lines (TORCH_LOGS=compiled_autograd_verbose): attached without changing
@@ -229,7 +215,6 @@ class LiveCapture:
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
-        self._reattach: Callable[[], None] = self._ensure_graph_break_loggers
         # Full capture: a chromium record held back until we know whether torch's chromium hook follows it
         # (a phase begin or end, which the hook delivers without JSON) or not (an instant).
         self._held = threading.local()
@@ -239,157 +224,53 @@ class LiveCapture:
 
     # -- lifecycle ------------------------------------------------------------
     def install(self) -> None:
+        """Attach every source of the table (:mod:`._sources`) that this capture level uses; say once what this torch lacks."""
         with self._lock:
             if self.installed:
                 return
-            import torch._dynamo.utils as du
+            import torch
 
+            version = str(torch.__version__)
+            line = release_line(version)
+            if line:
+                warn_once("torch-release", "%s", line)
             self._skip, self._libraries = _skip_dirs()
             self._stop, self._worker = threading.Event(), None
-            # Phase begins and ends come from torch's chromium hook at both levels (no JSON to parse).
-            self._orig_record = du.record_chromium_event_internal
-            du.record_chromium_event_internal = self._record_chromium_event
-            if self.level == "full":
-                self._reattach = self._install_trace_handler
-            else:
-                import torch._dynamo.convert_frame as cf
-
-                self._orig_log_event = du.log_compilation_event
-                du.log_compilation_event = self._log_compilation_event
-                # Every cache entry's guard failure (torch's metrics keep the first only); imported there by name.
-                self._orig_reasons = cf.get_and_maybe_log_recompilation_reasons
-                cf.get_and_maybe_log_recompilation_reasons = self._recompilation_reasons
-                self._reattach = self._ensure_graph_break_loggers
-            self._reattach()
-            logging.getLogger(CA_VERBOSE_LOGGER).addHandler(self._ca_miss_handler)
-            if self.warnings:
-                for name in WARNING_LOGGERS:
-                    logging.getLogger(name).addHandler(self._warning_handler)
             self.installed = True
-            self._inductor_hook_pending = True
-        # Outside the lock, as each may wrap at once: inductor's debug module once it is imported (it is not
-        # until the first inductor compile, and an AOTAutograd cache hit runs no inductor phase first).
-        when_imported(INDUCTOR_DEBUG, self._hook_inductor)
-        self._export_hook.hook()
-        self._mega_cache_hook.hook()
+        # Outside the lock: a row on a module torch has imported already attaches at once.
+        attached = attach_all(self, version)
+        with self._lock:
+            self.attached = attached
 
     def uninstall(self) -> None:
         with self._lock:
             if not self.installed:
                 return
-            import torch._dynamo.utils as du
-
-            # Put torch's functions back unless someone wrapped ours since.
-            if self._orig_record is not None and du.record_chromium_event_internal == self._record_chromium_event:
-                du.record_chromium_event_internal = self._orig_record
-            if self._orig_log_event is not None and du.log_compilation_event == self._log_compilation_event:
-                du.log_compilation_event = self._orig_log_event
-            if self._orig_reasons is not None:
-                import torch._dynamo.convert_frame as cf
-
-                if cf.get_and_maybe_log_recompilation_reasons == self._recompilation_reasons:
-                    cf.get_and_maybe_log_recompilation_reasons = self._orig_reasons
-            self._orig_record = self._orig_log_event = self._orig_reasons = None
-            self._unhook_inductor()
-            self._export_hook.unhook()
-            self._mega_cache_hook.unhook()
-            forget(INDUCTOR_DEBUG, self._hook_inductor)
-            for name, state in self._logger_states.items():
-                lg = logging.getLogger(name)
-                handler = self._trace_handler if name == TRACE_LOGGER else self._gb_handler
-                if handler in lg.handlers:
-                    lg.removeHandler(handler)
-                # Restore only what we changed and nobody has changed since.
-                if state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
-                    lg.setLevel(state.level)
-                    lg.propagate = state.propagate
+            with self.attach_lock:
+                self.installed = False
+                detach_all(self, self.attached)
             self._logger_states.clear()
-            logging.getLogger(CA_VERBOSE_LOGGER).removeHandler(self._ca_miss_handler)
-            for name in WARNING_LOGGERS:
-                lg = logging.getLogger(name)
-                if self._warning_handler in lg.handlers:
-                    lg.removeHandler(self._warning_handler)
-            self.installed = False
             self._stop.set()
             self._wake.set()
         self.drain()
 
-    def _hook_inductor(self) -> None:
-        """Wrap inductor's collective-schedule loggers, which torch calls on every graph it schedules.
+    def _reattach(self) -> None:
+        """torch's set_logs() clears handlers and resets levels: put ours back as each compile starts."""
+        reattach(self, self.attached)
 
-        Done once ``torch._inductor.debug`` is loaded: at install, or right after its import (a post-import hook).
-        ``log_collective_schedule`` runs for every graph; ``_dump_collective_schedule`` only for a graph
-        with collectives, and hands over the op names torch already gathered (nothing is recomputed).
-        """
-        dbg = sys.modules.get(INDUCTOR_DEBUG)
-        if dbg is None or not self.installed:
-            return
-        with self._hook_lock:  # two threads starting inductor compiles at once wrap torch's functions once
-            if not self._inductor_hook_pending:
-                return
-            self._inductor_hook_pending = False
-            log_fn, dump_fn = getattr(dbg, "log_collective_schedule", None), getattr(dbg, "_dump_collective_schedule", None)
-            if not callable(log_fn) or not callable(dump_fn) or log_fn == self._log_collective_schedule:
-                self.assembler.stats["inductor_schedule_hook_missing"] += 1
-                return
-            self._orig_schedule, self._orig_dump_schedule = log_fn, dump_fn
-            setattr(dbg, "log_collective_schedule", self._log_collective_schedule)  # noqa: B010 - mypy sees a ModuleType
-            setattr(dbg, "_dump_collective_schedule", self._dump_collective_schedule)  # noqa: B010
-            ctx = getattr(dbg, "DebugContext", None)
-            create = ctx.__dict__.get("create_debug_dir") if isinstance(ctx, type) else None
-            if isinstance(create, staticmethod):  # inductor's per-graph debug directory: its path, for the span
-                self._orig_debug_dir = self._torch_debug_dir = create
-                ctx.create_debug_dir = staticmethod(self._create_debug_dir)  # type: ignore[union-attr]
+    def logger_state(self, name: str, lg: logging.Logger) -> _LoggerState:
+        """What a logger was before the capture changed it (taken again if someone changed it since)."""
+        state = self._logger_states.get(name)
+        if state is None or (lg.level, lg.propagate) != (state.set_level, state.set_propagate):
+            state = self._logger_states[name] = _LoggerState(lg)
+        return state
 
-    def _unhook_inductor(self) -> None:
-        dbg = sys.modules.get(INDUCTOR_DEBUG)
-        if dbg is not None:
-            # Put torch's functions back unless someone wrapped ours since.
-            for name, orig, ours in (
-                ("log_collective_schedule", self._orig_schedule, self._log_collective_schedule),
-                ("_dump_collective_schedule", self._orig_dump_schedule, self._dump_collective_schedule),
-            ):
-                if orig is not None and getattr(dbg, name, None) == ours:
-                    setattr(dbg, name, orig)
-            ctx = getattr(dbg, "DebugContext", None)
-            if self._orig_debug_dir is not None and isinstance(ctx, type):
-                current = ctx.__dict__.get("create_debug_dir")
-                if isinstance(current, staticmethod) and current.__func__ == self._create_debug_dir:
-                    ctx.create_debug_dir = self._orig_debug_dir  # type: ignore[attr-defined]
-        self._orig_schedule = self._orig_dump_schedule = self._orig_debug_dir = None
-        self._inductor_hook_pending = False
-
-    def _ensure_graph_break_loggers(self) -> None:
-        """(Re-)attach the graph-break handler; torch's set_logs() clears handlers."""
-        for name in GRAPH_BREAK_LOGGERS:
-            lg = logging.getLogger(name)
-            if self._gb_handler in lg.handlers:
-                continue
-            state = self._logger_states.get(name)
-            if state is None or (lg.level, lg.propagate) != (state.set_level, state.set_propagate):
-                state = _LoggerState(lg)
-                self._logger_states[name] = state
-            lg.addHandler(self._gb_handler)
-            if not lg.isEnabledFor(logging.DEBUG):
-                # Nobody asked for graph breaks: receive them without letting
-                # them reach torch's stderr handler.
-                lg.setLevel(logging.DEBUG)
-                lg.propagate = False
-                state.changed = True
-            state.set_level, state.set_propagate = lg.level, lg.propagate
-
-    def _install_trace_handler(self) -> None:
-        lg = logging.getLogger(TRACE_LOGGER)
-        if self._trace_handler in lg.handlers:
-            return
-        if TRACE_LOGGER not in self._logger_states:
-            self._logger_states[TRACE_LOGGER] = _LoggerState(lg)
-        lg.addHandler(self._trace_handler)
-        if not lg.isEnabledFor(logging.DEBUG):
-            lg.setLevel(logging.DEBUG)
-            st = self._logger_states[TRACE_LOGGER]
-            st.changed = True
-            st.set_level, st.set_propagate = lg.level, lg.propagate
+    def restore_logger(self, name: str, lg: logging.Logger) -> None:
+        """Put back only what the capture changed and nobody has changed since."""
+        state = self._logger_states.pop(name, None)
+        if state is not None and state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
+            lg.setLevel(state.level)
+            lg.propagate = state.propagate
 
     # -- origin ---------------------------------------------------------------
     def _origin(self) -> Origin:
@@ -492,19 +373,19 @@ class LiveCapture:
 
     # -- hooks (on torch's path: take what must be read now, queue the rest) ----
     def _record_chromium_event(self, event: dict[str, Any]) -> None:
-        orig = self._orig_record
+        orig = self.originals.get("torch._dynamo.utils.record_chromium_event_internal")
         self._on_chromium(event)
         if orig is not None:
             orig(event)
 
     def _log_compilation_event(self, metrics: Any) -> None:
-        orig = self._orig_log_event
+        orig = self.originals.get("torch._dynamo.utils.log_compilation_event")
         self._on_metrics(metrics)
         if orig is not None:
             orig(metrics)
 
     def _recompilation_reasons(self, *args: Any, **kwargs: Any) -> Any:
-        orig = self._orig_reasons
+        orig: Any = self.originals.get("torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons")
         if orig is None:  # uninstalled, but someone wrapped this hook since: torch's own function, untouched
             from torch._dynamo.guards import get_and_maybe_log_recompilation_reasons as orig
         reasons = orig(*args, **kwargs)
@@ -512,7 +393,7 @@ class LiveCapture:
         return reasons
 
     def _log_collective_schedule(self, nodes: Any) -> None:
-        orig = self._orig_schedule
+        orig: Any = self.originals.get(INDUCTOR_DEBUG + ".log_collective_schedule")
         if orig is None:  # uninstalled, but someone wrapped this hook since
             from torch._inductor.debug import log_collective_schedule as orig
         self._schedule_tls.ops = None
@@ -522,7 +403,7 @@ class LiveCapture:
             self._on_schedule()
 
     def _dump_collective_schedule(self, schedule: Any) -> None:
-        orig = self._orig_dump_schedule
+        orig: Any = self.originals.get(INDUCTOR_DEBUG + "._dump_collective_schedule")
         if orig is None:
             from torch._inductor.debug import _dump_collective_schedule as orig
         self._schedule_tls.ops = schedule
@@ -530,8 +411,11 @@ class LiveCapture:
 
     def _create_debug_dir(self, folder_name: str) -> str | None:
         # torch's own, kept after uninstall: someone may have wrapped ours since, and still call it
+        orig = self.originals.get(INDUCTOR_DEBUG + ".DebugContext.create_debug_dir")
+        if orig is not None:
+            self._torch_debug_dir = orig
         path: str | None = self._torch_debug_dir.__func__(folder_name)
-        if self._orig_debug_dir is not None:
+        if orig is not None:
             self._on_debug_dir(path)
         return path
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ._arm import forget, when_imported
 from ._assembler import CompileRecord
-from ._internal import record_error
+from ._internal import record_error, report_lacking
 
 MAX_KEYS = 100_000
 # torch's artifact type (CacheInfo.artifacts) -> our cache name; the phase that reports that cache's key
@@ -91,7 +91,10 @@ class MegaCacheHook:
         try:
             manager = getattr(sys.modules.get(self.MODULE), "CacheArtifactManager", None)
             orig = manager.__dict__.get("populate_caches") if isinstance(manager, type) else None
-            if not self._active or not isinstance(orig, staticmethod) or self._orig is not None:
+            if not self._active or self._orig is not None:
+                return
+            if not isinstance(orig, staticmethod):
+                report_lacking("mega_cache", "compiles served from torch.compiler.load_cache_artifacts")
                 return
             inner: Callable[..., Any] = orig.__func__
 

@@ -30,7 +30,7 @@ from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
 from ._mega_cache import hits as mega_cache_hits
-from ._version import __version__
+from ._version import __version__, torch_version
 
 # 10 ms .. 30 min: compiles of big models take many minutes.
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
@@ -228,7 +228,7 @@ class SelfMetrics:
         from prometheus_client.core import CounterMetricFamily
 
         from ._export_guard import dropped
-        from ._internal import internal_error_count
+        from ._internal import internal_error_count, live_stat
 
         d = CounterMetricFamily(
             "torch_otel_dropped", "Spans, metric points and log records the exporters could not deliver.", labels=["signal"]
@@ -239,15 +239,12 @@ class SelfMetrics:
         e = CounterMetricFamily("torch_otel_internal_errors", "Exceptions caught inside the bridge (torch.compile went on).")
         e.add_metric([], internal_error_count())
         yield e
-        from ._bridge import current
-
-        b = current()
         u = CounterMetricFamily(
             "torch_otel_unattributed_phases",
             "Phase events with no compile id (compile worker threads) that could not be given to a compile: "
             "more than one was in flight.",
         )
-        u.add_metric([], b.assembler.stats["unattributed_phases"] if b is not None else 0)
+        u.add_metric([], live_stat("unattributed_phases"))
         yield u
 
     def describe(self) -> list[Any]:
@@ -358,15 +355,6 @@ def _span_context(ids: tuple[int, int]) -> Any:
     return set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, TraceFlags(TraceFlags.SAMPLED))))
 
 
-def _torch_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("torch")
-    except Exception:  # noqa: BLE001 - replay needs no torch
-        return "unknown"
-
-
 class CompileMetrics(Sink):
     """Turns each finished compile into observations and applies them to every backend."""
 
@@ -399,7 +387,7 @@ class CompileMetrics(Sink):
         if rank in self._build_seen:
             return
         self._build_seen.add(rank)
-        yield "torch_compile_build_info", (rank, _torch_version(), __version__), 1, None
+        yield "torch_compile_build_info", (rank, torch_version(), __version__), 1, None
         for status in ("ok", "failed"):
             yield "torch_compile_compiles", (rank, "frame", status), 0, None
         yield "torch_compile_recompile_limit_hits", (rank,), 0, None

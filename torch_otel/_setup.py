@@ -23,7 +23,7 @@ from ._config import is_http_url
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
 from ._internal import warn_once
-from ._version import __version__
+from ._version import __version__, torch_version
 
 TRACE_EXPORTERS = ("otlp", "console", "none")
 METRIC_EXPORTERS = ("prometheus", "otlp", "console", "none")
@@ -51,12 +51,9 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
         "telemetry.distro.name": "torch-otel",
         "telemetry.distro.version": __version__,
     }
-    try:
-        from importlib.metadata import version
-
-        attrs["torch.version"] = version("torch")
-    except Exception:  # noqa: BLE001 - torch not installed (replay needs no torch)
-        pass
+    found = torch_version()
+    if found != "unknown":  # torch not installed: replay needs none
+        attrs["torch.version"] = found
     for var, key in (
         ("RANK", "torch.distributed.rank"),
         ("LOCAL_RANK", "torch.distributed.local_rank"),

@@ -44,7 +44,8 @@ _NUMERIC_FIELDS = {
     "graph_input_count": "torch.compile.graph.input_count",
     "cache_size": "torch.compile.cache_size",
     "accumulated_cache_size": "torch.compile.accumulated_cache_size",
-    "num_graph_breaks": "torch.compile.num_graph_breaks",
+    # torch's process-wide running total (counters["graph_break"]), not this compile's: named so (graph_break_count is)
+    "num_graph_breaks": "torch.compile.process.graph_breaks_so_far",
     "entire_frame_compile_time_s": "torch.compile.entire_frame_compile_time_s",
     "backend_compile_time_s": "torch.compile.backend_compile_time_s",
     "inductor_compile_time_s": "torch.compile.inductor_compile_time_s",

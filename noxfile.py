@@ -1,0 +1,165 @@
+"""The torch release matrix, as opentelemetry-python-contrib tests each instrumented library's versions.
+
+    nox -s matrix                       # the release tests on every supported torch release (about 6 GB each)
+    nox -s "release(torch='2.15.0')"    # one release
+    nox -s other_releases               # every release but the one the whole suite runs on (what CI runs)
+    nox -s compat                       # docs/compatibility.md, from the reports the runs above left
+
+Each release gets its own virtual environment with ``torch==X`` from the registry (CUDA builds of every
+release but the local 2.13.0 CPU wheel; they import and compile on a machine with no GPU), the package and its
+test dependencies. It runs ``torch-otel doctor`` (which of torch's hooks this release has) and the tests marked
+``release``: live capture, replay, the three ways of turning the bridge on, and torch's own logs replayed
+against tlparse. Each leaves ``build/matrix/torch-X.json`` (doctor) and ``build/matrix/torch-X.xml`` (JUnit).
+With ``CI`` or ``TORCH_OTEL_MATRIX_CLEAN`` set, a release's environment is removed after its run, so the
+disk one matrix run uses stays near one environment's size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import nox
+
+# The newest patch of each supported minor release, oldest first (torch_otel/_version.py TESTED_TORCH names the minors).
+RELEASES = ["2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
+FULL_SUITE = "2.13.0"  # the release the README's test command runs the whole suite on
+REPORTS = Path("build/matrix")
+COMPAT = Path("docs/compatibility.md")
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["matrix"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session
+@nox.parametrize("torch", RELEASES)
+def release(session: nox.Session, torch: str) -> None:
+    """The release tests on one torch release."""
+    # This machine's pip caps torch at the releases kept on local disk: lifted for this install only.
+    session.install(f"torch=={torch}", "-e", ".[test]", env={"PIP_CONSTRAINT": "/dev/null"})
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    stem = REPORTS / f"torch-{torch}"
+    try:
+        session.run("torch-otel", "doctor", "--json", f"{stem}.json", success_codes=[0, 1])
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            "-m",
+            "release",
+            f"--junitxml={stem}.xml",
+            "-o",
+            f"junit_suite_name=torch-{torch}",
+            *session.posargs,
+        )
+    finally:
+        if os.environ.get("CI") or os.environ.get("TORCH_OTEL_MATRIX_CLEAN"):
+            shutil.rmtree(session.virtualenv.location, ignore_errors=True)
+
+
+@nox.session(python=False)
+def matrix(session: nox.Session) -> None:
+    """The release tests on every supported release, then the compatibility table."""
+    for torch in RELEASES:
+        session.notify(f"release(torch='{torch}')")
+    session.notify("compat")
+
+
+@nox.session(python=False)
+def other_releases(session: nox.Session) -> None:
+    """Every release but the one the whole suite runs on (CI: the whole suite on one, the release tests on the rest)."""
+    for torch in RELEASES:
+        if torch != FULL_SUITE:
+            session.notify(f"release(torch='{torch}')")
+
+
+def _outcomes(xml: Path) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts["failed"] += 1
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts
+
+
+@nox.session(python=False)
+def compat(session: nox.Session) -> None:
+    """Write docs/compatibility.md from the matrix's reports (each release's doctor JSON and JUnit results)."""
+    reports = []
+    for torch in RELEASES:
+        doctor, junit = REPORTS / f"torch-{torch}.json", REPORTS / f"torch-{torch}.xml"
+        if not doctor.exists() or not junit.exists():
+            session.error(f"no report for torch {torch} in {REPORTS}: run `nox -s \"release(torch='{torch}')\"` first")
+        reports.append((torch, json.loads(doctor.read_text()), _outcomes(junit)))
+    COMPAT.write_text(render(reports))
+    session.log(f"wrote {COMPAT}")
+
+
+def render(reports: list[tuple[str, dict, dict[str, int]]]) -> str:
+    heads = [t for t, _, _ in reports]
+    lines = [
+        "# Compatibility with torch releases",
+        "",
+        "Written by `nox -s compat` from the release matrix's reports (`nox -s matrix`): do not edit by hand.",
+        "Each release ran `torch-otel doctor` and the tests marked `release` (live capture, replay against",
+        "tlparse, and the three ways of turning the bridge on) in its own environment.",
+        "",
+        "## Where torch-otel attaches, by release",
+        "",
+        "`ok`: the release has the attach point and the bridge uses it. `-`: the release lacks it; the bridge",
+        "says so in one line as it arms, and captures the rest.",
+        "",
+        "| source | what it gives | " + " | ".join(heads) + " |",
+        "|---|---|" + "---|" * len(heads),
+    ]
+    names = [row["name"] for row in reports[0][1]["sources"]]
+    for name in names:
+        cells = []
+        gives = ""
+        for _, doc, _ in reports:
+            row = next((r for r in doc["sources"] if r["name"] == name), None)
+            gives = gives or (row or {}).get("gives", "")
+            cells.append("ok" if row and row["present"] else "-")
+        lines.append(f"| `{name}` | {gives} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## The release tests, by release",
+        "",
+        "| torch | installed build | passed | failed | skipped |",
+        "|---|---|---|---|---|",
+    ]
+    for torch, doc, counts in reports:
+        lines.append(f"| {torch} | {doc['torch']} | {counts['passed']} | {counts['failed']} | {counts['skipped']} |")
+    lines += [
+        "",
+        "A skipped test names, in its reason, the release it applies to or what that release lacks.",
+        "",
+        "## Releases outside the tested ones",
+        "",
+        "- **Newer** than the newest tested release: captured on a best-effort basis. The bridge says so in one",
+        "  line as it arms, and names in one more line any attach point it does not find. `opentelemetry-instrument`",
+        "  skips an instrumentor whose library is outside its `instruments` range with a debug message only;",
+        "  torch-otel's `opentelemetry_post_instrument` hook then instruments anyway, so that way is never silent.",
+        "- **Older** than the supported range: one line names the range; what the release has is still captured.",
+        "- `torch-otel --version` says whether the installed torch is a tested release; `torch-otel doctor` lists",
+        "  each attach point and whether the installed torch has it (exit 1 if one its row promises is missing).",
+        "",
+        "## Adding a release",
+        "",
+        "1. Add it to `RELEASES` in `noxfile.py` and to `TESTED_TORCH` in `torch_otel/_version.py`, and widen the",
+        "   `instruments` extra in `pyproject.toml` (a test checks the three agree).",
+        "2. `nox -s \"release(torch='X')\"`. A moved or renamed attach point fails",
+        "   `tests/test_releases.py::test_this_release_has_every_attach_point_its_row_promises`: give the old row",
+        "   its last release in `releases` and add a row for the new place in `torch_otel/_sources.py`. torch's",
+        "   wording that changed (recompile-limit hits, guard failures) is matched in `torch_otel/_categories.py`.",
+        "3. `nox -s matrix` (or the new release's session and `nox -s compat`) rewrites this page.",
+        "",
+    ]
+    return "\n".join(lines)
