@@ -155,7 +155,7 @@ def test_dead_endpoint_costs_the_job_nothing_but_one_line():
         }
     )
     assert dead[1].returncode == 0 and "done" in dead[1].stdout
-    ours = [ln for ln in dead[1].stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = [ln for ln in bridge_lines(dead[1].stderr) if ln.startswith("torch-otel")]
     assert len(ours) == 1 and f"127.0.0.1:{closed}" in ours[0], ours
     assert "opentelemetry" not in dead[1].stderr.lower()  # the exporters' retry chatter is folded into that line
     # Bounded, not benchmarked: without the bound, exit waited for the exporters' retries (~18 s here).
@@ -224,7 +224,7 @@ def test_each_invalid_setting_is_one_line_and_training_goes_on(variable, value, 
         env[variable] = value
         r = _run([sys.executable, "-c", "import torch_otel.auto\n" + TINY], env, timeout=120)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]
-    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = [ln for ln in bridge_lines(r.stderr) if ln.startswith("torch-otel")]
     assert len(ours) == 1 and variable in ours[0] and needle in ours[0], ours
     assert "Traceback" not in r.stderr
     if "HEADERS" in variable:
@@ -273,6 +273,6 @@ def test_a_dead_collector_costs_one_line_per_rank_that_lost_data_and_none_from_t
         },
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = [ln for ln in bridge_lines(r.stderr) if ln.startswith("torch-otel")]
     assert len(ours) == 2, ours
     assert all(dead.split("//")[1] in ln and "dropped" in ln for ln in ours), ours
