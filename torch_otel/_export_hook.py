@@ -24,7 +24,8 @@ from typing import Any
 
 from ._arm import forget, when_imported
 from ._events import Origin, PhaseEvent
-from ._internal import _in_bridge, record_error, report_lacking
+from ._internal import _in_bridge, record_error
+from ._sources import report_lacking
 
 TRACE_MODULE = "torch.export._trace"
 DRAFT_MODULE = "torch.export._draft_export"
@@ -86,7 +87,7 @@ class ExportHook:
                         continue
                     orig = getattr(mod, name, None)
                     if not callable(orig):
-                        report_lacking("export", f"torch.export as a trace of its own ({module}.{name})")
+                        report_lacking("export")
                         continue
                     ours = self._wrapper(orig, api)
                     setattr(mod, name, ours)

@@ -87,21 +87,6 @@ def live_stat(key: str) -> int:
     return int(stats.get(key, 0)) if stats is not None else 0
 
 
-def report_lacking(source: str, gives: str) -> None:
-    """A source (a row of torch_otel._sources) whose attach point this torch lacks: one line, once per source."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    version = getattr(torch, "__version__", "?")
-    warn_once(
-        f"source-lacking:{source}",
-        "torch %s lacks what torch-otel attaches to for: %s (%s). The rest is captured",
-        version,
-        gives,
-        source,
-    )
-
-
 def reset_for_tests() -> None:
     with _lock:
         _errors.clear()

@@ -19,7 +19,8 @@ from typing import Any
 
 from ._arm import forget, when_imported
 from ._assembler import CompileRecord
-from ._internal import record_error, report_lacking
+from ._internal import record_error
+from ._sources import report_lacking
 
 MAX_KEYS = 100_000
 # torch's artifact type (CacheInfo.artifacts) -> our cache name; the phase that reports that cache's key
@@ -94,7 +95,7 @@ class MegaCacheHook:
             if not self._active or self._orig is not None:
                 return
             if not isinstance(orig, staticmethod):
-                report_lacking("mega_cache", "compiles served from torch.compiler.load_cache_artifacts")
+                report_lacking("mega_cache")
                 return
             inner: Callable[..., Any] = orig.__func__
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._arm import forget, when_imported
-from ._internal import record_error, report_lacking, warn_once
+from ._internal import record_error, warn_once
 from ._version import SUPPORTED_TORCH, TESTED_TORCH
 
 if TYPE_CHECKING:
@@ -261,8 +261,6 @@ class ObjectHook(Source):
 class CountersRead(Source):
     """torch's counters, read at scrape time: nothing to attach, only their presence to check."""
 
-    key: str = ""
-
     def _lookup(self, mod: Any) -> Any:
         return getattr(mod, "counters", None)
 
@@ -383,7 +381,6 @@ SOURCES: tuple[Source, ...] = (
         "compiled_autograd_counters",
         "compiled autograd's captures and compiles counters",
         "torch._dynamo.utils",
-        key="compiled_autograd",
     ),
     FunctionHook(
         "collective_schedule",
@@ -435,6 +432,14 @@ def lacking_line(version: str, rows: Iterable[Source]) -> str:
     return f"torch {version} lacks what torch-otel attaches to for: {gives}. The rest is captured"
 
 
+def report_lacking(name: str) -> None:
+    """A row whose attach point turned out missing once its module was imported (lazy rows, and the export and
+    mega-cache hooks, which find torch's names only then): its one line, once per row."""
+    row = next(s for s in SOURCES if s.name == name)
+    version = str(getattr(sys.modules.get("torch"), "__version__", "?"))
+    warn_once(f"source-lacking:{name}", "%s", lacking_line(version, [row]))
+
+
 def attach_all(cap: LiveCapture, version: str, sources: Iterable[Source] | None = None) -> Attached:
     """Attach every row the capture wants; the lazy ones once their module is imported. Never raises."""
     sources = SOURCES if sources is None else sources
@@ -453,7 +458,6 @@ def attach_all(cap: LiveCapture, version: str, sources: Iterable[Source] | None 
             lacking.append(src)
     if lacking:
         out.lacking.extend(lacking)
-        cap.assembler.stats["sources_lacking"] += len(lacking)
         warn_once("sources-lacking", "%s", lacking_line(version, lacking))
     return out
 
@@ -475,8 +479,7 @@ def _later(cap: LiveCapture, src: Source, version: str, out: Attached) -> Callab
                 out.rows.append(src)
             else:
                 out.lacking.append(src)
-                cap.assembler.stats["sources_lacking"] += 1
-                report_lacking(src.name, src.gives)
+                report_lacking(src.name)
 
     return attach
 
