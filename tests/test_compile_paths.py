@@ -283,6 +283,16 @@ def test_exports_and_aot_compiles_replay_as_their_own_traces_and_match_tlparse(e
     assert {(r["attrs"]["torch.compile.kind"], r["attrs"]["torch.compile.id"]) for r in roots} <= live
     for res, _ in _resources(tmp_path / "replayed.jsonl"):
         assert res["torch.version"] == torch_version() and "host.name" not in res  # the torch that wrote the log
+    # The strict export's tree is the live one's: torch.export > fullgraph_capture > compile_attempt_0 > ...
+    (live_strict,) = [r for r in _roots(exported["live"]) if r["attrs"].get("torch.export.strict") is True]
+    assert _edges(spans, roots[0]) == _edges(exported["live"], live_strict)
+    assert ("torch.export", "fullgraph_capture") in _edges(spans, roots[0])
+
+
+def _edges(spans: list[dict[str, Any]], root: dict[str, Any]) -> list[tuple[str, str]]:
+    """A compile's tree as (parent name, child name) pairs."""
+    mine = {s["spanId"]: s for s in spans if s["traceId"] == root["traceId"]}
+    return sorted({(mine[s["parentSpanId"]]["name"], s["name"]) for s in mine.values() if s.get("parentSpanId") in mine})
 
 
 def test_export_metrics_have_their_own_kind(cap):

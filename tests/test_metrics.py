@@ -50,7 +50,7 @@ EXPECTED = [
     'torch_compile_frame_duration_seconds_count{rank="0",kind="compiled_autograd"}',
     'torch_compile_frame_duration_seconds_bucket{rank="0",le="1800.0"}',
     'torch_compile_phase_duration_seconds_count{rank="0",phase="dynamo_tracing"}',
-    'torch_compile_phase_duration_seconds_count{rank="0",phase="aot_autograd"}',
+    'torch_compile_phase_duration_seconds_count{rank="0",phase="aot_dispatcher"}',
     'torch_compile_phase_duration_seconds_count{rank="0",phase="guard_building"}',
     'torch_compile_phase_duration_seconds_count{rank="0",phase="backend_compile"}',
     'torch_compile_compiles_total{rank="0",kind="frame",status="ok"}',

@@ -70,6 +70,10 @@ def _by_compile(path: Path) -> dict[tuple[str, str], tuple[dict, list[str], list
     return out
 
 
+def _event_times(root: dict, name: str) -> list[int]:  # type: ignore[type-arg]
+    return sorted(int(e["timeUnixNano"]) for e in root.get("events", []) if e["name"] == name)
+
+
 def _replayable(attrs: dict) -> dict:  # type: ignore[type-arg]
     """All but the live-only attributes: the caller's frames, and AOTAutograd's graph name, are not in TORCH_TRACE logs."""
     live_only = ("torch.compile.caller.", "code.stacktrace", "torch.compile.aot_graph")
@@ -82,6 +86,7 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
     assert res.returncode == 0, res.stderr
     live, replayed = _by_compile(recorded["live"]), _by_compile(out)
     assert set(live) == set(replayed) and len(live) >= 15
+    breaks = 0
     for key, (lroot, lnames, levents) in live.items():
         rroot, rnames, revents = replayed[key]
         assert rroot["name"] == lroot["name"], key
@@ -91,6 +96,16 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
         assert _replayable(rroot["attrs"]) == _replayable(lroot["attrs"]), key
         # torch's original timestamps
         assert (rroot["startTimeUnixNano"], rroot["endTimeUnixNano"]) == (lroot["startTimeUnixNano"], lroot["endTimeUnixNano"])
+        # a graph break when torch logged it: its log line's own time, which says milliseconds
+        live_breaks, replayed_breaks = (
+            _event_times(lroot, "torch.compile.graph_break"),
+            _event_times(rroot, "torch.compile.graph_break"),
+        )
+        assert len(live_breaks) == len(replayed_breaks), key
+        breaks += len(live_breaks)
+        for lt, rt in zip(live_breaks, replayed_breaks):
+            assert abs(lt - rt) < 2_000_000, (key, (rt - lt) / 1e6)
+    assert breaks >= 2
 
 
 def test_replay_compile_ids_equal_tlparse(recorded):

@@ -120,6 +120,9 @@ class CompileRecord:
     torch_version: str | None = None
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)
+    # Phases open on inductor's compile workers, apart from the compile's own stack: worker thread -> its open
+    # phases (live), or None -> every worker's, in the order they began (replay: torch's log does not say the thread)
+    _lanes: dict[int | None, list[PhaseNode]] | None = None
     _ended: bool = False
     _nodes: int = 1
 
@@ -326,7 +329,10 @@ class Assembler:
 
     @staticmethod
     def _cut(rec: CompileRecord, cut_ns: int) -> None:
-        for node in rec._stack:  # the phases still open, the root among them
+        open_nodes = list(rec._stack)  # the phases still open, the root among them
+        for lane in (rec._lanes or {}).values():
+            open_nodes.extend(lane)
+        for node in open_nodes:
             if node.end_ns is None:
                 node.end_ns = max(cut_ns, node.start_ns)
 
@@ -456,10 +462,14 @@ class Assembler:
             if ending.metrics is not None or ending.kind == "compiled_autograd" or ev.final:
                 self._finish(ending)
             return
+        worker = False
         if ev.compile_id is not None:
             found = self._find(ev.compile_id)
         else:  # AOTInductor logs its phases without an id; inductor's compile workers carry none either
-            found = self._standalone(None) or self._only_compile_in_flight(ev)
+            found = self._standalone(None)
+            if found is None:
+                found = self._only_compile_in_flight(ev)
+                worker = found is not None
         if found is None or found._ended:
             runtime = self._runtime(ev)
             if runtime is None:
@@ -475,6 +485,9 @@ class Assembler:
                 pass
         rec.attempt = max(rec.attempt, ev.attempt)
         top = rec._stack[-1] if rec._stack else rec.root
+        if worker and ev.ph != "i":
+            self._worker_phase(rec, ev, top)
+            return
         if ev.ph == "B":
             if rec._nodes >= MAX_PHASES:
                 rec.dropped += 1
@@ -492,6 +505,7 @@ class Assembler:
                     node.args.update(ev.args)
                     for unclosed in rec._stack[i + 1 :]:
                         unclosed.end_ns = ev.ts_ns
+                        self.stats["unmatched_phase_begins"] += 1
                     del rec._stack[i:]
                     if rec.kind == RUNTIME and len(rec._stack) == 1:  # its outermost phase ended: so has it
                         rec.root.end_ns = ev.ts_ns
@@ -503,6 +517,43 @@ class Assembler:
         else:
             if len(top.instants) < 64:
                 top.instants.append((ev.name, ev.ts_ns, dict(ev.args)))
+
+    def _worker_phase(self, rec: CompileRecord, ev: PhaseEvent, top: PhaseNode) -> None:
+        """A phase on one of inductor's compile workers (a kernel build, ``compile_file``), beside the compile's stack.
+
+        Builds run in parallel while the compile goes on (and waits in ``async_compile.wait``), so they never
+        nest in one another nor close the compile's phases. A build is a child of the phase the compile was in
+        when it began. Live, each worker thread has its own stack. On replay the thread is unknown: an end
+        closes the earliest-begun open phase of its name, so each build's time may be another's of the same
+        name, and their sum is exact.
+        """
+        lanes = rec._lanes if rec._lanes is not None else {}
+        rec._lanes = lanes
+        lane = lanes.setdefault(ev.thread, [])
+        if ev.ph == "B":
+            if rec._nodes >= MAX_PHASES:
+                rec.dropped += 1
+                return
+            node = PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args))
+            (lane[-1] if lane and ev.thread is not None else top).children.append(node)
+            lane.append(node)
+            rec._nodes += 1
+            return
+        order = range(len(lane) - 1, -1, -1) if ev.thread is not None else range(len(lane))
+        for i in order:
+            node = lane[i]
+            if node.name == ev.name:
+                node.end_ns = ev.ts_ns
+                node.args.update(ev.args)
+                if ev.thread is not None:  # a thread's phases nest: the ones begun inside it end with it
+                    for unclosed in lane[i + 1 :]:
+                        unclosed.end_ns = ev.ts_ns
+                        self.stats["unmatched_phase_begins"] += 1
+                    del lane[i:]
+                else:
+                    del lane[i]
+                return
+        self.stats["unmatched_phase_ends"] += 1
 
     def _metrics(self, ev: MetricsEvent) -> None:
         if ev.is_runtime:
@@ -598,7 +649,15 @@ class Assembler:
         for node, _ in rec.root.walk():
             if node.end_ns is None:
                 node.end_ns = rec.root.end_ns
+                if rec.incomplete is None:  # a phase torch began in a compile that ended, and never ended
+                    self.stats["unmatched_phase_begins"] += 1
         rec._stack.clear()
+        rec._lanes = None
+        if rec.kind == "export" and rec.root.name == "fullgraph_capture":
+            # A strict export that torch logged on its own (replay): its tree is the live one's, torch.export around
+            # torch's capture. The log holds nothing of the export call before and after the capture.
+            capture = rec.root
+            rec.root = PhaseNode("export", capture.start_ns, capture.end_ns, args={"strict": True}, children=[capture])
         self.stats[f"compiles_{rec.kind}"] += 1
         self._notify("on_finish", rec)
 

@@ -43,6 +43,7 @@ class PhaseEvent:
     rank: int | None = None
     origin: Origin | None = None
     final: bool = False  # a root's end after which torch logs nothing more of its compile (the live export hook)
+    thread: int | None = None  # live: the thread torch logged it on; replay: unknown (torch's log writes tid 0)
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
+from threading import get_ident
 from types import FrameType
 from typing import Any
 
@@ -457,7 +458,8 @@ class LiveCapture:
             if ph == "E":
                 self._compile_ended()
             return
-        self._pending.append((self._process_chromium, event, None, None))
+        # A phase: the thread it ran on tells inductor's parallel kernel builds apart (see Assembler._worker_phase)
+        self._pending.append((self._process_phase, event, None, get_ident()))
 
     def _on_export(self, ev: PhaseEvent) -> None:
         """A torch.export call began or ended (the export hook): a root, queued like torch's own."""
@@ -553,6 +555,15 @@ class LiveCapture:
             self._malformed(exc)
             return
         self._process_event(ev, origin, rank)
+
+    def _process_phase(self, event: Any, _origin: None, thread: int) -> None:
+        try:
+            ev = chromium_to_event(event)
+        except RecordError as exc:
+            self._malformed(exc)
+            return
+        ev.thread = thread
+        self.assembler.feed(ev)
 
     def _process_metrics(self, fields: dict[str, Any], _b: None, _c: None) -> None:
         self.assembler.feed(metrics_to_event(fields))

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 from prometheus_client import CollectorRegistry, Histogram
 
 from ._assembler import RUNTIME, CompileRecord, Sink
-from ._categories import PHASES, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
+from ._categories import PHASES, PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
 from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
@@ -246,6 +246,15 @@ class SelfMetrics:
         )
         u.add_metric([], live_stat("unattributed_phases"))
         yield u
+        m = CounterMetricFamily(
+            "torch_otel_unmatched_phase_events",
+            "Phase events torch logged that did not pair up: a begin that never ended (end: the end of what "
+            "contained it), or an end with no begin open.",
+            labels=["event"],
+        )
+        m.add_metric(["begin"], live_stat("unmatched_phase_begins"))
+        m.add_metric(["end"], live_stat("unmatched_phase_ends"))
+        yield m
 
     def describe(self) -> list[Any]:
         return []
@@ -414,6 +423,8 @@ class CompileMetrics(Sink):
             phase = PHASES.get(node.name)
             if phase is not None and node.end_ns is not None:
                 stretches.setdefault(phase, []).append((node.start_ns, node.end_ns))
+                for also in PHASES_ALSO.get(node.name, ()):
+                    stretches.setdefault(also, []).append((node.start_ns, node.end_ns))
         for phase, spans in stretches.items():  # one observation per phase per compile: the time it covered
             yield "torch_compile_phase_duration_seconds", (rank, phase), covered_ns(spans) / 1e9, ex
 

@@ -22,12 +22,15 @@ from typing import IO, Any
 
 from ._assembler import RUNTIME, Assembler, CompileRecord, Sink
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
-from ._events import ArtifactEvent
+from ._events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from ._graph_breaks import graph_break_code
 from ._parse import RecordError, parse_record
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
-_GLOG_RE = re.compile(r"^[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +(\d+) [^\]]*\] ")
+_GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] ")
+# days before each month, in a leap year: a line's clock is read as of the year 2000 (see Writer.line_ns)
+_MONTH_DAYS = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
+_ZONE_STEP_NS = 900 * 10**9  # time zones are whole quarter hours apart
 _RANK_RE = re.compile(r"rank_(\d+)")
 _KEEP_PAYLOAD = {"chromium_event"}
 _KEEP_ARTIFACTS = {  # small, and parsed
@@ -52,6 +55,7 @@ class ReplayStats:
     recompile_reasons: Counter[str] = field(default_factory=Counter)
     graph_breaks: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
+    unmatched: Counter[str] = field(default_factory=Counter)  # phase begins never ended, ends with nothing open
     unknown_kinds: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
     runtime_phases: int = 0  # work timed for compiled graphs after their compiles (GPU: autotuning, cudagraphs)
@@ -108,6 +112,31 @@ class Writer:
     pid: int | None = None
     torch_version: str | None = None
     path: str | None = None  # the log file
+    clock: re.Match[str] | None = None  # the record's line prefix: its local wall clock, to the millisecond
+    offset_ns: int | None = None  # the log's local clock -> torch's own (UTC epoch) time of its events
+
+    def line_ns(self) -> int | None:
+        """The record's own time, on the clock of torch's events: its line's local time, shifted by the offset.
+
+        A line says month, day and local time, not the year or the zone. The offset between the two clocks,
+        to a quarter hour, is read from the first chromium event's line (torch logs it as the event happens).
+        """
+        m = self.clock
+        if m is None or self.offset_ns is None:
+            return None
+        return _naive_ns(m) + self.offset_ns
+
+    def calibrate(self, event_ns: int) -> None:
+        if self.offset_ns is None and self.clock is not None:
+            self.offset_ns = round((event_ns - _naive_ns(self.clock)) / _ZONE_STEP_NS) * _ZONE_STEP_NS
+
+
+def _naive_ns(m: re.Match[str]) -> int:
+    month, day = int(m.group(1)), int(m.group(2))
+    days = _MONTH_DAYS[min(max(month, 1), 12) - 1] + day - 1
+    secs = ((days * 24 + int(m.group(3))) * 60 + int(m.group(4))) * 60 + int(m.group(5))
+    frac = m.group(6)
+    return secs * 10**9 + int(frac) * 10 ** (9 - len(frac)) if len(frac) <= 9 else secs * 10**9
 
 
 def iter_records(
@@ -164,7 +193,8 @@ def iter_records(
                 continue
             md = parsed
             if writer is not None:
-                writer.pid = int(m.group(1))
+                writer.pid = int(m.group(7))
+                writer.clock = m
             kind = next(iter(md))
             art = md.get("artifact")
             keep = (
@@ -280,6 +310,11 @@ def replay_file(
             if kind != "str":
                 stats.kinds[kind] += 1
             for ev in events:
+                if isinstance(ev, PhaseEvent):
+                    if writer.offset_ns is None:
+                        writer.calibrate(ev.ts_ns)
+                elif isinstance(ev, (GraphBreakEvent, ArtifactEvent)) and ev.ts_ns is None:
+                    ev.ts_ns = writer.line_ns()  # its own line's time (else: the compile's latest event's)
                 if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
                     writer.torch_version = _torch_version(ev.payload) or writer.torch_version
                 if isinstance(ev, ArtifactEvent) and not artifacts:
@@ -289,6 +324,8 @@ def replay_file(
     for k, v in assembler.stats.items():
         if k.startswith("orphan"):
             stats.skipped[f"{k.replace('_', ' ')} (no compile open for them)"] += v
+    stats.unmatched["begins never ended"] += assembler.stats["unmatched_phase_begins"]
+    stats.unmatched["ends with no begin open"] += assembler.stats["unmatched_phase_ends"]
 
 
 def print_summary(stats: ReplayStats, out: IO[str]) -> None:
@@ -311,6 +348,12 @@ def print_summary(stats: ReplayStats, out: IO[str]) -> None:
         out.write(f"{title}:" + ("" if counter else " none") + "\n")
         for k, v in counter.most_common(5):
             out.write(f"  {v:6d}  {k}\n")
+    unmatched = sum(stats.unmatched.values())
+    out.write(
+        f"phase events unmatched: {unmatched}"
+        + (" (" + ", ".join(f"{k}: {v}" for k, v in stats.unmatched.items() if v) + ")" if unmatched else "")
+        + "\n"
+    )
     out.write(f"lines skipped: {sum(stats.skipped.values())}\n")
     for k, v in stats.skipped.most_common():
         out.write(f"  {v:6d}  {k}\n")
