@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from ._arm import sdk_disabled
-from ._config import is_http_url
+from ._config import SDK_SAMPLERS, is_http_url
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
 from ._internal import warn_once
@@ -196,10 +196,34 @@ def build_tracer_provider(env: Mapping[str, str] | None = None, traces_file: str
     processors = build_span_processors(env, traces_file)
     if not processors:
         return None
-    provider = TracerProvider(resource=job_resource(env), id_generator=UrandomIdGenerator(), shutdown_on_exit=False)
+    provider = TracerProvider(
+        resource=job_resource(env), id_generator=UrandomIdGenerator(), shutdown_on_exit=False, sampler=sampler_from_env(env)
+    )
     for p in processors:
         provider.add_span_processor(p)
     return provider
+
+
+def sampler_from_env(env: Mapping[str, str]) -> Any:
+    """The sampler ``OTEL_TRACES_SAMPLER`` names when it is not one of the SDK's own (``torch_otel_rank``), else None.
+
+    Found, as ``opentelemetry-instrument`` finds it, under the ``opentelemetry_traces_sampler`` entry point and built
+    with ``OTEL_TRACES_SAMPLER_ARG``. None leaves the SDK to read the setting itself.
+    """
+    name = (env.get("OTEL_TRACES_SAMPLER") or "").strip()
+    if not name or name.lower() in SDK_SAMPLERS:
+        return None
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="opentelemetry_traces_sampler") if ep.name == name]
+    if not found:
+        return None  # reported with the other bad SDK values (_config.sdk_env_problems)
+    try:
+        return found[0].load()(env.get("OTEL_TRACES_SAMPLER_ARG"))
+    except Exception as exc:  # noqa: BLE001 - a broken sampler must not stop tracing
+        message = f"OTEL_TRACES_SAMPLER={name!r} could not be built ({type(exc).__name__}: {exc}); using the SDK's default"
+        warn_once(message, "%s", message)
+        return None
 
 
 def build_span_processors(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> list[BatchSpanProcessor]:
@@ -259,11 +283,11 @@ LOG_EXPORTERS = ("otlp", "console", "none")
 def build_logger_provider(env: Mapping[str, str]) -> Any:
     """A LoggerProvider for the exporters ``OTEL_LOGS_EXPORTER`` names, or None."""
     from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogExporter
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
     processors = []
     for name in _list(env, "OTEL_LOGS_EXPORTER", "none", LOG_EXPORTERS):
-        exporter = otlp_exporter(env, "logs") if name == "otlp" else ConsoleLogExporter() if name == "console" else None
+        exporter = otlp_exporter(env, "logs") if name == "otlp" else _console_log_exporter() if name == "console" else None
         if exporter is not None:
             processors.append(BatchLogRecordProcessor(exporter))
     if not processors:
@@ -272,6 +296,17 @@ def build_logger_provider(env: Mapping[str, str]) -> Any:
     for p in processors:
         provider.add_log_record_processor(p)
     return provider
+
+
+def _console_log_exporter() -> Any:
+    """The SDK's console log exporter: ``ConsoleLogRecordExporter`` where the SDK has it (``ConsoleLogExporter``,
+    the name older SDKs have, is deprecated there and warns when built)."""
+    from opentelemetry.sdk._logs import export
+
+    cls = getattr(export, "ConsoleLogRecordExporter", None)
+    if cls is None:  # an SDK from before the rename
+        cls = export.ConsoleLogExporter
+    return cls()
 
 
 def global_logger_provider() -> Any:

@@ -356,13 +356,15 @@ SOURCES: tuple[Source, ...] = (
         handler="_ca_miss_handler",
         registry_name="compiled_autograd_verbose",
     ),
-    LoggerHook(
+    ObjectHook(
         "compile_warnings",
         "torch's compile warnings as log records (when a logger provider is given)",
         "logging",
         only_if=lambda cap: bool(cap.warnings),
-        loggers=WARNING_LOGGERS,
-        handler="_warning_handler",
+        # a link in logging's record factory, for WARNING_LOGGERS: no handler on torch's loggers (torch's
+        # logging tests count a record once per handler on them), nothing torch prints changes
+        obj="_warning_hook",
+        probe=("getLogRecordFactory", "setLogRecordFactory"),
     ),
     RecordFields(
         "cache_counts",
