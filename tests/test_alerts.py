@@ -76,11 +76,11 @@ SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dic
     ),
     "TorchCompileRankSkew": (
         [
-            ('torch_compile_frame_duration_seconds_sum{job="train",rank="0",kind="frame",status="ok"}', "0+10x30"),
-            ('torch_compile_frame_duration_seconds_sum{job="train",rank="1",kind="frame",status="ok"}', "0+10x30"),
-            ('torch_compile_frame_duration_seconds_sum{job="train",rank="2",kind="frame",status="ok"}', "0+30x30"),
-            ('torch_compile_frame_duration_seconds_sum{job="even",rank="0",kind="frame",status="ok"}', "0+10x30"),
-            ('torch_compile_frame_duration_seconds_sum{job="even",rank="1",kind="frame",status="ok"}', "0+11x30"),
+            ('torch_compile_seconds_total{job="train",rank="0",kind="frame",status="ok"}', "0+10x30"),
+            ('torch_compile_seconds_total{job="train",rank="1",kind="frame",status="ok"}', "0+10x30"),
+            ('torch_compile_seconds_total{job="train",rank="2",kind="frame",status="ok"}', "0+30x30"),
+            ('torch_compile_seconds_total{job="even",rank="0",kind="frame",status="ok"}', "0+10x30"),
+            ('torch_compile_seconds_total{job="even",rank="1",kind="frame",status="ok"}', "0+11x30"),
         ],
         [("5m", []), ("25m", [({"job": "train"}, "8m 20s")])],
     ),

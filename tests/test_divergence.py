@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ def _torchrun(job: str, odd: int, tmp: Path, port: int, nproc: int = 3) -> subpr
         "RELEASE_FILE": str(tmp / "release"),
         "OMP_NUM_THREADS": "1",
     }
+    if job == "shape":  # the rank sampler: rank 0's compiles, and the others' failed, slow or recompiling ones
+        env["OTEL_TRACES_SAMPLER"] = "torch_otel_rank"
     if job == "collectives":
         # every rank schedules its graph itself: a graph served from the cache comes with no schedule (torch logs none)
         env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
@@ -135,6 +138,46 @@ def test_the_alert_names_each_odd_rank_and_never_the_control(jobs):
     odd = {(_job_of(r["metric"]["instance"], ports)[0], r["metric"]["aspect"], r["metric"]["rank"]) for r in sizes}
     assert odd == want, sorted(odd)
     print(f"\n{ALERT} fired {fired_after:.0f} s after the last rank finished compiling")
+
+
+def test_a_further_rank_serves_at_most_50_series_and_rank_0_the_detail(jobs):
+    """Default settings: rank 0 is the detail rank (phase and duration histograms); ranks 1 and 2 serve a bounded set."""
+    _, prom, ports, _ = jobs
+    counts = {
+        _job_of(r["metric"]["instance"], ports): int(r["value"][1])
+        for r in prom.query('count by (instance) ({__name__=~"torch_compile_.*"})')
+    }
+    assert len(counts) == 3 * len(JOBS)
+    for (job, rank), n in sorted(counts.items()):
+        if rank:
+            assert n <= 50, (job, rank, n)
+        else:
+            assert n > 100, (job, rank, n)  # the histograms' buckets
+    print("\ntorch_compile_* series per rank:", sorted(counts.items()))
+    phases = prom.query("count by (instance) (torch_compile_phase_duration_seconds_count)")
+    assert {_job_of(r["metric"]["instance"], ports)[1] for r in phases} == {0}
+
+
+def test_the_rank_sampler_keeps_rank_0_and_the_odd_ranks_recompile_and_counts_every_compile_it_drops(jobs):
+    """OTEL_TRACES_SAMPLER=torch_otel_rank on the shape job: rank 1 alone recompiles (a new batch size)."""
+    tmp, prom, ports, _ = jobs
+    roots = [s for s in read_otlp_json_spans(tmp / "shape" / "spans.jsonl") if "torch.compile.kind" in s["attrs"]]
+    kept = Counter((int(r["attrs"]["torch.distributed.rank"]), r["attrs"]["torch.compile.sampled_because"]) for r in roots)
+    assert {why for _, why in kept} <= {"rank", "recompile"}
+    assert kept[(0, "rank")] >= 1 and kept[(1, "recompile")] == 1 and not kept[(2, "rank")] and not kept[(1, "rank")]
+    assert sum(n for (rank, _), n in kept.items() if rank == 2) == 0
+    for local in range(3):
+        instance = f'instance="127.0.0.1:{ports["shape"] + local}"'
+        compiles = sum(float(r["value"][1]) for r in prom.query(f"torch_compile_compiles_total{{{instance}}}"))
+        dropped = sum(float(r["value"][1]) for r in prom.query(f"torch_otel_compiles_not_sampled_total{{{instance}}}"))
+        spans = sum(n for (rank, _), n in kept.items() if rank == local)
+        assert compiles >= 1 and compiles == spans + dropped, (
+            local,
+            compiles,
+            spans,
+            dropped,
+        )  # every compile: a trace or a count
+        assert (dropped == 0) == (local == 0)
 
 
 def test_the_odd_ranks_spans_carry_their_collective_schedule(jobs):

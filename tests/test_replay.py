@@ -103,7 +103,7 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
         )
         assert len(live_breaks) == len(replayed_breaks), key
         breaks += len(live_breaks)
-        for lt, rt in zip(live_breaks, replayed_breaks):
+        for lt, rt in zip(live_breaks, replayed_breaks, strict=True):
             assert abs(lt - rt) < 2_000_000, (key, (rt - lt) / 1e6)
     assert breaks >= 2
 

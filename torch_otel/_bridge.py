@@ -117,7 +117,7 @@ def instrument(
         if settings.metrics:
             backends = [prometheus_backend(registry)] if registry is not None else []
             backends.append(otel_backend(meter_provider or otel_metrics.get_meter_provider()))
-            metrics = CompileMetrics(backends)
+            metrics = CompileMetrics(backends, detail_ranks=settings.detail_ranks)
             sinks.append(metrics)
         if logger_provider is not None:
             sinks.append(

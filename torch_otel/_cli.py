@@ -277,7 +277,7 @@ def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
         return None
     from prometheus_client import CollectorRegistry
 
-    from ._config import _url
+    from ._config import _url, load_settings
     from ._metrics import CompileMetrics, OTelBackend, PrometheusBackend
     from ._setup import METRIC_EXPORTERS, _list, build_meter_provider
 
@@ -304,7 +304,8 @@ def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
             backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
     if not backends:
         return None
-    return _ReplayMetrics(CompileMetrics(backends, run_id=run), registry, meter_provider, url, run)
+    detail = load_settings().detail_ranks  # a bad value gets its line
+    return _ReplayMetrics(CompileMetrics(backends, run_id=run, detail_ranks=detail), registry, meter_provider, url, run)
 
 
 def _finish_replay_metrics(m: _ReplayMetrics, code: int) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ._internal import warn_once
+from ._ranks import DEFAULT_DETAIL_RANKS, RankSet
 
 CAPTURE_LEVELS = ("off", "default", "full")
 _TRUE = {"1", "true", "yes", "on"}
@@ -30,6 +31,7 @@ class Settings:
     pushgateway_job: str = "torch_compile"
     flush_on_sigterm: bool = True
     shutdown_timeout_ms: int = 5_000
+    detail_ranks: RankSet = field(default_factory=RankSet)
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -94,6 +96,19 @@ def _url(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
     return raw if "://" in raw else f"http://{raw}"
 
 
+def _ranks(env: Mapping[str, str], name: str, problems: list[str]) -> RankSet:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return RankSet()
+    try:
+        return RankSet(raw)
+    except ValueError as exc:
+        problems.append(
+            f"{name}={raw!r}: {exc}; use all, none, or ranks such as 0 or 0,8 or 0-7 or %8 (using {DEFAULT_DETAIL_RANKS})"
+        )
+        return RankSet()
+
+
 def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
     env = os.environ if env is None else env
@@ -116,6 +131,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         pushgateway_url=_url(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
         flush_on_sigterm=_bool(env, "TORCH_OTEL_FLUSH_ON_SIGTERM", True, problems),
         shutdown_timeout_ms=int(_float(env, "TORCH_OTEL_SHUTDOWN_TIMEOUT", 5.0, 0.0, 3600.0, problems) * 1000),
+        detail_ranks=_ranks(env, "TORCH_OTEL_DETAIL_RANKS", problems),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )
@@ -150,15 +166,16 @@ _POSITIVE = (
     "OTEL_METRIC_EXPORT_INTERVAL",
 )
 _NON_NEGATIVE = ("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BLRP_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_TIMEOUT")
+SDK_SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
 _CHOICES = {
-    "OTEL_TRACES_SAMPLER": (
-        "always_on",
-        "always_off",
-        "traceidratio",
-        "parentbased_always_on",
-        "parentbased_always_off",
-        "parentbased_traceidratio",
-    ),
+    "OTEL_TRACES_SAMPLER": SDK_SAMPLERS,
     "OTEL_METRICS_EXEMPLAR_FILTER": ("always_on", "always_off", "trace_based"),
     "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": ("cumulative", "delta", "lowmemory"),
     "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION": (
@@ -166,6 +183,13 @@ _CHOICES = {
         "base2_exponential_bucket_histogram",
     ),
 }
+
+
+def registered_samplers() -> set[str]:
+    """Samplers installed under the SDK's ``opentelemetry_traces_sampler`` entry point (torch-otel's among them)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name for ep in entry_points(group="opentelemetry_traces_sampler")}
 
 
 def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
@@ -193,7 +217,10 @@ def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
     for name, allowed in _CHOICES.items():
         raw = env.get(name)
         if raw is not None and raw.strip() and raw.strip().lower() not in allowed:
-            out[name] = f"{name}={raw!r} is not one of {', '.join(allowed)} (using the SDK's default)"
+            if name == "OTEL_TRACES_SAMPLER" and raw.strip() in registered_samplers():
+                continue
+            extra = ", or a registered sampler such as torch_otel_rank" if name == "OTEL_TRACES_SAMPLER" else ""
+            out[name] = f"{name}={raw!r} is not one of {', '.join(allowed)}{extra} (using the SDK's default)"
     entries = [p.strip() for p in (env.get("OTEL_RESOURCE_ATTRIBUTES") or "").split(",") if p.strip()]
     broken = [p for p in entries if "=" not in p or not p.partition("=")[0].strip()]
     if broken:

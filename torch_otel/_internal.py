@@ -61,6 +61,20 @@ def record_error(where: str, exc: BaseException) -> None:
             pass
 
 
+_not_sampled: dict[str, int] = {}
+
+
+def count_not_sampled(kind: str) -> None:
+    """A compile the trace sampler dropped (no span was built for it)."""
+    with _lock:
+        _not_sampled[kind] = _not_sampled.get(kind, 0) + 1
+
+
+def not_sampled() -> dict[str, int]:
+    with _lock:
+        return dict(_not_sampled)
+
+
 def warn_once(key: str, message: str, *args: object) -> None:
     with _lock:
         if key in _warned:

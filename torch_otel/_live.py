@@ -47,9 +47,10 @@ from ._events import (
 from ._export_hook import ExportHook
 from ._graph_breaks import parse_graph_break
 from ._internal import _in_bridge, guarded, record_error, warn_once
+from ._logs import WarningRecordHook
 from ._mega_cache import MegaCacheHook
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
-from ._sources import INDUCTOR_DEBUG, Attached, attach_all, detach_all, reattach, release_line
+from ._sources import INDUCTOR_DEBUG, WARNING_LOGGERS, Attached, attach_all, detach_all, reattach, release_line
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
 MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
@@ -193,7 +194,8 @@ class LiveCapture:
         self._first_compile = list(on_first_compile or ())
         self.level = level
         self.warnings: bool = warnings
-        self._warning_handler = _ForwardingHandler(self._on_warning, logging.WARNING)  # for log records
+        # torch's compile warnings for log records: taken as torch creates them, with no handler on its loggers
+        self._warning_hook = WarningRecordHook(self._on_warning, WARNING_LOGGERS)
         self.installed = False
         # torch's functions the capture replaced, by "module.name" (the sources put them back on detach)
         self.originals: dict[str, Any] = {}

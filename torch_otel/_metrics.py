@@ -30,8 +30,12 @@ from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
 from ._mega_cache import hits as mega_cache_hits
+from ._ranks import RankSet
 from ._version import __version__, torch_version
 
+# A further rank (not a detail rank): its failures and graph breaks by their first few kinds, the rest as ``other``
+FURTHER_FAIL_TYPES = 4
+FURTHER_GRAPH_BREAK_CODES = 8
 # 10 ms .. 30 min: compiles of big models take many minutes.
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
@@ -71,6 +75,13 @@ SERIES: dict[str, Series] = {
             DURATION_BUCKETS,
         ),
         Series("torch_compile_compiles", "counter", "Compiles finished.", ("rank", "kind", "status")),
+        Series(
+            "torch_compile_seconds",
+            "counter",
+            "Seconds spent compiling, on every rank (the duration histograms are on the detail ranks only).",
+            ("rank", "kind", "status"),
+            "s",
+        ),
         Series("torch_compile_recompiles", "counter", "Recompiles, by guard-failure category.", ("rank", "reason")),
         Series(
             "torch_compile_graph_breaks", "counter", "Graph breaks, by torch's graph-break registry code.", ("rank", "reason")
@@ -171,6 +182,7 @@ class _SeriesTable:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.detail_ranks = RankSet("all")  # the ranks whose counters carry ``_created`` (the rank is the first label)
         self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
             s.name: {} for s in SERIES.values() if s.kind != "histogram"
         }
@@ -202,7 +214,7 @@ class _SeriesTable:
             if s.kind == "counter":
                 c = CounterMetricFamily(s.name, s.help, labels=s.labels)
                 for labels, value, since in rows:
-                    c.add_metric(labels, value, created=since if created else None)
+                    c.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
                 yield c
             else:
                 g = GaugeMetricFamily(s.name, s.help, labels=s.labels)
@@ -228,7 +240,7 @@ class SelfMetrics:
         from prometheus_client.core import CounterMetricFamily
 
         from ._export_guard import dropped
-        from ._internal import internal_error_count, live_stat
+        from ._internal import internal_error_count, live_stat, not_sampled
 
         d = CounterMetricFamily(
             "torch_otel_dropped", "Spans, metric points and log records the exporters could not deliver.", labels=["signal"]
@@ -246,6 +258,14 @@ class SelfMetrics:
         )
         u.add_metric([], live_stat("unattributed_phases"))
         yield u
+        ns = CounterMetricFamily(
+            "torch_otel_compiles_not_sampled",
+            "Compiles the trace sampler dropped (no spans built; their metrics are counted as any others').",
+            labels=["kind"],
+        )
+        for kind, count in sorted(not_sampled().items()):
+            ns.add_metric([kind], count)
+        yield ns
         m = CounterMetricFamily(
             "torch_otel_unmatched_phase_events",
             "Phase events torch logged that did not pair up: a begin that never ended (end: the end of what "
@@ -367,12 +387,19 @@ def _span_context(ids: tuple[int, int]) -> Any:
 class CompileMetrics(Sink):
     """Turns each finished compile into observations and applies them to every backend."""
 
-    def __init__(self, backends: list[Backend], run_id: str | None = None) -> None:
+    def __init__(self, backends: list[Backend], run_id: str | None = None, detail_ranks: RankSet | None = None) -> None:
         self.backends = backends
         self.run_id = default_run_id() if run_id is None else run_id
+        self.detail_ranks = RankSet() if detail_ranks is None else detail_ranks
+        for b in backends:
+            if isinstance(b, PrometheusBackend):
+                b._table.detail_ranks = self.detail_ranks
         self._fingerprints = RankFingerprints()
         self._fail_types = BoundedLabels(50)
         self._gb_codes = BoundedLabels(200)
+        # a further rank's label sets: its failures and graph breaks by their first few kinds (the rest: other)
+        self._few_fail_types = BoundedLabels(FURTHER_FAIL_TYPES)
+        self._few_gb_codes = BoundedLabels(FURTHER_GRAPH_BREAK_CODES)
         self._build_seen: set[str] = set()
 
     def _emit(self, observations: Iterator[Observation]) -> None:
@@ -399,10 +426,12 @@ class CompileMetrics(Sink):
         yield "torch_compile_build_info", (rank, torch_version(), __version__), 1, None
         for status in ("ok", "failed"):
             yield "torch_compile_compiles", (rank, "frame", status), 0, None
+            yield "torch_compile_seconds", (rank, "frame", status), 0, None
         yield "torch_compile_recompile_limit_hits", (rank,), 0, None
         yield "torch_compile_eager_fallbacks", (rank, "frame"), 0, None
-        for reason in RECOMPILE_CATEGORIES:
-            yield "torch_compile_recompiles", (rank, reason), 0, None
+        if rank in self.detail_ranks:  # a further rank's recompiles appear with their first
+            for reason in RECOMPILE_CATEGORIES:
+                yield "torch_compile_recompiles", (rank, reason), 0, None
 
     def on_start(self, rec: CompileRecord) -> None:
         self._emit(self._start(rec))
@@ -433,30 +462,35 @@ class CompileMetrics(Sink):
         rank = self._rank(rec)
         yield from self._info(rank)
         ex = (rec.trace_id, rec.span_id or 0) if rec.trace_id else None
+        detail = rank in self.detail_ranks
         if rec.kind == RUNTIME:  # not a compile: only the time its phases took (cudagraph set-up, autotuning)
-            yield from self._phases(rec, rank, ex)
+            if detail:
+                yield from self._phases(rec, rank, ex)
             return
         yield "torch_compile_in_progress", (rank, rec.kind), -1, None
         m: dict[str, Any] = rec.metrics or {}
         fail_type = rec.fail_type
         failed = fail_type is not None or rec.incomplete is not None
         status = "failed" if failed else "ok"
-        yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
+        if detail:
+            yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
+            yield from self._phases(rec, rank, ex)
+        yield "torch_compile_seconds", (rank, rec.kind, status), rec.duration_s, None
         yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
-        yield from self._phases(rec, rank, ex)
         if rec.recompile_reason:
             yield "torch_compile_recompiles", (rank, recompile_category(rec.recompile_reason)), 1, None
+        gb_codes = self._gb_codes if detail else self._few_gb_codes
         for gb in rec.graph_breaks:
-            yield "torch_compile_graph_breaks", (rank, self._gb_codes(graph_break_code(gb.gb_type, gb.reason))), 1, None
+            yield "torch_compile_graph_breaks", (rank, gb_codes(graph_break_code(gb.gb_type, gb.reason))), 1, None
         if fail_type:
-            yield "torch_compile_failures", (rank, self._fail_types(fail_type)), 1, None
+            yield "torch_compile_failures", (rank, (self._fail_types if detail else self._few_fail_types)(fail_type)), 1, None
         elif rec.incomplete:
             yield "torch_compile_failures", (rank, "Incomplete"), 1, None
         if rec.recompile_limit_hit:
             yield "torch_compile_recompile_limit_hits", (rank,), 1, None
         if rec.eager_fallback:
             yield "torch_compile_eager_fallbacks", (rank, rec.kind), 1, None
-        if rec.kind != "compiled_autograd" and not failed:
+        if detail and rec.kind != "compiled_autograd" and not failed:
             gc = m.get("guard_count")
             if isinstance(gc, int) and not isinstance(gc, bool):
                 yield "torch_compile_guards", (rank,), gc, None

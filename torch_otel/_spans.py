@@ -20,6 +20,7 @@ from ._config import Settings
 from ._divergence import schedule_digest
 from ._graph_breaks import graph_break_code
 from ._ids import own_ids, private_random
+from ._internal import count_not_sampled
 from ._mega_cache import hits as mega_cache_hits
 
 ROOT_NAMES = {
@@ -155,6 +156,7 @@ class SpanMapper:
             a["torch.compile.runtime.phases"] = [n.name for n in rec.root.children][:64]
             return a
         a["torch.compile.attempt"] = rec.attempt
+        a["torch.compile.duration_s"] = round(rec.duration_s, 6)  # for samplers, which see attributes only
         if self.live and os.getpid() != self._pid:
             a["process.pid"] = os.getpid()
             a["process.parent_pid"] = self._pid
@@ -331,6 +333,9 @@ class SpanMapper:
                 links=links,
                 start_time=rec.root.start_ns,
             )
+            if not root.is_recording():  # the sampler dropped this compile: build nothing more of it
+                count_not_sampled(rec.kind)
+                return
             ctx = root.get_span_context()
             rec.trace_id, rec.span_id = ctx.trace_id, ctx.span_id
             if rec.kind == "frame":
