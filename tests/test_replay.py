@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     WORKLOADS,
+    clean_env,
     read_otlp_json_spans,
     recompile_limit_fail_type,
     run_python,
@@ -172,6 +173,24 @@ def test_missing_path_and_unparseable_input_exit_nonzero_with_one_line(tmp_path)
     res = _replay([str(tmp_path / "junk.bin"), "-o", str(tmp_path / "j.jsonl")], tmp_path)
     assert res.returncode == 1 and "nothing in the given path(s) could be parsed" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_replay_that_exports_nothing_says_so_and_exits_3(recorded, tmp_path):
+    """No collector at the endpoint: every span is dropped, and the replay ends by saying so, not with exit 0."""
+    from servers import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TIMEOUT": "1", "OTEL_METRICS_EXPORTER": "none"})
+    res = subprocess.run(
+        [*CLI, str(recorded["log"])], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env
+    )
+    assert res.returncode == 3, (res.returncode, res.stderr[-2000:])
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("torch-otel replay:")]
+    assert lines == [
+        f"torch-otel replay: nothing was exported: the spans could not be delivered to {endpoint}"
+        "; start a collector there, point OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE"
+    ], res.stderr[-2000:]
+    assert "Training goes on" not in res.stderr
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -175,6 +175,7 @@ def _replay(args: argparse.Namespace) -> int:
     from ._arm import sdk_disabled
     from ._config import load_settings
     from ._divergence import DivergenceReport
+    from ._export_guard import GOES_ON, dropped, targets
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._replay import replay_paths
     from ._replay_identity import ReplayTracers
@@ -195,9 +196,13 @@ def _replay(args: argparse.Namespace) -> int:
     # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
     provider = ReplayTracers(processors, run) if processors else None
     sinks: list[Any] = []
+    backpressure = None
+    GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
+    lost_before = dropped()["traces"]
     if provider is not None:
         sinks.append(SpanSink(SpanMapper(NoOpTracer(), settings, live=False, tracer_for=provider.tracer_for)))
-        sinks.append(_Backpressure(provider))
+        backpressure = _Backpressure(provider)
+        sinks.append(backpressure)
     metrics = _replay_metrics(args.pushgateway, run)
     if metrics is not None:
         sinks.append(metrics.sink)
@@ -212,6 +217,16 @@ def _replay(args: argparse.Namespace) -> int:
         provider.shutdown()
     if metrics is not None:
         _finish_replay_metrics(metrics, code)
+    lost = dropped()["traces"] - lost_before
+    if lost and code == 0:
+        made = backpressure.spans if backpressure is not None else lost
+        what = "nothing was exported" if lost >= made else f"{lost} of {made} spans were not exported"
+        print(
+            f"torch-otel replay: {what}: the spans could not be delivered to {', '.join(sorted(targets())) or 'the collector'}; "
+            "start a collector there, point OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE",
+            file=sys.stderr,
+        )
+        code = 3
     if args.output and code == 0:
         print(f"spans written to {args.output}")
     return code
@@ -246,12 +261,15 @@ class _Backpressure:
         self.provider = provider
         self.every = every_spans
         self.pending = 0
+        self.spans = 0  # every span the replay made (a compile's phases and its root)
 
     def on_start(self, record: Any) -> None:
         return None
 
     def on_finish(self, record: Any) -> None:
-        self.pending += getattr(record, "_nodes", 1) + 1
+        n = sum(1 for _ in record.root.walk())
+        self.spans += n
+        self.pending += n
         if self.pending >= self.every:
             self.pending = 0
             self.provider.force_flush()

@@ -91,17 +91,22 @@ def dropped() -> dict[str, int]:
         return dict(_dropped)
 
 
+# How the one line about lost telemetry ends: a training process goes on; a replay says at its end what it lost.
+GOES_ON = {"tail": "Training goes on"}
+
+
 def _count(signal: str, n: int, target: object, why: str) -> None:
     with _lock:
         _dropped[signal] += n
     warn_once(  # one line per process that lost data, whatever it lost next (torch_otel_dropped_total counts it all)
         LOST_DATA,
         'cannot export %s to %s (%s); what cannot be exported is dropped and counted in torch_otel_dropped_total{signal="%s"}. '
-        "Training goes on",
+        "%s",
         signal,
         target,
         why,
         signal,
+        GOES_ON["tail"],
     )
 
 

@@ -1,6 +1,6 @@
 """Live capture: torch's own hooks -> typed events -> the assembler.
 
-Default capture uses only sources that cost torch nothing extra (DESIGN.md):
+Default capture uses only sources that cost torch nothing extra (docs/configuration.md, capture levels):
 ``torch._dynamo.utils.record_chromium_event_internal`` (every begin/end phase
 event), ``torch._dynamo.utils.log_compilation_event`` (one CompilationMetrics
 per compile) and the ``graph_breaks`` artifact loggers (handled with
