@@ -187,3 +187,20 @@ def test_an_exception_in_the_bridges_handler_is_logged_once_counted_and_compile_
     assert len(seen) == 1 and "boom" in seen[0].getMessage()
     assert torch_otel.internal_error_count() >= 3
     assert cap.sample("torch_compile_compiles_total", rank="0", kind="frame", status="ok") >= 1
+
+
+def test_the_cli_without_a_command_shows_its_commands_and_each_help_says_what_it_does():
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "torch_otel", *args], capture_output=True, text=True, timeout=60)
+
+    bare = cli()
+    assert bare.returncode == 2
+    assert "demo" in bare.stderr and "replay" in bare.stderr and "run" in bare.stderr
+    assert bare.stderr.rstrip().endswith("torch-otel: name a command; try: torch-otel demo")
+    assert "Runs COMMAND with the bridge on in every Python process" in cli("run", "--help").stdout
+    demo = " ".join(cli("demo", "--help").stdout.split())  # argparse wraps at the terminal's width
+    assert "(default: 9464)" in demo and "(default: aot_eager)" in demo
+    assert "3 spans not exported" in " ".join(cli("replay", "--help").stdout.split())

@@ -38,8 +38,15 @@ def _parse_and_dispatch(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="torch-otel", description="OpenTelemetry for torch.compile")
     parser.add_argument("--version", action=Version, help="print torch-otel's and torch's versions, and exit")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="compile a small workload and show its traces and metrics locally")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+    demo = sub.add_parser(
+        "demo",
+        help="compile a small workload and show its traces and metrics locally",
+        description="Compiles a small workload with the bridge on (no collector needed): prints each compile's trace, "
+        "writes the spans to a file and serves the metrics on 127.0.0.1.",
+        formatter_class=defaults,
+    )
     demo.add_argument("--traces-file", default="torch-otel-demo.jsonl", help="OTLP-JSON file for the spans")
     demo.add_argument("--metrics-port", type=int, default=9464, help="local /metrics port (0: any free port)")
     demo.add_argument("--serve", type=float, default=0.0, help="keep /metrics up this many seconds after the run")
@@ -50,7 +57,13 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         description="Lists each point where torch-otel attaches to torch, and whether the installed torch has it.",
     )
     doc.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH (the release matrix's report)")
-    rep = sub.add_parser("replay", help="replay TORCH_TRACE logs into traces (and metrics)")
+    rep = sub.add_parser(
+        "replay",
+        help="replay TORCH_TRACE logs into traces (and metrics)",
+        description="Turns TORCH_TRACE logs (tlparse's input) into the same spans and metrics as live capture, "
+        "exported per the OTEL_* settings or written to a file; prints a summary. Exit: 0 done, 1 nothing parsed, "
+        "2 a missing path, 3 spans not exported.",
+    )
     rep.add_argument("paths", nargs="+", metavar="PATH", help="a TORCH_TRACE log, a .gz of one, or a TORCH_TRACE directory")
     rep.add_argument("--output", "-o", help="write spans as OTLP-JSON lines to this file instead of exporting per OTEL_*")
     rep.add_argument(
@@ -75,10 +88,16 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     run = sub.add_parser(
         "run",
         help="run a command with the bridge on in every Python process it starts",
-        description="torch-otel run -- torchrun --nproc-per-node 2 train.py",
+        description="Runs COMMAND with the bridge on in every Python process it starts (torchrun's ranks "
+        "included), configured by the OTEL_* and TORCH_OTEL_* settings. Example: "
+        "torch-otel run -- torchrun --nproc-per-node 2 train.py",
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        print("\ntorch-otel: name a command; try: torch-otel demo", file=sys.stderr)
+        return 2
     if args.command == "run":
         return _run(args.cmd)
     if args.command == "replay":
