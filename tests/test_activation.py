@@ -206,6 +206,7 @@ def test_compile_warnings_become_log_records_in_the_compile_trace():
     ("variable", "value", "needle"),
     [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url", "is not a URL"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "notaurl", "is not a URL"),  # a bare word, not a host name
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon", "use grpc or http/protobuf"),
         ("OTEL_TRACES_EXPORTER", "zipkin2", "use one of otlp, console, none"),
         ("OTEL_METRICS_EXPORTER", "statsd", "use one of prometheus, otlp, console, none"),

@@ -45,7 +45,7 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
         )
         warn_once(
             f"promserve:{host}:{port}",
-            "cannot serve metrics on %s:%d (%s); %s. Tracing goes on.",
+            "cannot serve metrics on %s:%d (%s); %s. torch.compile and the other exporters go on.",
             host,
             port,
             exc.strerror or exc,

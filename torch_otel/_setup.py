@@ -109,7 +109,8 @@ def otlp_problem(env: Mapping[str, str], signal: str) -> tuple[str, str] | tuple
     name, endpoint = _var(env, signal, "ENDPOINT")
     default = "http://localhost:4317" if proto == "grpc" else "http://localhost:4318"
     endpoint = (endpoint or default).strip()
-    if not is_http_url(endpoint) or " " in endpoint:
+    # a bare word ("notaurl") is no endpoint: a URL has a scheme, or at least a host and a port
+    if not is_http_url(endpoint) or " " in endpoint or ("://" not in endpoint and ":" not in endpoint):
         return f"{name}={endpoint!r} is not a URL; use e.g. {default}", endpoint
     name, headers = _var(env, signal, "HEADERS")
     for pair in (headers or "").split(","):
