@@ -24,11 +24,25 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_demo_shows_traces_and_serves_metrics(tmp_path):
-    res = run_python(
-        "-m", args=["torch_otel", "demo", "--metrics-port", "0", "--traces-file", str(tmp_path / "d.jsonl")], cwd=tmp_path
-    )
+    """The demo on a busy port and with an OTEL_* setting it does not use: it says what it does about each."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = run_python(
+            "-m",
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "bogus"},
+            args=["torch_otel", "demo", "--metrics-port", str(port), "--traces-file", str(tmp_path / "d.jsonl")],
+            cwd=tmp_path,
+        )
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout
+    assert f"port {port} is busy: serving metrics on a free port instead (pass --metrics-port PORT to choose)" in out
+    assert "OTEL_EXPORTER_PROMETHEUS_PORT" not in res.stderr  # the demo's own option is named, not a variable it ignores
+    assert "ignores OTEL_EXPORTER_OTLP_PROTOCOL" in out
+    assert "hits torch's recompile limit on purpose" in out
     assert "graph break [GB0025]" in out
     assert "recompile: tensor 'x' size mismatch at index 0. expected 8, actual 16" in out
     assert "ERROR: recompile limit exceeded: shift now runs in eager" in out

@@ -99,6 +99,17 @@ def _print_traces(spans: list[Any], out: TextIO) -> None:
         line(r, "  ", "")
 
 
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextIO = sys.stdout) -> int:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -118,12 +129,20 @@ def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextI
     provider.add_span_processor(SimpleSpanProcessor(memory))
     provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(traces_file)))
     registry = CollectorRegistry()
+    if port and not _port_free(port):
+        out.write(f"port {port} is busy: serving metrics on a free port instead (pass --metrics-port PORT to choose)\n")
+        port = 0
     started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, registry)
-    if started is None and port != 0:
-        out.write(f"port {port} is busy: serving metrics on a free port instead\n")
-        started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, registry)
+    ignored = sorted(k for k in os.environ if k.startswith(("OTEL_", "TORCH_OTEL_")))
+    if ignored:
+        out.write(
+            f"the demo runs on embedded defaults and ignores {', '.join(ignored[:4])}{' ...' if len(ignored) > 4 else ''}; "
+            "to use your settings, run your own script with torch-otel run or import torch_otel.auto\n"
+        )
     _bridge.instrument(provider, registry=registry)
     out.write(f"torch-otel {__version__} demo: compiling a small workload with backend={backend!r}...\n")
+    out.write("(it hits torch's recompile limit on purpose: torch's warning about that below is expected)\n")
+    out.flush()
     t0 = time.perf_counter()
     workload(backend)
     elapsed = time.perf_counter() - t0
@@ -144,7 +163,9 @@ def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextI
         out.write(f"\nmetrics served at {url} ({len(body.splitlines())} lines), e.g.:\n")
         for ln in shown:
             out.write(f"  {ln}\n")
-        if serve > 0:
+        if serve <= 0:
+            out.write("(the demo stops serving as it exits; torch-otel demo --serve 60 keeps /metrics up for a minute)\n")
+        else:
             out.write(f"\nserving {url} for {serve:.0f} s (Ctrl-C to stop)\n")
             try:
                 time.sleep(serve)
