@@ -34,6 +34,9 @@ ROOT_NAMES = {
 }
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
+# Compiles the mapper remembers, for links (a backward to its forward) and code locations: a bounded memory of the
+# recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
+RECENT = 4096
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
 # CompilationMetrics fields copied as numeric attributes (name -> attribute).
@@ -121,12 +124,12 @@ class SpanMapper:
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
         self._pid = os.getpid()
         # Compiled-autograd graphs by id: their frames' traces link to them.
-        self._last_ca: _Recent[int, trace.SpanContext] = _Recent(1024)
+        self._last_ca: _Recent[int, trace.SpanContext] = _Recent(RECENT // 4)
         # Forward compiles by id: a lazy backward compile links to its forward.
-        self._forward: _Recent[str, tuple[trace.SpanContext, dict[str, Any]]] = _Recent(4096)
+        self._forward: _Recent[str, tuple[trace.SpanContext, dict[str, Any]]] = _Recent(RECENT)
         # Code location per frame: a compile that stops before dynamo reports
         # its code (the recompile-limit check) still names its function.
-        self._frame_code: _Recent[tuple[int | None, int | None], tuple[Any, Any, Any]] = _Recent(4096)
+        self._frame_code: _Recent[tuple[int | None, int | None], tuple[Any, Any, Any]] = _Recent(RECENT)
 
     # -- helpers ------------------------------------------------------------
     def _str(self, value: object) -> str:

@@ -1,6 +1,7 @@
 """Compiles N new frames under the bridge, some failing, and reports memory and the bridge's leftover state.
 
-``python many.py N`` (with the bridge unless ``WITH_BRIDGE=0``): every 10th compile fails inside a phase (the backend
+``python many.py N`` (with the bridge unless ``WITH_BRIDGE=0``; ``SMALL_CAPS=K``: the bridge remembers K recent
+compiles, not 4,096, so a short run goes past that bound): every 10th compile fails inside a phase (the backend
 raises during ``backend_compile``), every 10th + 5 fails in Dynamo's tracing.
 torch's own caches are reset every 500 compiles, so what grows after that is
 not torch's per-frame state. Prints one JSON line: RSS (MB) after the first
@@ -13,6 +14,10 @@ import os
 import sys
 
 if os.environ.get("WITH_BRIDGE", "1") == "1":
+    if os.environ.get("SMALL_CAPS"):  # run past the bridge's memory of recent compiles in fewer compiles
+        import torch_otel._spans
+
+        torch_otel._spans.RECENT = int(os.environ["SMALL_CAPS"])
     import torch_otel.auto  # noqa: F401
 
 import torch
@@ -58,6 +63,10 @@ if "torch_otel" in sys.modules:
     b = _bridge._bridge
     report.update(
         open_compiles=len(b.assembler._open),
+        remembered=max(
+            (max(len(s.mapper._forward), len(s.mapper._frame_code)) for s in b.assembler.sinks if hasattr(s, "mapper")),
+            default=0,
+        ),
         live_compile_records=sum(type(o) is CompileRecord for o in gc.get_objects()),
         stats=dict(b.assembler.stats),
         internal_errors=torch_otel.internal_error_count(),
