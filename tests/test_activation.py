@@ -158,8 +158,9 @@ def test_dead_endpoint_costs_the_job_nothing_but_one_line():
     ours = [ln for ln in bridge_lines(dead[1].stderr) if ln.startswith("torch-otel")]
     assert len(ours) == 1 and f"127.0.0.1:{closed}" in ours[0], ours
     assert "opentelemetry" not in dead[1].stderr.lower()  # the exporters' retry chatter is folded into that line
-    # Bounded, not benchmarked: without the bound, exit waited for the exporters' retries (~18 s here).
-    assert dead[0] < base[0] + 4, (dead[0], base[0])
+    # Bounded, not benchmarked: the exporters get at most TORCH_OTEL_SHUTDOWN_TIMEOUT (5 s) at exit; without that
+    # bound, exit waited for their retries (~18 s here). The margin above 5 s is for a loaded machine.
+    assert dead[0] < base[0] + 9, (dead[0], base[0])
 
 
 def _timed(env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:

@@ -97,7 +97,9 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
         assert _replayable(rroot["attrs"]) == _replayable(lroot["attrs"]), key
         # torch's original timestamps
         assert (rroot["startTimeUnixNano"], rroot["endTimeUnixNano"]) == (lroot["startTimeUnixNano"], lroot["endTimeUnixNano"])
-        # a graph break when torch logged it: its log line's own time, which says milliseconds
+        # A graph break when torch logged it: replay reads its trace record's line (to the millisecond), live capture
+        # its graph-break log record, which torch writes moments later in the same handling (0 to 5 ms here, under
+        # load). Before, replay dated it to the compile's last phase event before it: 100 ms to seconds early.
         live_breaks, replayed_breaks = (
             _event_times(lroot, "torch.compile.graph_break"),
             _event_times(rroot, "torch.compile.graph_break"),
@@ -105,7 +107,7 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
         assert len(live_breaks) == len(replayed_breaks), key
         breaks += len(live_breaks)
         for lt, rt in zip(live_breaks, replayed_breaks, strict=True):
-            assert abs(lt - rt) < 2_000_000, (key, (rt - lt) / 1e6)
+            assert abs(lt - rt) < 25_000_000, (key, (rt - lt) / 1e6)
     assert breaks >= 2
 
 
