@@ -146,6 +146,16 @@ def test_the_bridge_adds_no_handler_to_torchs_loggers(logs, level):
     assert logging.getLogRecordFactory() is factory  # put back as it was
 
 
+def _log_as_test_custom_format_exc(dynamo_log: logging.Logger) -> None:
+    """The three records torch's test_logging.py::test_custom_format_exc logs: an error, and two INFO ones."""
+    try:
+        raise RuntimeError("foo")
+    except RuntimeError:
+        dynamo_log.exception("test dynamo")
+        dynamo_log.info("with exc", exc_info=True)
+    dynamo_log.info("with stack", stack_info=True)
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_torchs_handler_watcher_counts_each_warning_once(logs, level):
     """test_logging.py's test_custom_format_exc: three records on torch._dynamo, one of them an error."""
@@ -156,12 +166,7 @@ def test_torchs_handler_watcher_counts_each_warning_once(logs, level):
     with torch_stderr_quiet(), handler_watcher(records):
         dynamo_log.setLevel(logging.INFO)
         try:
-            try:
-                raise RuntimeError("foo")
-            except RuntimeError:
-                dynamo_log.exception("test dynamo")
-                dynamo_log.info("with exc", exc_info=True)
-            dynamo_log.info("with stack", stack_info=True)
+            _log_as_test_custom_format_exc(dynamo_log)
         finally:
             dynamo_log.setLevel(logging.NOTSET)
     assert [r.getMessage() for r in records] == ["test dynamo", "with exc", "with stack"]
@@ -227,13 +232,7 @@ def test_torchs_own_logging_test_case_with_logs_exported(logs):
     class Watched(LoggingTestCase):
         @make_logging_test(dynamo=logging.INFO)
         def test_custom_format_exc(self, records):  # type: ignore[no-untyped-def]
-            dynamo_log = logging.getLogger("torch._dynamo")
-            try:
-                raise RuntimeError("foo")
-            except RuntimeError:
-                dynamo_log.exception("test dynamo")
-                dynamo_log.info("with exc", exc_info=True)
-            dynamo_log.info("with stack", stack_info=True)
+            _log_as_test_custom_format_exc(logging.getLogger("torch._dynamo"))
             self.assertEqual(len(records), 3)
 
         @make_logging_test()
