@@ -247,14 +247,16 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
             time.sleep(2)  # seconds inside the slow backend
             t0 = time.monotonic()
             proc.send_signal(sig)
-            proc.wait(30)
+            proc.wait(90)
             elapsed = time.monotonic() - t0
         finally:
             if proc.poll() is None:
                 proc.kill()
         got = wait_until(lambda: (g := rotel.received())["points"] and len(frame_roots(g)) == 2 and g, 30, "both compiles")
     assert proc.returncode == -sig, log.read_text()[-3000:]  # dies of the signal, as without the bridge
-    assert elapsed < 10, elapsed
+    # Not a timing bound: torch's own unwinding after SIGINT takes 1.6 s here and 13 s under a loaded CI, with or
+    # without the bridge. What must not happen is waiting out the backend's 120 s sleep, or a flush that hangs.
+    assert elapsed < 60, elapsed
     roots = frame_roots(got)
     assert roots["0/0"]["status_code"] == "STATUS_CODE_UNSET"
     assert roots["1/0"]["status_code"] == "STATUS_CODE_ERROR"  # cut short: reported as such
