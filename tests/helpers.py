@@ -139,3 +139,101 @@ def bridge_lines(stderr: str) -> list[str]:
             continue
         out.append(line)
     return out
+
+
+def _ns(span: dict[str, Any]) -> int:
+    return int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])
+
+
+def assert_summary_is_the_spans(summary: dict[str, Any], spans: list[dict[str, Any]]) -> None:
+    """Every total of a run summary (``RunSummary.to_dict()``) equals the same total over the spans it summarises.
+
+    Recomputed here from the exported OTLP-JSON spans alone, not from the summary's code: compiles by kind,
+    compile time, each phase's count, total and self time, recompiles by category, graph breaks by code,
+    failures by type, recompile-limit hits, the slowest compile, the frames and the picture's totals.
+    """
+    by_id = {s["spanId"]: s for s in spans}
+    kids: dict[str, list[dict[str, Any]]] = {}
+    for s in spans:
+        if s.get("parentSpanId"):
+            kids.setdefault(s["parentSpanId"], []).append(s)
+
+    def trace_root(s: dict[str, Any]) -> dict[str, Any]:
+        while s.get("parentSpanId") and s["parentSpanId"] in by_id:
+            s = by_id[s["parentSpanId"]]
+        return s
+
+    roots = [s for s in spans if "torch.compile.kind" in s["attrs"] and not s.get("parentSpanId")]
+    runtime = [r for r in roots if r["attrs"]["torch.compile.kind"] == "runtime"]
+    compiles = [r for r in roots if r["attrs"]["torch.compile.kind"] != "runtime"]
+    assert summary["compiles"] == len(compiles)
+    kinds: dict[str, int] = {}
+    for r in compiles:
+        kinds[r["attrs"]["torch.compile.kind"]] = kinds.get(r["attrs"]["torch.compile.kind"], 0) + 1
+    assert summary["by_kind"] == kinds
+    wall = sum(_ns(r) for r in compiles) / 1e9
+    assert abs(summary["wall_s"] - wall) < 1e-5, (summary["wall_s"], wall)
+    assert summary["runtime"]["records"] == len(runtime)
+    # phases: every span of a compile's trace, by name (the root by its own name)
+    total: dict[str, int] = {}
+    own: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for s in spans:
+        if trace_root(s)["attrs"].get("torch.compile.kind") in (None, "runtime"):
+            continue
+        took = _ns(s)
+        total[s["name"]] = total.get(s["name"], 0) + took
+        own[s["name"]] = own.get(s["name"], 0) + max(0, took - sum(_ns(c) for c in kids.get(s["spanId"], [])))
+        count[s["name"]] = count.get(s["name"], 0) + 1
+    phases = {p["name"]: p for p in summary["phases"]}
+    assert set(phases) == set(total), set(phases) ^ set(total)
+    for name, p in phases.items():
+        assert p["count"] == count[name], name
+        assert abs(p["total_s"] - total[name] / 1e9) < 1e-5 * max(1, count[name]), (name, p, total[name])
+        assert abs(p["self_s"] - own[name] / 1e9) < 1e-5 * max(1, count[name]), (name, p, own[name])
+    # recompiles, by the category on each root
+    cats: dict[str, int] = {}
+    for r in compiles:
+        a = r["attrs"]
+        cat = a.get("torch.compile.recompile_reason.category")
+        if cat is None and a.get("torch.compile.recompile_reasons.categories"):
+            cat = a["torch.compile.recompile_reasons.categories"]["values"][0]["stringValue"]
+        if cat is not None:
+            cats[cat] = cats.get(cat, 0) + 1
+    assert summary["recompiles"]["by_category"] == cats
+    assert summary["recompiles"]["total"] == sum(cats.values())
+    codes: dict[str, int] = {}
+    for r in compiles:
+        for e in r.get("events", []):
+            if e["name"] == "torch.compile.graph_break":
+                code = next(kv["value"]["stringValue"] for kv in e["attributes"] if kv["key"] == "torch.compile.graph_break.code")
+                codes[code] = codes.get(code, 0) + 1
+    got_codes: dict[str, int] = {}
+    for g in summary["graph_breaks"]["by_code"]:
+        got_codes[g["code"]] = got_codes.get(g["code"], 0) + g["count"]
+    assert got_codes == codes and summary["graph_breaks"]["total"] == sum(codes.values())
+    fails: dict[str, int] = {}
+    for r in compiles:
+        if "error.type" in r["attrs"]:
+            fails[r["attrs"]["error.type"]] = fails.get(r["attrs"]["error.type"], 0) + 1
+    assert summary["failures"]["by_type"] == fails
+    assert summary["recompile_limit_hits"] == sum(1 for r in compiles if r["attrs"].get("torch.compile.recompile_limit_exceeded"))
+    assert summary["eager_fallbacks"] == sum(1 for r in compiles if r["attrs"].get("torch.compile.eager_fallback"))
+    # caches: the hits and misses on each root
+    hits: dict[tuple[str, str, str], int] = {}
+    for r in compiles:
+        for key, v in r["attrs"].items():
+            parts = key.split(".")
+            if parts[:3] == ["torch", "compile", "cache"] and len(parts) == 6 and parts[4] in ("local", "remote"):
+                k = (parts[3], parts[4], "miss" if parts[5] == "misses" else "hit")
+                if int(v):
+                    hits[k] = hits.get(k, 0) + int(v)
+    got_cache = {(c["cache"], c["location"], c["result"]): c["count"] for c in summary["cache"] if c["result"] != "bypass"}
+    assert got_cache == hits, (got_cache, hits)
+    if compiles:
+        slowest = max(_ns(r) for r in compiles) / 1e9
+        assert abs(summary["slowest"][0]["duration_s"] - slowest) < 1e-5
+        assert abs(sum(f["total_s"] for f in summary["frames"]) - wall) < 1e-5 * len(compiles) or len(summary["frames"]) == 50
+        tree = summary["tree"]
+        assert abs(tree["total_s"] - wall) < 1e-5 * len(compiles)
+        assert abs(sum(f["total_s"] for f in tree["children"]) - wall) < 1e-5 * len(compiles)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
-from helpers import read_otlp_json_spans, run_python
+from helpers import assert_summary_is_the_spans, read_otlp_json_spans, run_python
+from readme_demo import mismatches, readme_block
 
 import torch_otel
 from torch_otel import load_settings
@@ -34,7 +36,16 @@ def test_demo_shows_traces_and_serves_metrics(tmp_path):
         res = run_python(
             "-m",
             {"OTEL_EXPORTER_OTLP_PROTOCOL": "bogus"},
-            args=["torch_otel", "demo", "--metrics-port", str(port), "--traces-file", str(tmp_path / "d.jsonl")],
+            args=[
+                "torch_otel",
+                "demo",
+                "--metrics-port",
+                str(port),
+                "--traces-file",
+                str(tmp_path / "d.jsonl"),
+                "--json",
+                str(tmp_path / "summary.json"),
+            ],
             cwd=tmp_path,
         )
     assert res.returncode == 0, res.stderr[-3000:]
@@ -51,6 +62,16 @@ def test_demo_shows_traces_and_serves_metrics(tmp_path):
     spans = read_otlp_json_spans(tmp_path / "d.jsonl")
     roots = [s for s in spans if "torch.compile.kind" in s["attrs"]]
     assert len(roots) == 13 and len({s["traceId"] for s in roots}) == 13
+    # the run summary it prints is the sum of the spans it wrote, and fits one screen
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert_summary_is_the_spans(summary, spans)
+    lines = out.splitlines()
+    start = lines.index(next(ln for ln in lines if ln.startswith("torch.compile run summary (live): 13 compiles")))
+    screen = lines[start : lines.index(next(ln for ln in lines[start:] if ln.startswith("summary written")))]
+    assert len(screen) <= 45 and max(map(len, screen)) <= 100
+    # the README's example is still what the demo prints (python tests/readme_demo.py rewrites it)
+    assert not mismatches(readme_block(), out, summary), "README's demo output is stale: run python tests/readme_demo.py"
+    assert not [ln for ln in lines if "│" in ln and len(ln) > 100], "a tree line runs past the time columns"
 
 
 def test_bad_settings_are_one_line_each_and_fall_back():

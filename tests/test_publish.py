@@ -112,3 +112,40 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dists: tuple[Pat
     env_python = str(bin_dir / "python")
     out = _run([str(bin_dir / "torch-otel"), "run", "--", env_python, "-c", probe], cwd=tmp_path).stdout.strip()
     assert out.startswith(str(venv)) and out.endswith(os.path.join("_autostart", "sitecustomize.py")), out
+
+
+def _interpreter(version: str) -> str | None:
+    """A Python ``version`` interpreter on this machine: on PATH, or one of pyenv's."""
+    import glob
+    import shutil
+
+    found = [
+        shutil.which(f"python{version}"),
+        *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python"))),
+    ]
+    for exe in found:
+        if exe and subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=60).returncode == 0:
+            return exe
+    return None
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.12"])
+def test_the_wheel_installs_and_replays_on_the_other_pythons_it_claims(
+    dists: tuple[Path, Path], tmp_path: Path, version: str
+) -> None:
+    """The README claims Python 3.10 to 3.12. The torch wheel this machine keeps is for 3.11 (the suite's), so on
+    3.10 and 3.12 the wheel is installed without torch and replays a real log: the same summary as on 3.11."""
+    exe = _interpreter(version)
+    if exe is None:
+        pytest.skip(f"no Python {version} here (PATH or ~/.pyenv/versions); install it to check the claim")
+    wheel, _ = dists
+    venv = tmp_path / "venv"
+    _run([exe, "-m", "venv", str(venv)], cwd=tmp_path)
+    _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], cwd=tmp_path, timeout=600)
+    log = ROOT / "tests" / "data" / "tlparse-corpus" / "multi_rank_runtime_rank_0.log.gz"
+    there = _run([str(venv / "bin" / "torch-otel"), "replay", str(log), "-o", os.devnull, "--json", "-"], cwd=tmp_path)
+    here = _run([sys.executable, "-m", PKG, "replay", str(log), "-o", os.devnull, "--json", "-"], cwd=tmp_path)
+    import json
+
+    assert json.loads(there.stdout)["summary"] == json.loads(here.stdout)["summary"]
+    assert json.loads(there.stdout)["summary"]["compiles"] == 4

@@ -118,6 +118,8 @@ class CompileRecord:
     # Replay: the process that wrote the log (from its lines) and its torch version (torch_version artifact)
     process_id: int | None = None
     torch_version: str | None = None
+    # live: the process's CPU time from the compile's start to its end (every thread's: inductor's workers too)
+    cpu_ns: int | None = None
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)
     # Phases open on inductor's compile workers, apart from the compile's own stack: worker thread -> its open
@@ -185,6 +187,18 @@ class CompileRecord:
                 key = (BYPASS_PHASES[node.name], "local", "bypass")
                 out[key] = out.get(key, 0) + 1
         return out
+
+    def code_location(self) -> tuple[Any, Any, Any]:
+        """(function, file, first line) of the compiled code: torch's metrics, else the live origin, else dynamo_start."""
+        m = self.metrics or {}
+        origin = self.origin
+        name = m.get("co_name") or (origin.code_name if origin else None)
+        path = m.get("co_filename") or (origin.code_file if origin else None)
+        line = m.get("co_firstlineno") or (origin.code_line if origin else None)
+        if (not name or not path) and self.start_stack:
+            top = self.start_stack[-1]
+            name, path, line = name or top.get("name"), path or top.get("filename_str"), line or top.get("line")
+        return name, path, line
 
     @property
     def duration_s(self) -> float:
@@ -453,6 +467,9 @@ class Assembler:
                 self.stats["orphan_phases"] += 1
                 return
             ending.root.end_ns = ending.last_ts_ns = ev.ts_ns
+            began = ending.origin.cpu_ns if ending.origin is not None else None
+            if ev.cpu_ns is not None and began is not None:
+                ending.cpu_ns = max(0, ev.cpu_ns - began)
             ending.root.args.update(ev.args)
             ending.attempt = max(ending.attempt, ev.attempt)
             if ev.rank is not None:

@@ -26,6 +26,7 @@ from ._live import LiveCapture
 from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
 from ._spans import SpanMapper, SpanSink
+from ._summary import RunSummary
 from ._version import __version__
 
 _backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
@@ -72,6 +73,7 @@ class Bridge:
     tracer_provider: Any
     metrics: CompileMetrics | None
     owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
+    summary: RunSummary | None = None  # TORCH_OTEL_SUMMARY: written when the bridge stops
 
 
 _bridge: Bridge | None = None
@@ -88,6 +90,7 @@ def instrument(
     settings: Settings | None = None,
     _owned: list[Any] | None = None,
     _on_first_compile: list[Callable[[], None]] | None = None,
+    summary: RunSummary | None = None,
 ) -> Bridge | None:
     """Start turning torch.compile compiles into traces and metrics.
 
@@ -97,7 +100,8 @@ def instrument(
     ``logger_provider`` (none by default) turns torch's compile warnings and
     graph breaks into log records correlated with the compile's trace.
     ``capture`` is ``"default"``, ``"full"`` or ``"off"`` (default:
-    ``TORCH_OTEL_CAPTURE``). Instrumenting twice is a no-op.
+    ``TORCH_OTEL_CAPTURE``). ``summary`` is filled with every compile (as
+    ``TORCH_OTEL_SUMMARY`` asks for one). Instrumenting twice is a no-op.
     """
     global _bridge, _atexit_registered
     with _lock:
@@ -123,6 +127,10 @@ def instrument(
             sinks.append(
                 LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths, not settings.capture_payloads)
             )
+        if summary is None and settings.summary:
+            summary = RunSummary("live", settings.capture_payloads)
+        if summary is not None:
+            sinks.append(summary)
         sinks.append(_ChildFlush())
         assembler = Assembler(sinks, max_open=settings.max_open_compiles)
         cap = LiveCapture(assembler, level, warnings=logger_provider is not None, on_first_compile=_on_first_compile)
@@ -131,7 +139,7 @@ def instrument(
         except Exception as exc:  # noqa: BLE001 - never break the user's program
             record_error("instrument", exc)
             return None
-        _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []))
+        _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []), summary)
         set_live_stats(assembler.stats)
         if not _atexit_registered:
             atexit.register(shutdown)
@@ -169,7 +177,25 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             b.assembler.flush("the bridge was uninstrumented during the compile", cut_ns=time.time_ns())
         except Exception as exc:  # noqa: BLE001
             record_error("uninstrument flush", exc)
+    if b.summary is not None and b.settings.summary:
+        _write_summary(b.summary, b.settings.summary)
     _stop_owned(b, b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
+
+
+def _write_summary(summary: RunSummary, destinations: tuple[str, ...]) -> None:
+    """TORCH_OTEL_SUMMARY: the run summary to each destination; a path that cannot be written is one line."""
+    rank = os.environ.get("RANK", "0")
+    for d in destinations:
+        path = d if d in ("stderr", "stdout") else d.format(rank=rank, pid=os.getpid())
+        try:
+            summary.write(path)
+        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
+            warn_once(
+                f"summary:{path}",
+                "cannot write the run summary to %s (%s); set TORCH_OTEL_SUMMARY to a writable path or to stderr",
+                path,
+                getattr(exc, "strerror", None) or exc,
+            )
 
 
 def _stop_owned(b: Bridge, timeout_millis: int) -> None:

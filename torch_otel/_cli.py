@@ -51,6 +51,9 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     demo.add_argument("--metrics-port", type=int, default=9464, help="local /metrics port (0: any free port)")
     demo.add_argument("--serve", type=float, default=0.0, help="keep /metrics up this many seconds after the run")
     demo.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, eager, inductor)")
+    demo.add_argument("--all-phases", action="store_true", help="show every phase in the trees, those under 1 ms too")
+    demo.add_argument("--html", metavar="PATH", help="also write the run's compile-time page (icicle chart and tables)")
+    demo.add_argument("--json", metavar="PATH", help="also write the run summary as JSON")
     doc = sub.add_parser(
         "doctor",
         help="say how the installed torch stands: tested or not, and which of torch's hooks the bridge finds",
@@ -82,7 +85,13 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     rep.add_argument(
         "--json",
         metavar="PATH",
-        help="also write the summary, with the cross-rank divergence report, as JSON to PATH (for CI)",
+        help="also write the run summary, with the cross-rank divergence report, as JSON to PATH (for CI); "
+        "- writes it to stdout, and the text to stderr",
+    )
+    rep.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write one self-contained page to PATH: where the compile time went, as an icicle chart and tables",
     )
     rep.add_argument("--run", help="the run the log came from: the `run` label of pushed metrics (default: the path's name)")
     run = sub.add_parser(
@@ -107,7 +116,15 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     if args.command == "demo":
         from ._demo import run_demo
 
-        return run_demo(args.traces_file, args.metrics_port, args.serve, args.backend)
+        return run_demo(
+            args.traces_file,
+            args.metrics_port,
+            args.serve,
+            args.backend,
+            all_phases=args.all_phases,
+            html=args.html,
+            json_path=args.json,
+        )
     return 2
 
 
@@ -227,11 +244,14 @@ def _replay(args: argparse.Namespace) -> int:
         sinks.append(metrics.sink)
     divergence = DivergenceReport()
     sinks.append(divergence)
-    code, stats = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, artifacts=args.capture == "full")
+    text = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
+    code, stats = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, out=text, artifacts=args.capture == "full")
     summary = divergence.summary()
-    divergence.write(sys.stdout, summary)
+    divergence.write(text, summary)
     if args.json:
         _write_json(args.json, stats, summary)
+    if args.html and stats.run is not None:
+        _write_report(args.html, stats.run)
     if provider is not None:
         provider.shutdown()
     if metrics is not None:
@@ -247,8 +267,17 @@ def _replay(args: argparse.Namespace) -> int:
         )
         code = 3
     if args.output and code == 0:
-        print(f"spans written to {args.output}")
+        print(f"spans written to {args.output}", file=text)
     return code
+
+
+def _write_report(path: str, run: Any) -> None:
+    try:
+        run.write(path)
+    except OSError as exc:
+        print(f"torch-otel replay: cannot write --html {path} ({exc.strerror or exc}); pass a writable path", file=sys.stderr)
+        return
+    print(f"compile time report written to {path}", file=sys.stderr)
 
 
 def _write_json(path: str, stats: Any, divergence: dict[str, Any]) -> None:
@@ -264,7 +293,12 @@ def _write_json(path: str, stats: Any, divergence: dict[str, Any]) -> None:
         "lines_skipped": dict(stats.skipped),
         "unknown_kinds": dict(stats.unknown_kinds),
         "divergence": divergence,
+        "summary": stats.run.to_dict() if stats.run is not None else None,
     }
+    if path == "-":
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return
     try:
         with open(path, "w") as fh:
             json.dump(doc, fh, indent=2, sort_keys=True)

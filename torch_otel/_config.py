@@ -32,6 +32,7 @@ class Settings:
     flush_on_sigterm: bool = True
     shutdown_timeout_ms: int = 5_000
     detail_ranks: RankSet = field(default_factory=RankSet)
+    summary: tuple[str, ...] = ()  # where to write the run summary at exit: stderr, stdout, or files
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -109,6 +110,28 @@ def _ranks(env: Mapping[str, str], name: str, problems: list[str]) -> RankSet:
         return RankSet()
 
 
+def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
+    """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit."""
+    out = []
+    for part in (env.get(name) or "").split(","):
+        d = part.strip()
+        if not d:
+            continue
+        if d.lower() in ("stderr", "stdout"):
+            out.append(d.lower())
+            continue
+        try:
+            d.format(rank=0, pid=0)
+        except (KeyError, IndexError, ValueError):
+            problems.append(
+                f"{name}={part.strip()!r}: a path may hold only {{rank}} and {{pid}} placeholders; "
+                "use e.g. stderr or summary-{rank}.html (skipped)"
+            )
+            continue
+        out.append(d)
+    return tuple(out)
+
+
 def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
     env = os.environ if env is None else env
@@ -132,6 +155,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         flush_on_sigterm=_bool(env, "TORCH_OTEL_FLUSH_ON_SIGTERM", True, problems),
         shutdown_timeout_ms=int(_float(env, "TORCH_OTEL_SHUTDOWN_TIMEOUT", 5.0, 0.0, 3600.0, problems) * 1000),
         detail_ranks=_ranks(env, "TORCH_OTEL_DETAIL_RANKS", problems),
+        summary=_destinations(env, "TORCH_OTEL_SUMMARY", problems),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

@@ -13,6 +13,7 @@ import urllib.request
 from collections import defaultdict
 from typing import Any, TextIO
 
+from ._summary import RunSummary
 from ._version import __version__
 
 
@@ -59,7 +60,20 @@ def workload(backend: str = "aot_eager") -> None:
         torch._dynamo.config.recompile_limit = old
 
 
-def _print_traces(spans: list[Any], out: TextIO) -> None:
+# the series the demo prints (the endpoint serves them all)
+SHOWN_SERIES = (
+    "torch_compile_compiles_total",
+    "torch_compile_seconds_total",
+    "torch_compile_recompiles_total",
+    "torch_compile_graph_breaks_total",
+    "torch_compile_failures_total",
+    "torch_compile_recompile_limit_hits_total",
+)
+NOISE_NS = 1_000_000  # phases shorter than this are folded into one line per parent, unless asked for
+LABEL_WIDTH = 56
+
+
+def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> None:
     children: dict[int, list[Any]] = defaultdict(list)
     roots = []
     for s in spans:
@@ -69,16 +83,31 @@ def _print_traces(spans: list[Any], out: TextIO) -> None:
             children[s.parent.span_id].append(s)
     roots.sort(key=lambda s: s.start_time)
 
-    def line(s: Any, lead: str, branch: str) -> None:
-        """The whole tree, every level, as the README shows it."""
-        ms = (s.end_time - s.start_time) / 1e6
-        label = f"{lead}{branch}{s.name}"
-        out.write(f"{label:<46} {ms:9.1f} ms\n")
-        kids = sorted(children.get(s.context.span_id, []), key=lambda c: c.start_time)
-        deeper = lead + ("   " if branch == "└─ " else "│  " if branch else "")
-        for i, c in enumerate(kids):
-            line(c, deeper, "└─ " if i == len(kids) - 1 else "├─ ")
+    def row(label: str, ns: int, self_ns: int | None) -> None:
+        if len(label) > LABEL_WIDTH:
+            label = label[: LABEL_WIDTH - 1] + "…"
+        own = f"{self_ns / 1e6:9.1f}" if self_ns is not None else ""
+        out.write(f"{label:<{LABEL_WIDTH}} {ns / 1e6:9.1f} {own:>9}\n".rstrip() + "\n")
 
+    def line(s: Any, lead: str, branch: str) -> None:
+        """The tree, every level; phases under 1 ms folded into one line per parent unless ``all_phases``."""
+        kids = sorted(children.get(s.context.span_id, []), key=lambda c: c.start_time)
+        took = s.end_time - s.start_time
+        row(f"{lead}{branch}{s.name}", took, max(0, took - sum(c.end_time - c.start_time for c in kids)))
+        small = (
+            []
+            if all_phases
+            else [c for c in kids if c.end_time - c.start_time < NOISE_NS and not children.get(c.context.span_id)]
+        )
+        shown = [c for c in kids if c not in small]
+        deeper = lead + ("   " if branch == "└─ " else "│  " if branch else "")
+        for i, c in enumerate(shown):
+            line(c, deeper, "└─ " if i == len(shown) - 1 and not small else "├─ ")
+        if small:
+            total = sum(c.end_time - c.start_time for c in small)
+            row(f"{deeper}└─ ({len(small)} phase{'s' if len(small) > 1 else ''} under 1 ms)", total, None)
+
+    out.write(f"\n{'each compile: its trace, phases in torch order':<{LABEL_WIDTH}} {'total ms':>9} {'self ms':>9}\n")
     for r in roots:
         a = dict(r.attributes or {})
         out.write(
@@ -110,7 +139,16 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextIO = sys.stdout) -> int:
+def run_demo(
+    traces_file: str,
+    port: int,
+    serve: float,
+    backend: str,
+    out: TextIO = sys.stdout,
+    all_phases: bool = False,
+    html: str | None = None,
+    json_path: str | None = None,
+) -> int:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -139,7 +177,8 @@ def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextI
             f"the demo runs on embedded defaults and ignores {', '.join(ignored[:4])}{' ...' if len(ignored) > 4 else ''}; "
             "to use your settings, run your own script with torch-otel run or import torch_otel.auto\n"
         )
-    _bridge.instrument(provider, registry=registry)
+    summary = RunSummary("live")
+    _bridge.instrument(provider, registry=registry, summary=summary)
     out.write(f"torch-otel {__version__} demo: compiling a small workload with backend={backend!r}...\n")
     out.write("(it hits torch's recompile limit on purpose: torch's warning about that below is expected)\n")
     out.flush()
@@ -150,15 +189,22 @@ def run_demo(traces_file: str, port: int, serve: float, backend: str, out: TextI
     provider.force_flush()
     spans = list(memory.get_finished_spans())
     roots = [s for s in spans if s.parent is None]
-    _print_traces(spans, out)
+    _print_traces(spans, out, all_phases)
     out.write(f"\n{len(roots)} compile traces, {len(spans)} spans in {elapsed:.1f} s; OTLP-JSON written to {traces_file}\n")
+    if not all_phases:
+        out.write("(phases under 1 ms are folded; torch-otel demo --all-phases shows each)\n")
+    out.write("\n" + summary.format_text())
+    for path in (html, json_path):
+        if path:
+            summary.write(path)
+            out.write(f"summary written to {path}\n")
     if started is not None:
         url = f"http://127.0.0.1:{started[1]}/metrics"
         body = urllib.request.urlopen(url, timeout=5).read().decode()
         shown = [
             ln
             for ln in body.splitlines()
-            if ln.startswith("torch_compile_") and "_bucket" not in ln and "_created" not in ln and not ln.endswith(" 0.0")
+            if ln.startswith(SHOWN_SERIES) and "_bucket" not in ln and "_created" not in ln and not ln.endswith(" 0.0")
         ]
         out.write(f"\nmetrics served at {url} ({len(body.splitlines())} lines), e.g.:\n")
         for ln in shown:

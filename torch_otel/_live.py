@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from threading import get_ident
@@ -284,7 +285,11 @@ class LiveCapture:
         ``transformers``). Failing that, the nearest frame outside torch and the bridge's hooks. The
         frames on the way, at most ``MAX_STACK``, are kept for ``code.stacktrace``.
         """
-        origin = Origin(parent_context=otel_context.get_current(), thread=threading.current_thread().name)
+        origin = Origin(
+            parent_context=otel_context.get_current(),
+            thread=threading.current_thread().name,
+            cpu_ns=time.process_time_ns(),
+        )
         f: FrameType | None = sys._getframe(1)
         skip, libraries = self._skip, self._libraries
         stack: list[tuple[str, int, str]] = []
@@ -456,9 +461,11 @@ class LiveCapture:
                 if self._first_compile:
                     self._run_first_compile()
                 return
-            self._pending.append((self._process_chromium, event, None, None))
             if ph == "E":
+                self._pending.append((self._process_root_end, event, None, time.process_time_ns()))
                 self._compile_ended()
+            else:
+                self._pending.append((self._process_chromium, event, None, None))
             return
         # A phase: the thread it ran on tells inductor's parallel kernel builds apart (see Assembler._worker_phase)
         self._pending.append((self._process_phase, event, None, get_ident()))
@@ -550,22 +557,29 @@ class LiveCapture:
                 ev.rank = rank
         self.assembler.feed(ev)
 
-    def _process_chromium(self, event: Any, origin: Origin | None, rank: int | None) -> None:
+    def _event(self, event: Any) -> PhaseEvent | None:
         try:
-            ev = chromium_to_event(event)
+            return chromium_to_event(event)
         except RecordError as exc:
             self._malformed(exc)
-            return
-        self._process_event(ev, origin, rank)
+            return None
+
+    def _process_chromium(self, event: Any, origin: Origin | None, rank: int | None) -> None:
+        ev = self._event(event)
+        if ev is not None:
+            self._process_event(ev, origin, rank)
+
+    def _process_root_end(self, event: Any, _origin: None, cpu_ns: int) -> None:
+        ev = self._event(event)
+        if ev is not None:
+            ev.cpu_ns = cpu_ns
+            self._process_event(ev, None, None)
 
     def _process_phase(self, event: Any, _origin: None, thread: int) -> None:
-        try:
-            ev = chromium_to_event(event)
-        except RecordError as exc:
-            self._malformed(exc)
-            return
-        ev.thread = thread
-        self.assembler.feed(ev)
+        ev = self._event(event)
+        if ev is not None:
+            ev.thread = thread
+            self.assembler.feed(ev)
 
     def _process_metrics(self, fields: dict[str, Any], _b: None, _c: None) -> None:
         self.assembler.feed(metrics_to_event(fields))

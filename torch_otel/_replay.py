@@ -25,6 +25,7 @@ from ._categories import recompile_category, scrub_guard_text, strip_recompile_p
 from ._events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from ._graph_breaks import graph_break_code
 from ._parse import RecordError, parse_record
+from ._summary import RunSummary
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
 _GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] ")
@@ -60,6 +61,7 @@ class ReplayStats:
     kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
     runtime_phases: int = 0  # work timed for compiled graphs after their compiles (GPU: autotuning, cudagraphs)
     problems: list[str] = field(default_factory=list)
+    run: RunSummary | None = None  # where the compile time went (replay_paths)
 
 
 class _SummarySink(Sink):
@@ -87,6 +89,30 @@ class _SummarySink(Sink):
         for gb in rec.graph_breaks:
             code = graph_break_code(gb.gb_type, gb.reason)
             s.graph_breaks[f"{code} {gb.gb_type or ''}".strip()] += 1
+
+
+_OTLP_JSON_KEYS = (b'"resourceSpans"', b'"resourceMetrics"', b'"resourceLogs"')
+
+
+def not_a_trace_log(path: Path) -> str | None:
+    """Why ``path`` is plainly not a TORCH_TRACE log (empty, or OpenTelemetry's own JSON), else None."""
+    try:
+        if path.stat().st_size == 0:
+            return (
+                "the file is empty; torch writes a TORCH_TRACE log only once something compiles (set TORCH_TRACE=DIR for the job)"
+            )
+        with _open(path) as fh:
+            head = fh.read(4096).lstrip()
+    except (OSError, EOFError, zlib.error) as exc:
+        return f"cannot be read ({getattr(exc, 'strerror', None) or exc}); check the path and its permissions"
+    if not head:
+        return "the file is empty once decompressed; torch writes a TORCH_TRACE log only once something compiles"
+    if head.startswith(b"{") and any(k in head for k in _OTLP_JSON_KEYS):
+        return (
+            "this is OTLP-JSON (torch-otel's own --output or TORCH_OTEL_TRACES_FILE), not a TORCH_TRACE log; "
+            "send it to a collector as it is, or replay the TORCH_TRACE log it was made from"
+        )
+    return None
 
 
 def log_files(path: Path) -> list[Path]:
@@ -328,26 +354,16 @@ def replay_file(
     stats.unmatched["ends with no begin open"] += assembler.stats["unmatched_phase_ends"]
 
 
-def print_summary(stats: ReplayStats, out: IO[str]) -> None:
+def print_summary(stats: ReplayStats, out: IO[str], run: RunSummary | None = None) -> None:
+    """The run summary of what was replayed, then what the replay itself met (unmatched events, skipped lines)."""
     total = sum(stats.compiles.values())
-    kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.compiles.items()))
     out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
-    out.write(f"compiles found: {total}" + (f" ({kinds})" if kinds else "") + "\n")
-    if stats.runtime_phases:
-        out.write(f"runtime phases after their compile (autotuning, cudagraph set-up): {stats.runtime_phases}\n")
+    if run is not None:
+        out.write(run.format_text())
     if not total and stats.kinds:
         held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
         out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")
-    out.write(
-        f"failures: {sum(stats.failures.values())}"
-        + (" (" + ", ".join(f"{k}: {v}" for k, v in stats.failures.most_common()) + ")" if stats.failures else "")
-        + "\n"
-    )
-    out.write(f"recompile-limit hits: {stats.recompile_limit_hits}\n")
-    for title, counter in (("top recompile reasons", stats.recompile_reasons), ("top graph breaks", stats.graph_breaks)):
-        out.write(f"{title}:" + ("" if counter else " none") + "\n")
-        for k, v in counter.most_common(5):
-            out.write(f"  {v:6d}  {k}\n")
+    out.write("\n")
     unmatched = sum(stats.unmatched.values())
     out.write(
         f"phase events unmatched: {unmatched}"
@@ -366,7 +382,8 @@ def replay_paths(
     paths: list[str], sinks: list[Sink], keep_all_payloads: bool = False, out: IO[str] = sys.stdout, artifacts: bool = False
 ) -> tuple[int, ReplayStats]:
     """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
-    stats = ReplayStats()
+    run = RunSummary("replay", capture_payloads=keep_all_payloads)
+    stats = ReplayStats(run=run)
     summary = _SummarySink(stats)
     files: list[Path] = []
     for p in paths:
@@ -376,20 +393,33 @@ def replay_paths(
                 f"torch-otel replay: {p}: no such file or directory; pass a TORCH_TRACE log, a .gz of one, or its directory\n"
             )
             return 2, stats
-        files.extend(log_files(path))
+        found = log_files(path)
+        if not found:
+            stats.problems.append(
+                f"{p}: the directory holds no files; pass the directory TORCH_TRACE named when the job ran (it writes one "
+                "log per process there)"
+            )
+        for f in found:
+            why = not_a_trace_log(f)
+            if why:
+                stats.problems.append(f"{f}: {why}")
+            else:
+                files.append(f)
     total_bytes = sum(f.stat().st_size for f in files)
     stats.bytes = total_bytes
     progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        replay_file(f, [*sinks, summary], stats, keep_all_payloads, progress, artifacts)
+        replay_file(f, [*sinks, summary, run], stats, keep_all_payloads, progress, artifacts)
         if progress is not None:
             progress.file_done(f.stat().st_size)
     if progress is not None:
         progress.close()
-    print_summary(stats, out)
+    if files:
+        print_summary(stats, out, run)
     for p in stats.problems:
         sys.stderr.write(f"torch-otel replay: {p}\n")
     if not stats.kinds and not stats.unknown_kinds:
-        sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
+        if files:
+            sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
         return 1, stats
     return 0, stats

@@ -165,16 +165,8 @@ class SpanMapper:
             a["process.parent_pid"] = self._pid
         if rec.rank is not None:
             a["torch.distributed.rank"] = rec.rank
-        # Code location: metrics first, then the live origin, then dynamo_start.
         origin = rec.origin
-        name = m.get("co_name") or (origin.code_name if origin else None)
-        path = m.get("co_filename") or (origin.code_file if origin else None)
-        line = m.get("co_firstlineno") or (origin.code_line if origin else None)
-        if (not name or not path) and rec.start_stack:
-            top = rec.start_stack[-1]
-            name = name or top.get("name")
-            path = path or top.get("filename_str")
-            line = line or top.get("line")
+        name, path, line = rec.code_location()
         if rec.kind == "backward":
             fwd = self._forward.get(rec.id_str)
             if fwd is not None:

@@ -1,0 +1,353 @@
+"""The HTML run summary (torch_otel/_html.py), opened in a real headless Chromium with no network.
+
+Each page is loaded from a file with ``--dump-dom`` after its scripts ran, and the page's own
+record is read back from ``<body>``: ``data-rendered`` (boxes the chart drew) and ``data-errors``
+(everything ``window.onerror`` caught). Chromium's console goes to stderr, which must hold no
+``Uncaught``. A screenshot is decoded with the standard library alone and must show the chart's
+colours. Needs Debian's ``chromium`` package (or ``CHROMIUM=/path/to/chrome``); skipped without it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_otel._html import render_html
+
+SAMPLE = Path(__file__).parent / "data" / "summary-sample.json"
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM or not os.path.exists(CHROMIUM),
+    reason="no chromium (apt-get install chromium, or set CHROMIUM=/path/to/chromium)",
+)
+
+WIDTH, HEIGHT = 1400, 1000
+# The chart's fills by kind (torch_otel/_html.py's CSS): each must show in the screenshot.
+FILLS = {"frame": "7fb3e6", "compile": "8fd19e", "failed compile": "e5534b", "run": "a8b3bf"}
+XSS = "<script>alert(1)</script></script><img src=x onerror=alert(2)>"
+
+
+@dataclass
+class Page:
+    dom: str
+    body: dict[str, str]
+    stderr: str
+
+
+def _chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM
+    profile = tempfile.mkdtemp(prefix="profile-", dir=tmp_path)
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",  # the tests run as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--window-size={WIDTH},{HEIGHT}",
+        "--virtual-time-budget=5000",
+        *args,
+        page.as_uri(),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _open(tmp_path: Path, text: str, name: str = "summary.html") -> Page:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    done = _chromium(tmp_path, path, "--dump-dom")
+    tag = re.search(r"<body\b([^>]*)>", done.stdout)
+    assert tag, done.stdout[:2000]
+    body = {k: html.unescape(v) for k, v in re.findall(r'([\w-]+)="([^"]*)"', tag.group(1))}
+    return Page(done.stdout, body, done.stderr)
+
+
+def _assert_clean(page: Page) -> None:
+    assert page.body.get("data-errors") == "", page.body.get("data-errors")
+    bad = [line for line in page.stderr.splitlines() if "Uncaught" in line or "Refused to" in line]
+    assert not bad, bad
+
+
+def _rendered(page: Page) -> int:
+    value = page.body.get("data-rendered", "")
+    assert value.isdigit(), f"the page's script did not finish: data-rendered={value!r}"
+    return int(value)
+
+
+def _png_rows(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and unfiltered rows of an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, ihdr, idat = 8, b"", []
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert zlib.crc32(kind + chunk) == crc, f"bad CRC in {kind!r}"
+        if kind == b"IHDR":
+            ihdr = chunk
+        elif kind == b"IDAT":
+            idat.append(chunk)
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", ihdr)
+    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+    bpp = 3 if colour == 2 else 4
+    return width, height, _unfilter(zlib.decompress(b"".join(idat)), width, height, bpp)
+
+
+def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> list[bytes]:
+    stride = width * bpp
+    # "Up" rows are added to the row above in one big-int operation: bytewise sum mod 256, no carries across bytes.
+    low, high = int.from_bytes(b"\x7f" * stride, "big"), int.from_bytes(b"\x80" * stride, "big")
+    prev, rows = bytearray(stride), []
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        if kind == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 255
+        elif kind == 2:
+            a, b = int.from_bytes(line, "big"), int.from_bytes(prev, "big")
+            line = bytearray((((a & low) + (b & low)) ^ ((a ^ b) & high)).to_bytes(stride, "big"))
+        elif kind == 3:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 255
+        elif kind == 4:
+            for i in range(stride):
+                a, c = (line[i - bpp], prev[i - bpp]) if i >= bpp else (0, 0)
+                b = prev[i]
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        else:
+            assert kind == 0, f"PNG filter type {kind}"
+        rows.append(bytes(line))
+        prev = line
+    return rows
+
+
+def _sample() -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads(SAMPLE.read_text())
+    return summary
+
+
+def _empty() -> dict[str, Any]:
+    return {
+        "source": "live",
+        "compiles": 0,
+        "by_kind": {},
+        "wall_s": 0.0,
+        "cpu_s": None,
+        "phases": [],
+        "frames": [],
+        "slowest": [],
+        "recompiles": {"total": 0, "by_category": {}, "top_reasons": []},
+        "graph_breaks": {"total": 0, "by_code": []},
+        "cache": [],
+        "failures": {"total": 0, "by_type": {}},
+        "recompile_limit_hits": 0,
+        "eager_fallbacks": 0,
+        "runtime": {"records": 0, "total_s": 0.0},
+        "tree": {"name": "run", "kind": "run", "total_s": 0.0, "self_s": 0.0, "count": 1, "children": []},
+    }
+
+
+def _tree_size(node: dict[str, Any]) -> int:
+    return 1 + sum(_tree_size(c) for c in node.get("children", []))
+
+
+def test_sample_renders_chart_and_tables(tmp_path: Path) -> None:
+    text = render_html(_sample())
+    assert not re.search(r"https?:|\ssrc=|\shref=|@import|url\(", text), "the page must reference nothing outside itself"
+    page = _open(tmp_path, text)
+    _assert_clean(page)
+    assert 10 < _rendered(page) <= _tree_size(_sample()["tree"])
+    assert 'class="box k-compile err' in page.dom  # the failed compile is marked
+    for shown in ("triton_compile", "RecompileLimitExceeded", "GB0001", "tensor 'x' size mismatch", "fx_graph"):
+        assert shown in page.dom, shown
+
+
+def test_sample_screenshot_shows_the_chart(tmp_path: Path) -> None:
+    path = tmp_path / "summary.html"
+    path.write_text(render_html(_sample()), encoding="utf-8")
+    shot = tmp_path / "summary.png"
+    _chromium(tmp_path, path, f"--screenshot={shot}")
+    width, height, rows = _png_rows(shot.read_bytes())
+    assert (width, height) == (WIDTH, HEIGHT)
+    bpp = len(rows[0]) // width
+    colours = {row[i : i + 3] for row in rows for i in range(0, len(row), bpp)}
+    assert len(colours) >= 5, f"a blank page: {len(colours)} colours"
+    missing = [kind for kind, hexa in FILLS.items() if bytes.fromhex(hexa) not in colours]
+    assert not missing, f"no box of {missing} in the screenshot"
+
+
+# Appended to the page: hovers every box, zooms into a compile, zooms back out; the results land in data-probe.
+PROBE = """<script>
+(function () {
+  var out = {parallel: 0, tip: ""};
+  var boxes = Array.prototype.slice.call(document.querySelectorAll("#chart .box"));
+  var tip = document.getElementById("tip");
+  boxes.forEach(function (b) {
+    var r = b.getBoundingClientRect();
+    b.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: r.left + 1, clientY: r.top + 1}));
+    if (tip.textContent.indexOf("children ran in parallel") >= 0) { out.parallel += 1; out.tip = tip.textContent; }
+  });
+  out.before = document.body.dataset.rendered;
+  var compile = boxes.filter(function (b) { return b.textContent.indexOf("frame 0/0") === 0; })[0];
+  compile.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+  out.crumbs = document.getElementById("crumbs").textContent;
+  var zoomed = Array.prototype.filter.call(document.querySelectorAll("#chart .box"), function (b) {
+    return b.textContent.indexOf("frame 0/0") === 0;
+  })[0];
+  out.zoomedWidth = parseFloat(zoomed.style.width);
+  out.chartWidth = document.getElementById("chart").clientWidth;
+  out.zoomed = document.body.dataset.rendered;
+  document.getElementById("reset").click();
+  out.after = document.body.dataset.rendered;
+  document.body.dataset.probe = JSON.stringify(out);
+})();
+</script>
+</body>"""
+
+
+def test_hover_and_zoom(tmp_path: Path) -> None:
+    page = _open(tmp_path, render_html(_sample()).replace("</body>", PROBE))
+    _assert_clean(page)
+    probe = json.loads(page.body["data-probe"])
+    # frame 0/0's async_compile.wait ran its kernel builds in parallel (sample data): 2.6 s of work in 1.1 s
+    assert probe["parallel"] >= 1 and "of work in" in probe["tip"], probe
+    assert "frame 0/0" in probe["crumbs"]
+    assert probe["zoomedWidth"] >= probe["chartWidth"] - 2, probe
+    assert probe["after"] == probe["before"] != probe["zoomed"], probe
+
+
+def test_harness_sees_script_errors(tmp_path: Path) -> None:
+    """The two error channels the other tests rely on do report an uncaught error."""
+    page = _open(tmp_path, render_html(_sample()).replace("</body>", "<script>throw new Error('canary')</script></body>"))
+    assert "canary" in page.body["data-errors"]
+    assert any("Uncaught" in line and "canary" in line for line in page.stderr.splitlines()), page.stderr[-3000:]
+
+
+def test_names_from_user_code_are_text_not_markup(tmp_path: Path) -> None:
+    summary = _sample()
+    summary["source"] = XSS
+    frame = summary["tree"]["children"][0]
+    frame["name"] = XSS
+    frame["children"][0]["detail"] = XSS
+    frame["children"][0]["children"][0]["name"] = XSS
+    summary["phases"][0]["name"] = XSS
+    summary["frames"][0].update(function=XSS, file="/tmp/</script>/x.py")
+    summary["slowest"][0]["id"] = XSS
+    summary["recompiles"]["top_reasons"][0]["reason"] = XSS
+    summary["recompiles"]["by_category"] = {XSS: 1}
+    summary["graph_breaks"]["by_code"][0]["type"] = XSS
+    summary["failures"]["by_type"] = {XSS: 1}
+    summary["cache"][0]["cache"] = XSS
+    text = render_html(summary)
+    # Any alert the page runs is recorded instead of blocking headless Chromium.
+    text = text.replace(
+        "<head>", "<head><script>window.alert = function (m) { document.documentElement.dataset.alerted = m; };</script>", 1
+    )
+    page = _open(tmp_path, text)
+    _assert_clean(page)
+    assert _rendered(page) > 10
+    assert "data-alerted" not in page.dom
+    assert page.dom.count("<script") == 4  # the alert hook, the error catcher, the JSON, the page's script
+    assert "<img" not in page.dom
+    assert page.dom.count("&lt;script&gt;alert(1)&lt;/script&gt;&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;") >= 10
+
+
+@pytest.mark.parametrize("summary", [_empty(), {}], ids=["no-compiles", "no-fields"])
+def test_empty_run_says_no_compiles(tmp_path: Path, summary: dict[str, Any]) -> None:
+    page = _open(tmp_path, render_html(summary))
+    _assert_clean(page)
+    assert _rendered(page) == 0
+    assert "no compiles in this run" in page.dom
+    assert 'id="chart"' not in page.dom
+
+
+def test_five_thousand_nodes_render(tmp_path: Path) -> None:
+    def phases(depth: int, total: float) -> list[dict[str, Any]]:
+        if depth == 6:
+            return []
+        return [
+            {"name": f"phase {depth}.{i}", "kind": "phase", "total_s": total * 0.45, "self_s": 0.0, "count": 1}
+            | {"children": phases(depth + 1, total * 0.45)}
+            for i in range(2)
+        ]
+
+    compiles = [
+        {"name": f"frame {f}/{c}", "kind": "compile", "total_s": 1.0, "self_s": 0.1, "count": 1, "status": "ok"}
+        | {"children": phases(0, 1.0)}
+        for f in range(10)
+        for c in range(8)
+    ]
+    frames = [
+        {
+            "name": f"fn{f} (m.py:{f})",
+            "kind": "frame",
+            "total_s": 8.0,
+            "self_s": 0.0,
+            "count": 8,
+            "children": compiles[f * 8 : f * 8 + 8],
+        }
+        for f in range(10)
+    ]
+    summary = _sample() | {"tree": {"name": "run", "kind": "run", "total_s": 80.0, "self_s": 0.0, "count": 1, "children": frames}}
+    assert _tree_size(summary["tree"]) > 5000
+    page = _open(tmp_path, render_html(summary))
+    _assert_clean(page)
+    assert _rendered(page) > 1000
+
+
+def test_a_replayed_gpu_logs_page_renders_its_chart(tmp_path: Path) -> None:
+    """``torch-otel replay LOG --html``: tlparse's real CUDA log (Triton builds, autotuning, cudagraphs) as a page."""
+    log = Path(__file__).parent / "data" / "tlparse-corpus" / "inductor_provenance_jit_cuda_log.txt.gz"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch_otel",
+            "replay",
+            str(log),
+            "-o",
+            str(tmp_path / "s.jsonl"),
+            "--html",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert res.returncode == 0, res.stderr
+    assert f"compile time report written to {tmp_path / 'r.html'}" in res.stderr
+    page = _open(tmp_path, (tmp_path / "r.html").read_text())
+    _assert_clean(page)
+    assert _rendered(page) > 10
+    for shown in ("forward (aot.py:28)", "async_compile.precompile", "frame 0/0"):
+        assert shown in page.dom, shown

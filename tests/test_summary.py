@@ -1,0 +1,161 @@
+"""The run summary: where a run's compile time went, the same live and on replay, and equal to the spans it sums.
+
+Each summary here is checked against the spans of the same run, recomputed from the exported OTLP-JSON alone
+(``helpers.assert_summary_is_the_spans``): compiles, compile time, each phase's total and self time, recompiles,
+graph breaks, caches, failures and the slowest compile.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import WORKLOADS, assert_summary_is_the_spans, clean_env, read_otlp_json_spans, run_python, spans_to_file
+
+from torch_otel._replay import ReplayStats, replay_file
+from torch_otel._summary import RunSummary
+
+CORPUS = Path(__file__).parent / "data" / "tlparse-corpus"
+CLI = [sys.executable, "-m", "torch_otel", "replay"]
+# tlparse's real GPU logs: inductor with Triton and autotuning, cudagraphs, recompiles across ranks
+GPU_LOGS = ("inductor_provenance_jit_cuda_log.txt.gz", "autotune_with_compile_id.log.gz", "multi_rank_runtime_rank_0.log.gz")
+
+
+def _replay(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def _screen(out: str) -> list[str]:
+    """The summary's lines in replay's output: from its title to the replay's own counts."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("torch.compile run summary"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("phase events unmatched"))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("log", GPU_LOGS)
+def test_a_replayed_gpu_logs_summary_is_the_sum_of_its_spans_on_one_screen(tmp_path, log):
+    res = _replay([str(CORPUS / log), "-o", str(tmp_path / "s.jsonl"), "--json", str(tmp_path / "s.json")], tmp_path)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())["summary"]
+    spans = read_otlp_json_spans(tmp_path / "s.jsonl")
+    assert summary["source"] == "replay" and summary["compiles"] >= 1 and summary["phases"]
+    assert_summary_is_the_spans(summary, spans)
+    screen = _screen(res.stdout)
+    assert len(screen) <= 45 and max(len(ln) for ln in screen) <= 100, "\n".join(screen)
+    assert f"{summary['compiles']} compiles" in screen[0] and f"{summary['wall_s']:.2f} s compiling" in screen[0]
+    top = summary["phases"][0]
+    assert re.search(
+        rf"^  {re.escape(top['name'])} +{top['count']} +{top['total_s']:.3f} +{top['self_s']:.3f}", "\n".join(screen), re.M
+    )
+    slow = summary["slowest"][0]
+    assert f"{slow['duration_s']:8.3f} s  {slow['id']}" in res.stdout
+    # --json - : the same facts on stdout, the text on stderr
+    piped = _replay([str(CORPUS / log), "-o", str(tmp_path / "t.jsonl"), "--json", "-"], tmp_path)
+    assert json.loads(piped.stdout)["summary"]["phases"] == summary["phases"]
+    assert "torch.compile run summary (replay)" in piped.stderr
+
+
+def test_a_live_run_writes_its_summary_at_exit_and_replay_of_its_log_says_the_same(tmp_path):
+    """TORCH_OTEL_SUMMARY on a user's own run (graph breaks, recompiles, a failure, a limit hit, compiled autograd)."""
+    res = run_python(
+        WORKLOADS / "mixed.py",
+        {
+            "WITH_BRIDGE": "1",
+            "COMPILED_AUTOGRAD": "1",
+            "TORCH_TRACE": str(tmp_path / "trace"),
+            "TORCH_OTEL_SUMMARY": f"stderr,{tmp_path}/live-{{rank}}.json,{tmp_path}/live.html",
+            **spans_to_file(tmp_path / "live.jsonl"),
+        },
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    live = json.loads((tmp_path / "live-0.json").read_text())
+    assert live["source"] == "live" and live["cpu_s"] is not None and 0 < live["cpu_s"]
+    assert_summary_is_the_spans(live, read_otlp_json_spans(tmp_path / "live.jsonl"))
+    assert "torch.compile run summary (live)" in res.stderr and "recompile-limit hits: 1" in res.stderr
+    assert (tmp_path / "live.html").read_text().lstrip().lower().startswith("<!doctype html")
+    (log,) = (tmp_path / "trace").glob("*.log")
+    rep = _replay([str(log), "-o", str(tmp_path / "r.jsonl"), "--json", str(tmp_path / "r.json")], tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    replayed = json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert_summary_is_the_spans(replayed, read_otlp_json_spans(tmp_path / "r.jsonl"))
+    same = ("compiles", "by_kind", "recompiles", "graph_breaks", "failures", "recompile_limit_hits", "eager_fallbacks")
+    assert {k: live[k] for k in same} == {k: replayed[k] for k in same}
+    assert [(f["function"], f["compiles"]) for f in live["frames"]] == [
+        (f["function"], f["compiles"]) for f in replayed["frames"]
+    ]
+
+
+def test_a_summary_destination_that_cannot_be_written_is_one_line_and_the_run_succeeds(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    script = tmp_path / "job.py"
+    script.write_text("import torch_otel.auto\nimport torch\ntorch.compile(lambda x: x + 1, backend='eager')(torch.ones(1))\n")
+    res = run_python(
+        script, {"TORCH_OTEL_SUMMARY": f"{blocker}/s.txt,{tmp_path}/s-{{host}}.txt,stderr", **spans_to_file(tmp_path / "s.jsonl")}
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    ours = [ln for ln in res.stderr.splitlines() if "TORCH_OTEL_SUMMARY" in ln]
+    assert len(ours) == 2, ours
+    assert any(f"cannot write the run summary to {blocker}/s.txt" in ln for ln in ours)
+    assert any("only {rank} and {pid} placeholders" in ln for ln in ours)
+    assert "Traceback" not in res.stderr
+    assert "torch.compile run summary (live): 1 compiles (1 frame)" in res.stderr  # the destinations that work still do
+
+
+def test_past_its_bounds_the_picture_folds_compiles_and_the_totals_stay_exact(tmp_path):
+    """Only the slowest compiles keep their phase tree; the rest are folded into their frame, whatever the run's length."""
+    full, small = RunSummary("replay"), RunSummary("replay", max_tree_compiles=3)
+    replay_file(CORPUS / "multi_rank_runtime_rank_0.log.gz", [full, small], ReplayStats())
+    a, b = full.to_dict(), small.to_dict()
+    assert a["compiles"] > 3
+    for k in ("compiles", "wall_s", "phases", "frames", "slowest", "recompiles"):
+        assert a[k] == b[k], k
+    kept = [c for f in b["tree"]["children"] for c in f["children"] if c["kind"] == "compile"]
+    folded = [c for f in b["tree"]["children"] for c in f["children"] if c["kind"] == "more"]
+    assert len(kept) == 3 and sum(c["count"] for c in folded) == a["compiles"] - 3
+    assert abs(sum(c["total_s"] for c in kept + folded) - b["wall_s"]) < 1e-5 * a["compiles"]
+    assert min(c["total_s"] for c in kept) >= max(c["total_s"] / c["count"] for c in folded) - 1e-6
+
+
+def _empty_file(d: Path) -> Path:
+    (d / "empty.log").write_text("")
+    return d / "empty.log"
+
+
+def _empty_directory(d: Path) -> Path:
+    (d / "none").mkdir()
+    return d / "none"
+
+
+def _our_own_output(d: Path) -> Path:
+    (d / "spans.jsonl").write_text(json.dumps({"resourceSpans": [{"scopeSpans": []}]}) + "\n")
+    return d / "spans.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (_empty_file, "the file is empty"),
+        (_empty_directory, "the directory holds no files"),
+        (_our_own_output, "this is OTLP-JSON (torch-otel's own --output or TORCH_OTEL_TRACES_FILE), not a TORCH_TRACE log"),
+    ],
+    ids=["empty-file", "empty-directory", "otlp-json"],
+)
+def test_replay_names_what_is_wrong_with_its_input(tmp_path, make, says):
+    path = make(tmp_path)
+    res = subprocess.run(
+        [*CLI, str(path), "-o", str(tmp_path / "out.jsonl")],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert res.returncode == 1, res
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"torch-otel replay: {path}") and says in lines[0], lines

@@ -1,0 +1,438 @@
+"""Where a run's compile time went: totals over every compile the assembler finished, live or replayed.
+
+:class:`RunSummary` is one more sink of the assembler, so a live run, a replayed log and the demo
+summarise the same records the spans are built from. Its memory is bounded whatever the run's
+length: phases and frames are totals by name, and only the slowest compiles keep their phase tree
+(for the HTML page); the rest are folded into their frame.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ._assembler import RUNTIME, CompileRecord, PhaseNode, Sink
+from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from ._graph_breaks import graph_break_code
+from ._spans import ROOT_NAMES, _Recent
+
+__all__ = ["RunSummary"]
+
+MAX_TREE_COMPILES = 500  # compiles that keep their phase tree for the picture (the slowest)
+MAX_FRAMES = 1000  # distinct frames; past this, "(other frames)"
+MAX_PHASE_NAMES = 512  # distinct phase names; past this, "(other phases)"
+MAX_REASONS = 1000  # distinct recompile reasons kept as text
+MAX_TREE_CHILDREN = 200  # distinct phase names under one phase of the picture
+SLOWEST = 10
+OTHER_FRAMES = ("(other frames)", None, None)
+
+FrameKey = tuple[str, str | None, int | None]
+
+
+@dataclass(slots=True)
+class _Tree:
+    """A phase of the picture: same-named siblings are merged (their times and counts add up)."""
+
+    total_ns: int = 0
+    self_ns: int = 0
+    count: int = 0
+    children: dict[str, _Tree] = field(default_factory=dict)
+
+    def to_dict(self, name: str, kind: str = "phase") -> dict[str, Any]:
+        kids = sorted(self.children.items(), key=lambda kv: -kv[1].total_ns)
+        return {
+            "name": name,
+            "kind": kind,
+            "total_s": _s(self.total_ns),
+            "self_s": _s(self.self_ns),
+            "count": self.count,
+            "children": [t.to_dict(n) for n, t in kids],
+        }
+
+
+@dataclass(slots=True)
+class _Frame:
+    compiles: int = 0
+    total_ns: int = 0
+    more: int = 0  # compiles no longer kept in detail
+    more_ns: int = 0
+
+
+def _s(ns: int) -> float:
+    return round(ns / 1e9, 6)
+
+
+def _dur(node: PhaseNode) -> int:
+    return max(0, (node.end_ns if node.end_ns is not None else node.start_ns) - node.start_ns)
+
+
+def _where(fn: str, path: str | None, line: int | None) -> str:
+    if path is None:
+        return fn
+    return f"{fn} ({os.path.basename(path)}:{line if line is not None else '?'})"
+
+
+class RunSummary(Sink):
+    """Totals of a run's compiles: time by phase (total and self), frames, recompiles, graph breaks, caches, failures.
+
+    ``source`` is ``"live"`` or ``"replay"``. Recompile reasons are scrubbed of literal values, as on
+    spans, unless ``capture_payloads``.
+    """
+
+    def __init__(self, source: str = "live", capture_payloads: bool = False, max_tree_compiles: int = MAX_TREE_COMPILES) -> None:
+        self.source = source
+        self.capture_payloads = capture_payloads
+        self.max_tree_compiles = max_tree_compiles
+        self._lock = threading.Lock()
+        self.by_kind: Counter[str] = Counter()
+        self.wall_ns = 0
+        self.cpu_ns = 0
+        self.cpu_known = 0  # compiles whose CPU time is known (live)
+        self.phase_total: Counter[str] = Counter()
+        self.phase_self: Counter[str] = Counter()
+        self.phase_count: Counter[str] = Counter()
+        self.frames: dict[FrameKey, _Frame] = {}
+        self.recompiles: Counter[str] = Counter()  # by category
+        self.reasons: Counter[tuple[str, str]] = Counter()  # (category, text)
+        self.graph_breaks: Counter[tuple[str, str]] = Counter()  # (code, type)
+        self.cache: Counter[tuple[str, str, str]] = Counter()
+        self.failures: Counter[str] = Counter()
+        self.recompile_limit_hits = 0
+        self.eager_fallbacks = 0
+        self.runtime_records = 0
+        self.runtime_ns = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
+        self._slowest: list[tuple[int, int, dict[str, Any]]] = []
+        self._trees: list[tuple[int, int, FrameKey, dict[str, Any], _Tree]] = []
+        self._seq = itertools.count()
+        self._frame_of: _Recent[str, FrameKey] = _Recent(4096)  # a backward's forward frame, by compile id
+        self._code_of: _Recent[tuple[int | None, int | None], FrameKey] = _Recent(4096)  # by (autograd id, frame id)
+
+    # -- the sink --------------------------------------------------------------
+    def on_finish(self, record: CompileRecord) -> None:
+        with self._lock:
+            self._add(record)
+
+    def _add(self, rec: CompileRecord) -> None:
+        dur = _dur(rec.root)
+        if rec.kind == RUNTIME:
+            self.runtime_records += 1
+            self.runtime_ns += dur
+            return
+        self.by_kind[rec.kind] += 1
+        self.wall_ns += dur
+        if rec.cpu_ns is not None:
+            self.cpu_ns += rec.cpu_ns
+            self.cpu_known += 1
+        start = rec.root.start_ns
+        self.first_ns = start if self.first_ns is None else min(self.first_ns, start)
+        end = start + dur
+        self.last_ns = end if self.last_ns is None else max(self.last_ns, end)
+        tree = self._phases(rec)
+        key = self._frame_key(rec)
+        frame = self.frames.get(key)
+        if frame is None:
+            if len(self.frames) >= MAX_FRAMES:
+                key = OTHER_FRAMES
+            frame = self.frames.setdefault(key, _Frame())
+        frame.compiles += 1
+        frame.total_ns += dur
+        failed = rec.fail_type or ("Incomplete" if rec.incomplete else None)
+        facts = {
+            "id": rec.id_str,
+            "kind": rec.kind,
+            "function": key[0],
+            "file": key[1],
+            "line": key[2],
+            "duration_s": _s(dur),
+            "status": "error" if failed else "ok",
+        }
+        if rec.rank is not None:
+            facts["rank"] = rec.rank
+        seq = next(self._seq)
+        self._keep(self._slowest, (dur, seq, facts), SLOWEST)
+        dropped = self._keep(self._trees, (dur, seq, key, facts, tree), self.max_tree_compiles)
+        if dropped is not None:
+            gone = self.frames.get(dropped[2])
+            if gone is not None:
+                gone.more += 1
+                gone.more_ns += dropped[0]
+        reason = rec.recompile_reason or (rec.recompile_reasons[0] if rec.recompile_reasons else None)
+        if reason:
+            category = recompile_category(reason)
+            self.recompiles[category] += 1
+            text = strip_recompile_prefix(reason)
+            if not self.capture_payloads:
+                text = scrub_guard_text(text)
+            rkey = (category, text[:200])
+            if rkey in self.reasons or len(self.reasons) < MAX_REASONS:
+                self.reasons[rkey] += 1
+            else:
+                self.reasons[(category, "(other reasons)")] += 1
+        for gb in rec.graph_breaks:
+            self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
+        for k, n in rec.cache_lookups().items():
+            self.cache[k] += n
+        if failed:
+            self.failures[failed] += 1
+        if rec.recompile_limit_hit:
+            self.recompile_limit_hits += 1
+        if rec.eager_fallback:
+            self.eager_fallbacks += 1
+
+    @staticmethod
+    def _keep(heap: list[Any], item: Any, limit: int) -> Any:
+        """Push ``item`` onto a min-heap of at most ``limit``; returns what fell out, if anything."""
+        if len(heap) < limit:
+            heapq.heappush(heap, item)
+            return None
+        return heapq.heappushpop(heap, item)
+
+    def _frame_key(self, rec: CompileRecord) -> FrameKey:
+        name, path, line = rec.code_location()
+        cid = rec.compile_id
+        if rec.kind == "frame" and cid is not None:
+            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's, as on spans
+            fkey = (cid.compiled_autograd_id, cid.frame_id)
+            if isinstance(name, str) and isinstance(path, str):
+                key: FrameKey = (name, path, line if isinstance(line, int) else None)
+                self._frame_of.remember(rec.id_str, key)
+                self._code_of.remember(fkey, key)
+                return key
+            if fkey in self._code_of:
+                return self._code_of[fkey]
+        if rec.kind == "backward" and rec.id_str in self._frame_of:
+            return self._frame_of[rec.id_str]
+        if isinstance(name, str) and isinstance(path, str):
+            return (name, path, line if isinstance(line, int) else None)
+        return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None)
+
+    def _phases(self, rec: CompileRecord) -> _Tree:
+        """Adds the compile's phases to the totals; returns its tree (siblings of a name merged)."""
+        top = _Tree()
+        stack: list[tuple[PhaseNode, _Tree, bool]] = [(rec.root, top, True)]
+        names = self.phase_total
+        while stack:
+            node, tree, is_root = stack.pop()
+            dur = _dur(node)
+            own = max(0, dur - sum(_dur(c) for c in node.children))
+            name = ROOT_NAMES.get(rec.kind, "torch.compile") if is_root else node.name
+            if name not in names and len(names) >= MAX_PHASE_NAMES:
+                name = "(other phases)"
+            self.phase_total[name] += dur
+            self.phase_self[name] += own
+            self.phase_count[name] += 1
+            tree.total_ns += dur
+            tree.self_ns += own
+            tree.count += 1
+            for child in node.children:
+                sub = tree.children.get(child.name)
+                if sub is None:
+                    if len(tree.children) >= MAX_TREE_CHILDREN:
+                        continue  # counted in the totals above, not drawn
+                    sub = tree.children[child.name] = _Tree()
+                stack.append((child, sub, False))
+        return top
+
+    # -- what it says ------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
+        with self._lock:
+            return self._dict()
+
+    def _dict(self) -> dict[str, Any]:
+        compiles = sum(self.by_kind.values())
+        phases = [
+            {
+                "name": n,
+                "count": self.phase_count[n],
+                "total_s": _s(self.phase_total[n]),
+                "self_s": _s(self.phase_self[n]),
+            }
+            for n in sorted(self.phase_total, key=lambda n: (-self.phase_self[n], -self.phase_total[n], n))
+        ]
+        frames = sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns)
+        reasons = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {
+            "source": self.source,
+            "compiles": compiles,
+            "by_kind": dict(sorted(self.by_kind.items())),
+            "wall_s": _s(self.wall_ns),
+            "cpu_s": _s(self.cpu_ns) if self.cpu_known and self.cpu_known == compiles else None,
+            "first_to_last_s": _s(self.last_ns - self.first_ns)
+            if self.first_ns is not None and self.last_ns is not None
+            else 0.0,
+            "phases": phases,
+            "frames": [
+                {"function": k[0], "file": k[1], "line": k[2], "compiles": f.compiles, "total_s": _s(f.total_ns)}
+                for k, f in frames[:50]
+            ],
+            "slowest": [facts for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
+            "recompiles": {
+                "total": sum(self.recompiles.values()),
+                "by_category": dict(self.recompiles.most_common()),
+                "top_reasons": [{"category": c, "reason": r, "count": n} for (c, r), n in reasons[:20]],
+            },
+            "graph_breaks": {
+                "total": sum(self.graph_breaks.values()),
+                "by_code": [
+                    {"code": c, "type": t, "count": n}
+                    for (c, t), n in sorted(self.graph_breaks.items(), key=lambda kv: (-kv[1], kv[0]))
+                ],
+            },
+            "cache": [{"cache": c, "location": loc, "result": r, "count": n} for (c, loc, r), n in sorted(self.cache.items())],
+            "failures": {"total": sum(self.failures.values()), "by_type": dict(self.failures.most_common())},
+            "recompile_limit_hits": self.recompile_limit_hits,
+            "eager_fallbacks": self.eager_fallbacks,
+            "runtime": {"records": self.runtime_records, "total_s": _s(self.runtime_ns)},
+            "tree": self._tree(),
+        }
+
+    def _tree(self) -> dict[str, Any]:
+        """The picture: the run, its frames, their slowest compiles, their phases."""
+        kept: dict[FrameKey, list[dict[str, Any]]] = {}
+        for _, _, key, facts, tree in sorted(self._trees, key=lambda t: (-t[0], t[1])):
+            node = tree.to_dict(f"{facts['kind']} {facts['id']}", "compile")
+            node["status"] = facts["status"]
+            node["detail"] = f"{facts['kind']} compile of {_where(str(facts['function']), facts['file'], facts['line'])}"
+            kept.setdefault(key, []).append(node)
+        frames = []
+        for key, f in sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns):
+            children = kept.get(key, [])
+            if f.more:
+                children.append(
+                    {
+                        "name": f"({f.more} more compile{'s' if f.more > 1 else ''})",
+                        "kind": "more",
+                        "total_s": _s(f.more_ns),
+                        "self_s": _s(f.more_ns),
+                        "count": f.more,
+                        "children": [],
+                    }
+                )
+            frames.append(
+                {
+                    "name": _where(*key),
+                    "kind": "frame",
+                    "total_s": _s(f.total_ns),
+                    "self_s": 0.0,
+                    "count": f.compiles,
+                    "children": children,
+                }
+            )
+        return {"name": "run", "kind": "run", "total_s": _s(self.wall_ns), "self_s": 0.0, "count": 1, "children": frames}
+
+    def format_text(self, width: int = 100) -> str:
+        """One terminal screen: the totals, then the top rows of each table."""
+        return format_text(self.to_dict(), width)
+
+    def write(self, destination: str, err: IO[str] | None = None) -> None:
+        """Write to ``stderr``/``stdout`` (text) or a file: ``.json`` JSON, ``.html`` the page, else text."""
+        import sys
+
+        facts = self.to_dict()
+        if destination in ("stderr", "stdout"):
+            stream = err if err is not None and destination == "stderr" else getattr(sys, destination)
+            stream.write(format_text(facts))
+            stream.flush()
+            return
+        if destination.endswith(".json"):
+            body = json.dumps(facts, indent=1) + "\n"
+        elif destination.endswith((".html", ".htm")):
+            from ._html import render_html
+
+            body = render_html(facts)
+        else:
+            body = format_text(facts)
+        parent = os.path.dirname(destination)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(destination, "w", encoding="utf-8") as fh:
+            fh.write(body)
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def format_text(facts: dict[str, Any], width: int = 100) -> str:
+    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text."""
+    out: list[str] = []
+    w = max(60, width)
+    name_w = w - 42
+    kinds = ", ".join(f"{n} {k}" for k, n in facts["by_kind"].items())
+    wall = facts["wall_s"]
+    cpu = f", {facts['cpu_s']:.2f} s CPU" if facts.get("cpu_s") is not None else ""
+    out.append(
+        f"torch.compile run summary ({facts['source']}): {facts['compiles']} compiles"
+        + (f" ({kinds})" if kinds else "")
+        + f", {wall:.2f} s compiling{cpu}"
+    )
+    if not facts["compiles"]:
+        out.append("no compiles")
+        return "\n".join(out) + "\n"
+    phases = facts["phases"]
+    out.append("")
+    out.append(
+        f"{'time by phase (self time: not in a sub-phase)':<{name_w}} {'count':>7} {'total s':>10} {'self s':>10} {'self %':>7}"
+    )
+    for p in phases[:10]:
+        pct = 100 * p["self_s"] / wall if wall else 0.0
+        out.append(
+            f"  {_cut(p['name'], name_w - 2):<{name_w - 2}} {p['count']:>7} {p['total_s']:>10.3f} {p['self_s']:>10.3f} {pct:>6.1f}%"
+        )
+    if len(phases) > 10:
+        rest = phases[10:]
+        self_rest = sum(p["self_s"] for p in rest)
+        pct = 100 * self_rest / wall if wall else 0.0
+        out.append(
+            f"  {_cut(f'({len(rest)} more phases)', name_w - 2):<{name_w - 2}} {'':>7} {'':>10} {self_rest:>10.3f} {pct:>6.1f}%"
+        )
+    out.append("")
+    out.append(f"{'frames that cost most':<{name_w}} {'compiles':>8} {'total s':>10}")
+    for f in facts["frames"][:5]:
+        out.append(
+            f"  {_cut(_where(f['function'], f['file'], f['line']), name_w - 2):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}"
+        )
+    out.append("")
+    out.append("slowest compiles")
+    for c in facts["slowest"][:5]:
+        mark = "  FAILED" if c["status"] == "error" else ""
+        rank = f" rank {c['rank']}" if "rank" in c else ""
+        out.append(
+            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {_cut(_where(c['function'], c['file'], c['line']), w - 34)}{rank}{mark}"
+        )
+    rc = facts["recompiles"]
+    out.append("")
+    cats = ", ".join(f"{k} {v}" for k, v in rc["by_category"].items())
+    out.append(f"recompiles: {rc['total']}" + (f" ({cats})" if cats else ""))
+    for r in rc["top_reasons"][:3]:
+        out.append(f"  {r['count']:>5}  {_cut(r['category'] + ': ' + r['reason'], w - 9)}")
+    gb = facts["graph_breaks"]
+    codes = ", ".join(f"{g['code']} {g['count']}" for g in gb["by_code"][:6])
+    out.append(f"graph breaks: {gb['total']}" + (f" ({codes})" if codes else ""))
+    for g in gb["by_code"][:3]:
+        out.append(f"  {g['count']:>5}  {_cut(g['code'] + ' ' + g['type'], w - 9)}")
+    caches: dict[str, list[str]] = {}
+    for c in facts["cache"]:
+        caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")
+    out.append("cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups"))
+    fl = facts["failures"]
+    types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
+    out.append(
+        f"failures: {fl['total']}"
+        + (f" ({types})" if types else "")
+        + f"; recompile-limit hits: {facts['recompile_limit_hits']}; frames left in eager: {facts['eager_fallbacks']}"
+    )
+    rt = facts.get("runtime") or {}
+    if rt.get("records"):
+        out.append(f"after their compiles (autotuning, cudagraph set-up): {rt['records']} records, {rt['total_s']:.3f} s")
+    return "\n".join(out) + "\n"
