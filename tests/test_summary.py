@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import WORKLOADS, assert_summary_is_the_spans, clean_env, read_otlp_json_spans, run_python, spans_to_file
+from readme_demo import REPLAY_BEGIN, REPLAY_END, readme_block, replay_screen
 
 from torch_otel._replay import ReplayStats, replay_file
 from torch_otel._summary import RunSummary
@@ -159,3 +160,8 @@ def test_replay_names_what_is_wrong_with_its_input(tmp_path, make, says):
     assert res.returncode == 1, res
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"torch-otel replay: {path}") and says in lines[0], lines
+
+
+def test_the_readmes_replayed_summary_is_what_replay_prints():
+    """The README shows a real GPU log's summary: replay's output is the same on every run, so it is compared exactly."""
+    assert readme_block(begin=REPLAY_BEGIN, end=REPLAY_END) == replay_screen(), "stale: run python tests/readme_demo.py"
