@@ -283,17 +283,20 @@ def _write_report(path: str, run: Any) -> None:
 def _write_json(path: str, stats: Any, divergence: dict[str, Any]) -> None:
     import json
 
+    summary = stats.run.to_dict()
     doc = {
         "files": stats.files,
         "records": stats.records,
-        "compiles": dict(stats.compiles),
-        "failures": dict(stats.failures),
-        "recompile_limit_hits": stats.recompile_limit_hits,
-        "graph_breaks": dict(stats.graph_breaks),
+        # the keys from before the run summary, read from it: failures of torch's own types (not "Incomplete"),
+        # graph breaks as "code type"
+        "compiles": summary["by_kind"],
+        "failures": {k: n for k, n in summary["failures"]["by_type"].items() if k != "Incomplete"},
+        "recompile_limit_hits": summary["recompile_limit_hits"],
+        "graph_breaks": {f"{g['code']} {g['type']}".strip(): g["count"] for g in summary["graph_breaks"]["by_code"]},
         "lines_skipped": dict(stats.skipped),
         "unknown_kinds": dict(stats.unknown_kinds),
         "divergence": divergence,
-        "summary": stats.run.to_dict() if stats.run is not None else None,
+        "summary": summary,
     }
     if path == "-":
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)

@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ._assembler import RUNTIME, Assembler, CompileRecord, Sink
-from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from ._assembler import Assembler, CompileRecord, Sink
 from ._events import ArtifactEvent, GraphBreakEvent, PhaseEvent
-from ._graph_breaks import graph_break_code
 from ._parse import RecordError, parse_record
 from ._summary import RunSummary
 
@@ -42,7 +40,6 @@ _KEEP_ARTIFACTS = {  # small, and parsed
     "torch_version",
     "compiled_autograd_compile_reasons",
 }
-_MAX_DISTINCT_REASONS = 1000
 
 
 @dataclass
@@ -50,45 +47,12 @@ class ReplayStats:
     files: int = 0
     bytes: int = 0
     records: int = 0
-    compiles: Counter[str] = field(default_factory=Counter)
-    failures: Counter[str] = field(default_factory=Counter)
-    recompile_limit_hits: int = 0
-    recompile_reasons: Counter[str] = field(default_factory=Counter)
-    graph_breaks: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     unmatched: Counter[str] = field(default_factory=Counter)  # phase begins never ended, ends with nothing open
     unknown_kinds: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
-    runtime_phases: int = 0  # work timed for compiled graphs after their compiles (GPU: autotuning, cudagraphs)
     problems: list[str] = field(default_factory=list)
-    run: RunSummary | None = None  # where the compile time went (replay_paths)
-
-
-class _SummarySink(Sink):
-    def __init__(self, stats: ReplayStats) -> None:
-        self.stats = stats
-
-    def on_finish(self, rec: CompileRecord) -> None:
-        s = self.stats
-        if rec.kind == RUNTIME:
-            s.runtime_phases += 1
-            return
-        s.compiles[rec.kind] += 1
-        if rec.fail_type:
-            s.failures[rec.fail_type] += 1
-        if rec.recompile_limit_hit:
-            s.recompile_limit_hits += 1
-        if rec.recompile_reason:
-            # the reason itself (its literals scrubbed, as on spans), after its category; bounded
-            text = scrub_guard_text(strip_recompile_prefix(rec.recompile_reason))[:160]
-            key = f"{recompile_category(rec.recompile_reason)}: {text}"
-            if key in s.recompile_reasons or len(s.recompile_reasons) < _MAX_DISTINCT_REASONS:
-                s.recompile_reasons[key] += 1
-            else:
-                s.recompile_reasons["(other reasons)"] += 1
-        for gb in rec.graph_breaks:
-            code = graph_break_code(gb.gb_type, gb.reason)
-            s.graph_breaks[f"{code} {gb.gb_type or ''}".strip()] += 1
+    run: RunSummary | None = None  # the compiles found, and where their time went (replay_paths)
 
 
 _OTLP_JSON_KEYS = (b'"resourceSpans"', b'"resourceMetrics"', b'"resourceLogs"')
@@ -354,13 +318,12 @@ def replay_file(
     stats.unmatched["ends with no begin open"] += assembler.stats["unmatched_phase_ends"]
 
 
-def print_summary(stats: ReplayStats, out: IO[str], run: RunSummary | None = None) -> None:
+def print_summary(stats: ReplayStats, out: IO[str]) -> None:
     """The run summary of what was replayed, then what the replay itself met (unmatched events, skipped lines)."""
-    total = sum(stats.compiles.values())
     out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
-    if run is not None:
-        out.write(run.format_text())
-    if not total and stats.kinds:
+    if stats.run is not None:
+        out.write(stats.run.format_text())
+    if not (stats.run and stats.run.by_kind) and stats.kinds:
         held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
         out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")
     out.write("\n")
@@ -384,7 +347,6 @@ def replay_paths(
     """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
     run = RunSummary("replay", capture_payloads=keep_all_payloads)
     stats = ReplayStats(run=run)
-    summary = _SummarySink(stats)
     files: list[Path] = []
     for p in paths:
         path = Path(p)
@@ -409,13 +371,13 @@ def replay_paths(
     stats.bytes = total_bytes
     progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        replay_file(f, [*sinks, summary, run], stats, keep_all_payloads, progress, artifacts)
+        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts)
         if progress is not None:
             progress.file_done(f.stat().st_size)
     if progress is not None:
         progress.close()
     if files:
-        print_summary(stats, out, run)
+        print_summary(stats, out)
     for p in stats.problems:
         sys.stderr.write(f"torch-otel replay: {p}\n")
     if not stats.kinds and not stats.unknown_kinds:

@@ -12,6 +12,7 @@ import heapq
 import itertools
 import json
 import os
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -334,13 +335,11 @@ class RunSummary(Sink):
         """One terminal screen: the totals, then the top rows of each table."""
         return format_text(self.to_dict(), width)
 
-    def write(self, destination: str, err: IO[str] | None = None) -> None:
+    def write(self, destination: str) -> None:
         """Write to ``stderr``/``stdout`` (text) or a file: ``.json`` JSON, ``.html`` the page, else text."""
-        import sys
-
         facts = self.to_dict()
         if destination in ("stderr", "stdout"):
-            stream = err if err is not None and destination == "stderr" else getattr(sys, destination)
+            stream: IO[str] = getattr(sys, destination)
             stream.write(format_text(facts))
             stream.flush()
             return
