@@ -23,7 +23,7 @@ from torch_otel._config import Settings
 from torch_otel._file_exporter import OTLPJsonFileSpanExporter
 from torch_otel._metrics import CompileMetrics, PrometheusBackend
 from torch_otel._replay import replay_paths
-from torch_otel._spans import SpanMapper, SpanSink
+from torch_otel._spans import SpanMapper
 
 # A graph break makes dynamo restart (it traces the frame twice: two bytecode_tracing stretches), and the backward
 # compiles lazily: several stretches of the same phase in one compile.
@@ -97,11 +97,13 @@ def _record_log(tmp_path: Path) -> Path:
 def _replay(log: Path, capture: str = "default") -> tuple[list, CollectorRegistry]:  # type: ignore[type-arg]
     exporter, provider, registry = InMemorySpanExporter(), TracerProvider(), CollectorRegistry()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    sinks = [
-        SpanSink(SpanMapper(provider.get_tracer("t"), Settings(), live=False)),
-        CompileMetrics([PrometheusBackend(registry)]),
-    ]
-    code, _ = replay_paths([str(log)], sinks, artifacts=capture == "full", out=sys.stderr)  # type: ignore[arg-type]
+    code, _ = replay_paths(
+        [str(log)],
+        [CompileMetrics([PrometheusBackend(registry)])],
+        artifacts=capture == "full",
+        out=sys.stderr,
+        tracing=SpanMapper(provider.get_tracer("t"), Settings(), live=False),
+    )
     assert code == 0
     return list(exporter.get_finished_spans()), registry
 

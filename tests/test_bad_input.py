@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import torch_otel
 from torch_otel._config import load_settings, sdk_env_problems
 from torch_otel._exposition import prometheus_port
-from torch_otel._setup import _list, job_resource, otlp_problem
+from torch_otel._setup import exporter_names, job_resource, otlp_problem
 
 BRIDGE_VARS = (
     "TORCH_OTEL_CAPTURE",
@@ -71,7 +71,7 @@ def test_any_value_of_any_variable_is_one_line_naming_it_never_an_exception(env)
         if problem:
             messages.append(problem)
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"):
-        _list(env, name, "otlp", ("otlp", "console", "none", "prometheus"))
+        exporter_names(env, name, "otlp", ("otlp", "console", "none", "prometheus"))
     assert 0 <= prometheus_port(env) <= 65535
     job_resource(env)
     for m in messages:

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ._categories import is_recompile_limit_hit
 from ._compile_id import CompileId
 from ._events import (
     ArtifactEvent,
@@ -34,26 +33,13 @@ from ._events import (
     GraphScheduleEvent,
     LogEvent,
     MetricsEvent,
-    Origin,
     PhaseEvent,
     RecompileReasonsEvent,
     StartEvent,
 )
 from ._internal import record_error
+from ._record import ROOTS, RUNTIME, STANDALONE, CodeLocation, CompileRecord, Linked, PhaseNode, Recent, Sink
 
-ROOTS: dict[str, str] = {
-    "dynamo": "frame",
-    "entire_backward_compile": "backward",
-    "compiled_autograd": "compiled_autograd",
-    "export": "export",  # the live hook around torch.export (torch logs no root of its own for it)
-    "fullgraph_capture": "export",  # strict export; an AOT precompile's is told apart by its stack
-    "compile_fx_aot": "aot_inductor",
-}
-# Compiles that are not a frame's: each is its own trace, and nests no other root of its family.
-STANDALONE = frozenset({"export", "precompile", "aot_inductor"})
-# Not a compile: work torch times for a compiled graph after its compile ended, at its first calls (GPU: cudagraph
-# set-up, runtime autotuning). Each outermost such phase is a record of this kind, under its graph's compile id.
-RUNTIME = "runtime"
 # torch's functions on a standalone compile's stack that say what it is
 _STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
 
@@ -62,186 +48,110 @@ MAX_GRAPH_BREAKS = 256
 MAX_ARTIFACTS = 512
 MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
-# cache -> the prefix of its counts in torch's CompilationMetrics; the phase that reports its bypass
-CACHE_METRIC_PREFIXES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd"))
-BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
+# Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
+# recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
+RECENT = 4096
 
 
-@dataclass(slots=True)
-class PhaseNode:
-    name: str
-    start_ns: int
-    end_ns: int | None = None
-    args: dict[str, Any] = field(default_factory=dict)
-    children: list[PhaseNode] = field(default_factory=list)
-    instants: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """How an event that belongs to a compile joins its record: one row per event type in :data:`ATTACH`.
 
-    def walk(self) -> Iterable[tuple[PhaseNode, int]]:
-        """Depth-first (node, depth), this node first."""
-        stack: list[tuple[PhaseNode, int]] = [(self, 0)]
-        while stack:
-            node, depth = stack.pop()
-            yield node, depth
-            stack.extend((c, depth + 1) for c in reversed(node.children))
+    The event's compile is found by its id (``prefer``: the kind of compile an id names first, for ids a frame
+    and its lazy backward share). It is appended to ``field`` of the record, at most ``bound`` of them (the rest
+    counted in ``dropped``); with no compile open it is counted as ``orphan_<field>``. ``dated``: an event
+    without a time takes the compile's latest (replay); ``raises_attempt``: its attempt is the record's too.
+    """
 
-
-@dataclass(slots=True)
-class CompileRecord:
-    kind: str
-    compile_id: CompileId | None
-    root: PhaseNode
-    attempt: int = 0
-    rank: int | None = None
-    origin: Origin | None = None
-    metrics: dict[str, Any] | None = None
-    graph_breaks: list[GraphBreakEvent] = field(default_factory=list)
-    logs: list[LogEvent] = field(default_factory=list)
-    artifacts: list[ArtifactEvent] = field(default_factory=list)
-    start_stack: list[dict[str, Any]] | None = None
-    recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
-    # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
-    schedules: list[GraphScheduleEvent] = field(default_factory=list)
-    incomplete: str | None = None
-    dropped: int = 0
-    # inductor's debug directories of this compile, one per graph (TORCH_COMPILE_DEBUG=1)
-    debug_dirs: list[str] = field(default_factory=list)
-    # replay: the TORCH_TRACE file it came from (live: torch's own trace file, looked up when it is mapped)
-    trace_file: str | None = None
-    # a lazy backward: the n-th (from 0) of its compile id in this process (DDP's buckets each have one)
-    backward_index: int | None = None
-    # torch's time of the latest phase event of this compile: the date of a record that carries none (replay)
-    last_ts_ns: int | None = None
-    # Set by the span sink, read by the metrics sink (exemplars).
-    trace_id: int | None = None
-    span_id: int | None = None
-    # Replay: the process that wrote the log (from its lines) and its torch version (torch_version artifact)
-    process_id: int | None = None
-    torch_version: str | None = None
-    # live: the process's CPU time from the compile's start to its end (every thread's: inductor's workers too)
-    cpu_ns: int | None = None
-    _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
-    _stack: list[PhaseNode] = field(default_factory=list)
-    # Phases open on inductor's compile workers, apart from the compile's own stack: worker thread -> its open
-    # phases (live), or None -> every worker's, in the order they began (replay: torch's log does not say the thread)
-    _lanes: dict[int | None, list[PhaseNode]] | None = None
-    _ended: bool = False
-    _nodes: int = 1
-
-    @property
-    def id_str(self) -> str:
-        return str(self.compile_id) if self.compile_id is not None else "-/-"
-
-    def _text(self, field_name: str) -> str | None:
-        """A CompilationMetrics text field; else the root's end event's (torch puts ``fail_type`` there too)."""
-        v = (self.metrics or {}).get(field_name)
-        if not (isinstance(v, str) and v):
-            v = self.root.args.get(field_name)
-        return v if isinstance(v, str) and v else None
-
-    @property
-    def fail_type(self) -> str | None:
-        """torch's ``fail_type`` (``Unsupported``, ``InductorError``, ...) of a failed compile."""
-        return self._text("fail_type")
-
-    @property
-    def fail_reason(self) -> str | None:
-        return self._text("fail_reason")
-
-    @property
-    def recompile_reason(self) -> str | None:
-        if self.kind == "compiled_autograd":  # no metrics record: the cache miss torch logged for it
-            return self.recompile_reasons[0] if self.recompile_reasons else None
-        return self._text("recompile_reason")
-
-    @property
-    def recompile_limit_hit(self) -> bool:
-        """The frame exceeded ``recompile_limit``: it runs in eager from now on."""
-        return is_recompile_limit_hit(self.fail_type, self.fail_reason)
-
-    @property
-    def eager_fallback(self) -> bool:
-        """This compile left its frame running in eager (limit hit, skipped frame, no guarded code)."""
-        return (
-            self.recompile_limit_hit
-            or (self.metrics or {}).get("has_guarded_code") is False
-            or any(gb.skipped_frame for gb in self.graph_breaks)
-        )
-
-    def cache_lookups(self) -> dict[tuple[str, str, str], int]:
-        """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
-
-        Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked
-        ``cache_state=bypass`` (local: a bypass never reaches a remote cache).
-        """
-        m: dict[str, Any] = self.metrics or {}
-        out: dict[tuple[str, str, str], int] = {}
-        for cache, prefix in CACHE_METRIC_PREFIXES:
-            for location in ("local", "remote"):
-                for result in ("hit", "miss"):
-                    n = m.get(f"{prefix}_{location}_cache_{result}_count")
-                    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                        out[(cache, location, result)] = n
-        for node, _ in self.root.walk():
-            if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
-                key = (BYPASS_PHASES[node.name], "local", "bypass")
-                out[key] = out.get(key, 0) + 1
-        return out
-
-    def code_location(self) -> tuple[Any, Any, Any]:
-        """(function, file, first line) of the compiled code: torch's metrics, else the live origin, else dynamo_start."""
-        m = self.metrics or {}
-        origin = self.origin
-        name = m.get("co_name") or (origin.code_name if origin else None)
-        path = m.get("co_filename") or (origin.code_file if origin else None)
-        line = m.get("co_firstlineno") or (origin.code_line if origin else None)
-        if (not name or not path) and self.start_stack:
-            top = self.start_stack[-1]
-            name, path, line = name or top.get("name"), path or top.get("filename_str"), line or top.get("line")
-        return name, path, line
-
-    @property
-    def duration_s(self) -> float:
-        end = self.root.end_ns if self.root.end_ns is not None else self.root.start_ns
-        return max(0.0, (end - self.root.start_ns) / 1e9)
+    field: str
+    bound: int
+    prefer: str | None = None
+    dated: bool = False
+    raises_attempt: bool = False
+    value: Callable[[Any], Any] | None = None  # what is kept (default: the event itself)
+    merge: Callable[[CompileRecord, Any], bool] | None = None  # True: the event was merged into what is kept
 
 
-class Sink:
-    """Receives compiles from the assembler: ``on_start`` (optional) and ``on_finish``."""
+def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:
+    """Replay: torch logs a graph's tensor metadata (LOG_TLPARSE=1) just before its collective schedule."""
+    last = rec.schedules[-1] if rec.schedules else None
+    if ev.tensor_meta is None and last is not None and last.tensor_meta and not last.collectives:
+        last.collectives = ev.collectives
+        return True
+    return False
 
-    def on_start(self, record: CompileRecord) -> None:
-        return None
 
-    def on_finish(self, record: CompileRecord) -> None:
-        raise NotImplementedError
+def _debug_dir_path(ev: DebugDirEvent) -> str:
+    return ev.path
 
-    def on_orphan_log(self, event: LogEvent) -> None:
-        """A torch warning logged outside any compile the assembler knows of (optional)."""
-        return None
+
+# The table of events that attach to a compile (phases, metrics, starts and recompile reasons shape the
+# record itself and have handlers of their own).
+ATTACH: dict[type, Attach] = {
+    GraphBreakEvent: Attach("graph_breaks", MAX_GRAPH_BREAKS, prefer="frame", dated=True),
+    ArtifactEvent: Attach("artifacts", MAX_ARTIFACTS, dated=True, raises_attempt=True),
+    LogEvent: Attach("logs", MAX_LOGS, prefer="frame"),
+    GraphScheduleEvent: Attach("schedules", MAX_SCHEDULES, merge=_merge_schedule),
+    DebugDirEvent: Attach("debug_dirs", MAX_SCHEDULES, value=_debug_dir_path),
+}
+
+
+class Tracing(Protocol):
+    """Builds a finished compile's trace; returns its root's ``(trace id, span id)``, or None when not traced."""
+
+    def emit(self, record: CompileRecord) -> tuple[int, int] | None: ...
+
+
+class CacheLoads(Protocol):
+    """What a mega-cache load put in this process's caches (:class:`torch_otel._mega_cache.LoadedKeys`)."""
+
+    def hits(self, record: CompileRecord) -> dict[str, int]: ...
 
 
 class Assembler:
-    """Feeds typed events in, hands finished :class:`CompileRecord` objects to the sinks."""
+    """Feeds typed events in, hands finished :class:`CompileRecord` objects to the sinks.
 
-    def __init__(self, sinks: Sequence[Sink] = (), max_open: int = 256) -> None:
+    Before any sink sees a finished record, the assembler derives what is not in torch's records for it
+    (:meth:`_derive`): the code location, the backward's forward, the compiled-autograd graph, the mega-cache
+    hits, then its trace identity from ``tracing`` (the span mapper, which builds the compile's trace).
+    ``stamp`` is the source's own word on a record (replay: the process that wrote it), called as a record
+    begins (``ended=False``) and as it ends (``ended=True``), before the derivation.
+    """
+
+    def __init__(
+        self,
+        sinks: Sequence[Sink] = (),
+        max_open: int = 256,
+        *,
+        tracing: Tracing | None = None,
+        cache_loads: CacheLoads | None = None,
+        stamp: Callable[[CompileRecord, bool], None] | None = None,
+        recent: int | None = None,
+    ) -> None:
+        recent = RECENT if recent is None else recent
         self.sinks: list[Sink] = list(sinks)
         self.max_open = max_open
+        self.tracing = tracing
+        self.cache_loads = cache_loads
+        self.stamp = stamp
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
+        # What later compiles inherit, bounded whatever the job's length: a frame's code by (autograd id,
+        # frame id); forwards by compile id (a lazy backward's); compiled-autograd graphs by their id
+        self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
+        self._forwards: Recent[str, Linked] = Recent(recent)
+        self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
         self._lock = threading.RLock()
         self.stats: Counter[str] = Counter()
         # One handler per event type.
         self._handlers: dict[type, Any] = {
             PhaseEvent: self._phase,
             MetricsEvent: self._metrics,
-            GraphBreakEvent: self._graph_break,
-            ArtifactEvent: self._artifact,
-            LogEvent: self._log,
             StartEvent: self._start,
             RecompileReasonsEvent: self._recompile_reasons,
-            GraphScheduleEvent: self._schedule,
-            DebugDirEvent: self._debug_dir,
+            **{t: self._attach for t in ATTACH},
         }
 
     # -- public -----------------------------------------------------------
@@ -251,38 +161,25 @@ class Assembler:
             if handler is not None:
                 handler(event)
 
-    def _graph_break(self, event: GraphBreakEvent) -> None:
-        rec = self._find(event.compile_id, prefer="frame")
+    def _attach(self, event: Any) -> None:
+        row = ATTACH[type(event)]
+        rec = self._find(event.compile_id, prefer=row.prefer)
         if rec is None:
-            self.stats["orphan_graph_breaks"] += 1
-        elif len(rec.graph_breaks) < MAX_GRAPH_BREAKS:
-            if event.ts_ns is None:
-                event.ts_ns = rec.last_ts_ns
-            rec.graph_breaks.append(event)
-        else:
+            self.stats[f"orphan_{row.field}"] += 1
+            if isinstance(event, LogEvent):
+                self._notify_orphan_log(event)
+            return
+        if row.merge is not None and row.merge(rec, event):
+            return
+        kept: list[Any] = getattr(rec, row.field)
+        if len(kept) >= row.bound:
             rec.dropped += 1
-
-    def _artifact(self, event: ArtifactEvent) -> None:
-        rec = self._find(event.compile_id)
-        if rec is None:
-            self.stats["orphan_artifacts"] += 1
-        elif len(rec.artifacts) < MAX_ARTIFACTS:
-            if event.ts_ns is None:
-                event.ts_ns = rec.last_ts_ns
-            rec.artifacts.append(event)
+            return
+        if row.dated and event.ts_ns is None:
+            event.ts_ns = rec.last_ts_ns
+        kept.append(event if row.value is None else row.value(event))
+        if row.raises_attempt:
             rec.attempt = max(rec.attempt, event.attempt)
-        else:
-            rec.dropped += 1
-
-    def _log(self, event: LogEvent) -> None:
-        rec = self._find(event.compile_id, prefer="frame")
-        if rec is None:
-            self.stats["orphan_logs"] += 1
-            self._notify_orphan_log(event)
-        elif len(rec.logs) < MAX_LOGS:
-            rec.logs.append(event)
-        else:
-            rec.dropped += 1
 
     def _recompile_reasons(self, event: RecompileReasonsEvent) -> None:
         if event.for_next:  # compiled autograd logs its cache miss before the graph's compile begins
@@ -300,25 +197,6 @@ class Assembler:
             return  # the first compiled-autograd graph: a cache miss on an empty cache is no recompile
         rec.recompile_reasons = reasons[:MAX_RECOMPILE_REASONS]
         rec.dropped += max(0, len(reasons) - MAX_RECOMPILE_REASONS)
-
-    def _schedule(self, event: GraphScheduleEvent) -> None:
-        rec = self._find(event.compile_id)
-        if rec is None:
-            self.stats["orphan_schedules"] += 1
-        elif event.tensor_meta is None and rec.schedules and rec.schedules[-1].tensor_meta and not rec.schedules[-1].collectives:
-            # replay: torch logs a graph's tensor metadata (LOG_TLPARSE=1) just before its collective schedule
-            rec.schedules[-1].collectives = event.collectives
-        elif len(rec.schedules) < MAX_SCHEDULES:
-            rec.schedules.append(event)
-        else:
-            rec.dropped += 1
-
-    def _debug_dir(self, event: DebugDirEvent) -> None:
-        rec = self._find(event.compile_id)
-        if rec is None:
-            self.stats["orphan_debug_dirs"] += 1
-        elif len(rec.debug_dirs) < MAX_SCHEDULES:
-            rec.debug_dirs.append(event.path)
 
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")
@@ -457,7 +335,7 @@ class Assembler:
                 oldest.incomplete = oldest.incomplete or "evicted: too many compiles in flight"
                 self.stats["evicted"] += 1
                 self._finish(oldest)
-            self._notify("on_start", rec)
+            self._began(rec)
             return
         if kind is not None and ev.ph == "E":
             ending = self._open.get((ev.compile_id, kind))
@@ -599,7 +477,7 @@ class Assembler:
             rec = CompileRecord(RUNTIME, ev.compile_id, PhaseNode(RUNTIME, ev.ts_ns), rank=ev.rank, last_ts_ns=ev.ts_ns)
             rec._stack.append(rec.root)
             self._place(rec, key)
-            self._notify("on_start", rec)
+            self._began(rec)
         return rec
 
     def _inside_standalone(self, ev: PhaseEvent) -> bool:
@@ -648,7 +526,7 @@ class Assembler:
         rec._ended = True
         self.stats["synthesized"] += 1
         self._place(rec, (ev.compile_id, kind))
-        self._notify("on_start", rec)
+        self._began(rec)
         return rec
 
     def _finish_pending(self) -> None:
@@ -676,7 +554,52 @@ class Assembler:
             capture = rec.root
             rec.root = PhaseNode("export", capture.start_ns, capture.end_ns, args={"strict": True}, children=[capture])
         self.stats[f"compiles_{rec.kind}"] += 1
+        if self.stamp is not None:
+            self._guard("stamp", self.stamp, rec, True)
+        self._derive(rec)
         self._notify("on_finish", rec)
+
+    def _began(self, rec: CompileRecord) -> None:
+        if self.stamp is not None:
+            self._guard("stamp", self.stamp, rec, False)
+        self._notify("on_start", rec)
+
+    def _derive(self, rec: CompileRecord) -> None:
+        """Every fact a sink reads that torch's records for this compile do not hold, worked out once, here."""
+        cid = rec.compile_id
+        code = rec.own_code()
+        if rec.kind == "frame" and cid is not None:
+            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
+            key = (cid.compiled_autograd_id, cid.frame_id)
+            if code.function and code.file:
+                self._frame_code.remember(key, code)
+            else:
+                code = self._frame_code.get(key, code)
+        if rec.kind == "backward":
+            rec.forward = self._forwards.get(rec.id_str)
+            if rec.forward is not None and not code.function:
+                code = rec.forward.code
+        rec.code = code
+        if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
+            rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
+        if self.cache_loads is not None:
+            rec.mega_cache_hits = self._guard("mega-cache hits", self.cache_loads.hits, rec) or {}
+        if self.tracing is not None:
+            ids = self._guard("tracing", self.tracing.emit, rec)
+            if ids is not None:
+                rec.trace_id, rec.span_id = ids
+        if rec.kind == "frame":
+            self._forwards.remember(rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code))
+        elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
+            self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
+
+    @staticmethod
+    def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a derivation must not starve the sinks
+            record_error(f"assembler {what}", exc)
+            return None
 
     def _notify_orphan_log(self, ev: LogEvent) -> None:
         for sink in self.sinks:

@@ -19,13 +19,16 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from ._assembler import Assembler, Sink
-from ._config import Settings, load_settings
+from . import _mega_cache as mega_cache
+from ._assembler import Assembler
+from ._config import Settings, capture_level, load_settings
 from ._internal import logger, record_error, set_live_stats, warn_once
 from ._live import LiveCapture
 from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
-from ._spans import SpanMapper, SpanSink
+from ._ranks import env_rank
+from ._record import Sink
+from ._spans import SpanMapper
 from ._summary import RunSummary
 from ._version import __version__
 
@@ -54,15 +57,9 @@ def otel_backend(meter_provider: MeterProvider) -> Backend:
 _CHILD_FLUSH_MS = 1_000  # a slow collector costs a forked child's compile at most this
 
 
-class _ChildFlush(Sink):
+def _flush_in_child() -> None:
     """In a forked child, export each compile as it finishes: pool workers are often killed (terminate) before exit."""
-
-    def __init__(self) -> None:
-        self._pid = os.getpid()
-
-    def on_finish(self, record: Any) -> None:
-        if os.getpid() != self._pid:
-            force_flush(_CHILD_FLUSH_MS)
+    force_flush(_CHILD_FLUSH_MS)
 
 
 @dataclass
@@ -108,15 +105,17 @@ def instrument(
         if _bridge is not None:
             return _bridge
         settings = settings or load_settings()
-        level = capture or settings.capture
-        if level not in ("off", "default", "full"):
-            logger.warning("capture=%r is not a capture level; use off, default or full (using default)", level)
-            level = "default"
+        level = settings.capture
+        if capture is not None:
+            problems: list[str] = []
+            level = capture_level(capture, "capture", problems)
+            for p in problems:
+                logger.warning("%s", p)
         if level == "off":
             return None
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("torch_otel", __version__)
-        sinks: list[Sink] = [SpanSink(SpanMapper(tracer, settings, live=True))]
+        sinks: list[Sink] = []
         metrics = None
         if settings.metrics:
             backends = [prometheus_backend(registry)] if registry is not None else []
@@ -131,9 +130,19 @@ def instrument(
             summary = RunSummary("live", settings.capture_payloads)
         if summary is not None:
             sinks.append(summary)
-        sinks.append(_ChildFlush())
-        assembler = Assembler(sinks, max_open=settings.max_open_compiles)
-        cap = LiveCapture(assembler, level, warnings=logger_provider is not None, on_first_compile=_on_first_compile)
+        assembler = Assembler(
+            sinks,
+            max_open=settings.max_open_compiles,
+            tracing=SpanMapper(tracer, settings, live=True),
+            cache_loads=mega_cache.LOADED,
+        )
+        cap = LiveCapture(
+            assembler,
+            level,
+            warnings=logger_provider is not None,
+            on_first_compile=_on_first_compile,
+            after_compile_in_child=_flush_in_child,
+        )
         try:
             cap.install()
         except Exception as exc:  # noqa: BLE001 - never break the user's program
@@ -184,7 +193,7 @@ def uninstrument(timeout_millis: int | None = None) -> None:
 
 def _write_summary(summary: RunSummary, destinations: tuple[str, ...]) -> None:
     """TORCH_OTEL_SUMMARY: the run summary to each destination; a path that cannot be written is one line."""
-    rank = os.environ.get("RANK", "0")
+    rank = env_rank()
     for d in destinations:
         path = d if d in ("stderr", "stdout") else d.format(rank=rank, pid=os.getpid())
         try:

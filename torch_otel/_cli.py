@@ -202,197 +202,20 @@ def _run(cmd: list[str]) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    import dataclasses
-    import os
+    from ._replay_pipeline import ReplayOptions, run_replay
 
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.trace import NoOpTracer
-
-    from ._arm import sdk_disabled
-    from ._config import load_settings
-    from ._divergence import DivergenceReport
-    from ._export_guard import GOES_ON, dropped, targets
-    from ._file_exporter import OTLPJsonFileSpanExporter
-    from ._replay import replay_paths
-    from ._replay_identity import ReplayTracers
-    from ._setup import build_span_processors
-    from ._spans import SpanMapper, SpanSink
-
-    settings = load_settings()
-    if args.payloads:
-        settings = dataclasses.replace(settings, capture_payloads=True)
-    run = args.run or _run_name(args.paths)
-    processors: list[Any] = []
-    if args.output:
-        if os.path.isfile(args.output):
-            open(args.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
-        processors = [BatchSpanProcessor(OTLPJsonFileSpanExporter(args.output), max_queue_size=65536)]
-    elif not sdk_disabled():
-        processors = build_span_processors()
-    # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
-    provider = ReplayTracers(processors, run) if processors else None
-    sinks: list[Any] = []
-    backpressure = None
-    GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
-    lost_before = dropped()["traces"]
-    if provider is not None:
-        sinks.append(SpanSink(SpanMapper(NoOpTracer(), settings, live=False, tracer_for=provider.tracer_for)))
-        backpressure = _Backpressure(provider)
-        sinks.append(backpressure)
-    metrics = _replay_metrics(args.pushgateway, run)
-    if metrics is not None:
-        sinks.append(metrics.sink)
-    divergence = DivergenceReport()
-    sinks.append(divergence)
-    text = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
-    code, stats = replay_paths(args.paths, sinks, keep_all_payloads=args.payloads, out=text, artifacts=args.capture == "full")
-    summary = divergence.summary()
-    divergence.write(text, summary)
-    if args.json:
-        _write_json(args.json, stats, summary)
-    if args.html and stats.run is not None:
-        _write_report(args.html, stats.run)
-    if provider is not None:
-        provider.shutdown()
-    if metrics is not None:
-        _finish_replay_metrics(metrics, code)
-    lost = dropped()["traces"] - lost_before
-    if lost and code == 0:
-        made = backpressure.spans if backpressure is not None else lost
-        what = "nothing was exported" if lost >= made else f"{lost} of {made} spans were not exported"
-        print(
-            f"torch-otel replay: {what}: the spans could not be delivered to {', '.join(sorted(targets())) or 'the collector'}; "
-            "start a collector there, point OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE",
-            file=sys.stderr,
+    return run_replay(
+        ReplayOptions(
+            paths=args.paths,
+            output=args.output,
+            capture=args.capture,
+            payloads=args.payloads,
+            pushgateway=args.pushgateway,
+            json_path=args.json,
+            html=args.html,
+            run=args.run,
         )
-        code = 3
-    if args.output and code == 0:
-        print(f"spans written to {args.output}", file=text)
-    return code
-
-
-def _write_report(path: str, run: Any) -> None:
-    try:
-        run.write(path)
-    except OSError as exc:
-        print(f"torch-otel replay: cannot write --html {path} ({exc.strerror or exc}); pass a writable path", file=sys.stderr)
-        return
-    print(f"compile time report written to {path}", file=sys.stderr)
-
-
-def _write_json(path: str, stats: Any, divergence: dict[str, Any]) -> None:
-    import json
-
-    summary = stats.run.to_dict()
-    doc = {
-        "files": stats.files,
-        "records": stats.records,
-        # the keys from before the run summary, read from it: failures of torch's own types (not "Incomplete"),
-        # graph breaks as "code type"
-        "compiles": summary["by_kind"],
-        "failures": {k: n for k, n in summary["failures"]["by_type"].items() if k != "Incomplete"},
-        "recompile_limit_hits": summary["recompile_limit_hits"],
-        "graph_breaks": {f"{g['code']} {g['type']}".strip(): g["count"] for g in summary["graph_breaks"]["by_code"]},
-        "lines_skipped": dict(stats.skipped),
-        "unknown_kinds": dict(stats.unknown_kinds),
-        "divergence": divergence,
-        "summary": summary,
-    }
-    if path == "-":
-        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-        return
-    try:
-        with open(path, "w") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-    except OSError as exc:
-        print(f"torch-otel replay: cannot write --json {path} ({exc.strerror or exc}); pass a writable path", file=sys.stderr)
-
-
-class _Backpressure:
-    """Replay produces spans faster than an exporter sends them: drain the batch queue before it can overflow."""
-
-    def __init__(self, provider: Any, every_spans: int = 1000) -> None:
-        self.provider = provider
-        self.every = every_spans
-        self.pending = 0
-        self.spans = 0  # every span the replay made (a compile's phases and its root)
-
-    def on_start(self, record: Any) -> None:
-        return None
-
-    def on_finish(self, record: Any) -> None:
-        n = sum(1 for _ in record.root.walk())
-        self.spans += n
-        self.pending += n
-        if self.pending >= self.every:
-            self.pending = 0
-            self.provider.force_flush()
-
-
-def _run_name(paths: list[str]) -> str:
-    from pathlib import Path
-
-    name = Path(paths[0]).resolve().name or "replay"
-    return name[:64]
-
-
-class _ReplayMetrics:
-    __slots__ = ("sink", "registry", "meter_provider", "url", "run")
-
-    def __init__(self, sink: Any, registry: Any, meter_provider: Any, url: str | None, run: str) -> None:
-        self.sink, self.registry, self.meter_provider, self.url, self.run = sink, registry, meter_provider, url, run
-
-
-def _replay_metrics(pushgateway: str | None, run: str) -> _ReplayMetrics | None:
-    """The metrics sink of a replay: a fresh registry for the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER asks."""
-    if not pushgateway and not os.environ.get("OTEL_METRICS_EXPORTER"):
-        return None
-    from prometheus_client import CollectorRegistry
-
-    from ._config import _url, load_settings
-    from ._metrics import CompileMetrics, OTelBackend, PrometheusBackend
-    from ._setup import METRIC_EXPORTERS, _list, build_meter_provider
-
-    backends: list[Any] = []
-    registry = None
-    url = None
-    if pushgateway:
-        problems: list[str] = []
-        url = _url({"--pushgateway": pushgateway}, "--pushgateway", problems)
-        if url is None:
-            print(f"torch-otel replay: {problems[0]}", file=sys.stderr)
-        else:
-            registry = CollectorRegistry()
-            backends.append(PrometheusBackend(registry))
-    meter_provider = None
-    if os.environ.get("OTEL_METRICS_EXPORTER"):
-        names = _list(os.environ, "OTEL_METRICS_EXPORTER", "none", METRIC_EXPORTERS)
-        pushed = [n for n in names if n in ("otlp", "console")]  # prometheus: nothing to serve after a replay
-        from ._replay_identity import replay_resource
-
-        # not the replaying machine's host or pid; each series says its rank
-        meter_provider = build_meter_provider(os.environ, pushed, resource=replay_resource(None, None, None, run))
-        if meter_provider is not None:
-            backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
-    if not backends:
-        return None
-    detail = load_settings().detail_ranks  # a bad value gets its line
-    return _ReplayMetrics(CompileMetrics(backends, run_id=run, detail_ranks=detail), registry, meter_provider, url, run)
-
-
-def _finish_replay_metrics(m: _ReplayMetrics, code: int) -> None:
-    if m.meter_provider is not None:
-        m.meter_provider.shutdown()
-    if m.registry is not None and m.url and code == 0:
-        from prometheus_client import push_to_gateway
-
-        try:
-            push_to_gateway(m.url, "torch_compile_replay", m.registry, grouping_key={"run": m.run}, timeout=10)
-            print(f"metrics pushed to {m.url} (job torch_compile_replay, run {m.run})")
-        except Exception as exc:  # noqa: BLE001
-            print(f"torch-otel replay: cannot push metrics to {m.url} ({exc}); check --pushgateway", file=sys.stderr)
+    )
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ def is_http_url(raw: str) -> bool:
         return False
 
 
-def _url(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
+def url_setting(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
+    """An http(s) URL setting (``host:port`` means http), or None with its one line in ``problems``."""
     raw = (env.get(name) or "").strip()
     if not raw:
         return None
@@ -132,17 +133,20 @@ def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tup
     return tuple(out)
 
 
+def capture_level(raw: str, name: str, problems: list[str]) -> str:
+    """A capture level (``off``, ``default``, ``full``) as ``name`` gives it; a bad one is a line and ``default``."""
+    level = raw.strip().lower() or "default"
+    if level in CAPTURE_LEVELS:
+        return level
+    problems.append(f"{name}={raw!r} is not a capture level; use one of {', '.join(CAPTURE_LEVELS)} (using default)")
+    return "default"
+
+
 def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
     env = os.environ if env is None else env
     problems: list[str] = []
-    capture = env.get("TORCH_OTEL_CAPTURE", "default").strip().lower() or "default"
-    if capture not in CAPTURE_LEVELS:
-        problems.append(
-            f"TORCH_OTEL_CAPTURE={env.get('TORCH_OTEL_CAPTURE')!r} is not a capture level; "
-            f"use one of {', '.join(CAPTURE_LEVELS)} (using default)"
-        )
-        capture = "default"
+    capture = capture_level(env.get("TORCH_OTEL_CAPTURE", "default"), "TORCH_OTEL_CAPTURE", problems)
     s = Settings(
         capture=capture,
         capture_payloads=_bool(env, "TORCH_OTEL_CAPTURE_PAYLOADS", False, problems),
@@ -151,7 +155,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         max_open_compiles=_int(env, "TORCH_OTEL_MAX_OPEN_COMPILES", 256, 1, 100_000, problems),
         traces_file=(env.get("TORCH_OTEL_TRACES_FILE") or None),
         metrics=_bool(env, "TORCH_OTEL_METRICS", True, problems),
-        pushgateway_url=_url(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
+        pushgateway_url=url_setting(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
         flush_on_sigterm=_bool(env, "TORCH_OTEL_FLUSH_ON_SIGTERM", True, problems),
         shutdown_timeout_ms=int(_float(env, "TORCH_OTEL_SHUTDOWN_TIMEOUT", 5.0, 0.0, 3600.0, problems) * 1000),
         detail_ranks=_ranks(env, "TORCH_OTEL_DETAIL_RANKS", problems),

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ._assembler import CACHE_METRIC_PREFIXES, RUNTIME, CompileRecord, Sink
+from ._record import CACHE_METRIC_PREFIXES, RUNTIME, CompileRecord, Sink
 
 ASPECTS: tuple[str, ...] = ("compiles", "cache", "collectives", "graphs")
 _MASK = (1 << 53) - 1  # a float64 holds every integer up to 2**53 exactly

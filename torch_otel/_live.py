@@ -27,12 +27,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from threading import get_ident
-from types import FrameType
 from typing import Any
 
 from opentelemetry import context as otel_context
 
-from ._assembler import ROOTS, Assembler
+from ._assembler import Assembler
 from ._compile_id import CompileId, parse_compile_id
 from ._events import (
     ArtifactEvent,
@@ -46,53 +45,21 @@ from ._events import (
     RecompileReasonsEvent,
 )
 from ._export_hook import ExportHook
+from ._frames import capture_kind, find_code_and_caller, skip_dirs
 from ._graph_breaks import parse_graph_break
 from ._internal import _in_bridge, guarded, record_error, warn_once
 from ._logs import WarningRecordHook
 from ._mega_cache import MegaCacheHook
 from ._parse import RecordError, chromium_to_event, metrics_to_event, parse_record
+from ._record import ROOTS
 from ._sources import INDUCTOR_DEBUG, WARNING_LOGGERS, Attached, attach_all, detach_all, reattach, release_line
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
 MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
 
 
-_BRIDGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_WORKLOAD_FILES = (os.sep + "_demo.py",)  # the bridge's only module that calls torch.compile as a user would
-
-
-def _beside_the_hooks(path: str) -> bool:
-    """The demo's workload, a module of the bridge: a caller of last resort. Never a hook's own frame (the export
-    hook's wrapper sits between the user's call and torch)."""
-    return path.startswith(_BRIDGE_DIR) and path.endswith(_WORKLOAD_FILES)
-
-
 # A queued piece of work: (handler, three arguments).
 _Item = tuple[Callable[[Any, Any, Any], None], Any, Any, Any]
-
-
-MAX_STACK = 8  # frames kept in ``code.stacktrace``: from the compiled call out to the user's line
-
-
-def _skip_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(never a caller: torch, the bridge, logging; not the user's code: installed libraries, the standard library)."""
-    import contextlib
-    import site
-    import sysconfig
-
-    import torch
-
-    never = [os.path.dirname(torch.__file__), os.path.dirname(__file__), os.path.dirname(logging.__file__)]
-    libraries = [p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")]
-    try:
-        libraries += site.getsitepackages() + [site.getusersitepackages()]
-    except AttributeError:  # a virtualenv's old site module
-        pass
-    both = {d for p in libraries if p for d in (os.path.normpath(p), os.path.realpath(p))}
-    return (
-        tuple(d + os.sep for d in never) + (contextlib.__file__, "<frozen"),
-        tuple(sorted(d + os.sep for d in both)),
-    )
 
 
 def _rank() -> int | None:
@@ -115,18 +82,6 @@ def _aot_graph() -> str | None:
     lu = sys.modules.get("torch._functorch._aot_autograd.logging_utils")
     names = getattr(lu, "graph_being_compiled", None)
     return str(names[0]) if isinstance(names, list) and names else None
-
-
-def _capture_kind() -> str:
-    """Who called torch's ``fullgraph_capture``: an AOT precompile (``torch.compile(...).aot_compile``) or an export."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(40):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "aot_compile_fullgraph":
-            return "precompile"
-        frame = frame.f_back
-    return "export"
 
 
 def _current_compile_id() -> CompileId | None:
@@ -189,8 +144,11 @@ class LiveCapture:
         level: str = "default",
         warnings: bool = False,
         on_first_compile: list[Callable[[], None]] | None = None,
+        after_compile_in_child: Callable[[], None] | None = None,
     ) -> None:
         self.assembler = assembler
+        # A forked child processes each compile as it ends, then calls this (the bridge exports at once)
+        self._after_compile_in_child = after_compile_in_child
         # Run once, as the first compile starts (lazy servers, arming the push).
         self._first_compile = list(on_first_compile or ())
         self.level = level
@@ -238,7 +196,7 @@ class LiveCapture:
             line = release_line(version)
             if line:
                 warn_once("torch-release", "%s", line)
-            self._skip, self._libraries = _skip_dirs()
+            self._skip, self._libraries = skip_dirs()
             self._stop, self._worker = threading.Event(), None
             self.installed = True
         # Outside the lock: a row on a module torch has imported already attaches at once.
@@ -290,35 +248,7 @@ class LiveCapture:
             thread=threading.current_thread().name,
             cpu_ns=time.process_time_ns(),
         )
-        f: FrameType | None = sys._getframe(1)
-        skip, libraries = self._skip, self._libraries
-        stack: list[tuple[str, int, str]] = []
-        fallback: FrameType | None = None
-        while f is not None:
-            co = f.f_code
-            fn = co.co_filename
-            if origin.code_name is None and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
-                code = f.f_locals.get("code")
-                if code is not None and hasattr(code, "co_name"):
-                    origin.code_name = code.co_name
-                    origin.code_file = code.co_filename
-                    origin.code_line = code.co_firstlineno
-            elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
-                if len(stack) < MAX_STACK:
-                    stack.append((fn, f.f_lineno, co.co_name))
-                if fallback is None:
-                    fallback = f
-                if not fn.startswith(libraries) and not fn.startswith(skip):
-                    fallback = f
-                    break
-                if len(stack) >= MAX_STACK:
-                    break
-            f = f.f_back
-        if fallback is not None:
-            origin.caller_file = fallback.f_code.co_filename
-            origin.caller_line = fallback.f_lineno
-            origin.caller_function = fallback.f_code.co_name
-        origin.stack = stack
+        find_code_and_caller(origin, sys._getframe(1), self._skip, self._libraries)
         return origin
 
     # -- the queue -------------------------------------------------------------
@@ -357,8 +287,16 @@ class LiveCapture:
 
     def _compile_ended(self) -> None:
         """A compile ended (its root's end, or its metrics): have the queue processed soon."""
-        if os.getpid() != self._pid or len(self._pending) > MAX_PENDING:
-            # A forked child may be killed (pool.terminate) at any time: process each compile as it ends.
+        if os.getpid() != self._pid:
+            # A forked child may be killed (pool.terminate) at any time: process and export each compile as it ends.
+            self.drain()
+            if self._after_compile_in_child is not None:
+                try:
+                    self._after_compile_in_child()
+                except Exception as exc:  # noqa: BLE001
+                    record_error("export in a forked child", exc)
+            return
+        if len(self._pending) > MAX_PENDING:
             self.drain()
             return
         if self._worker is None:
@@ -455,7 +393,7 @@ class LiveCapture:
                 if name == "entire_backward_compile":
                     origin.aot_graph = _aot_graph()
                 elif name == "fullgraph_capture":
-                    origin.root_kind = _capture_kind()
+                    origin.root_kind = capture_kind()
                 self._pending.append((self._process_chromium, event, origin, _rank()))
                 self._reattach()  # torch's set_logs() clears handlers: put ours back
                 if self._first_compile:

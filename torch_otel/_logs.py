@@ -21,10 +21,10 @@ from typing import Any
 
 from opentelemetry._logs import SeverityNumber
 
-from ._assembler import CompileRecord, Sink
 from ._categories import scrub_guard_text
 from ._events import LogEvent
 from ._graph_breaks import graph_break_code
+from ._record import CompileRecord, Sink
 from ._version import __version__
 
 _SEVERITY = {

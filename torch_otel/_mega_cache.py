@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ._arm import forget, when_imported
-from ._assembler import CompileRecord
 from ._internal import record_error
+from ._record import CompileRecord
 from ._sources import report_lacking
 
 MAX_KEYS = 100_000
@@ -27,46 +27,55 @@ MAX_KEYS = 100_000
 CACHES = {"aot_autograd": "aot_autograd", "inductor": "fx_graph"}
 KEY_PHASES = {"backend_compile": "aot_autograd", "inductor_compile": "fx_graph"}
 
-_lock = threading.Lock()
-_loaded: dict[str, set[str]] = {}  # cache -> keys loaded in this process
+
+class LoadedKeys:
+    """The keys a mega-cache load put in this process's caches (bounded); the assembler asks it for a compile's hits."""
+
+    def __init__(self, max_keys: int = MAX_KEYS) -> None:
+        self.max_keys = max_keys
+        self._lock = threading.Lock()
+        self._loaded: dict[str, set[str]] = {}  # cache -> keys loaded in this process
+
+    def remember(self, info: Any) -> int:
+        """Keep the keys of a ``CacheInfo``; returns how many were new."""
+        artifacts = getattr(info, "artifacts", None)
+        if not isinstance(artifacts, dict):
+            return 0
+        added = 0
+        with self._lock:
+            total = sum(len(v) for v in self._loaded.values())
+            for kind, keys in artifacts.items():
+                cache = CACHES.get(kind)
+                if cache is None or not isinstance(keys, list):
+                    continue
+                known = self._loaded.setdefault(cache, set())
+                for k in keys:
+                    if isinstance(k, str) and k not in known and total < self.max_keys:
+                        known.add(k)
+                        added += 1
+                        total += 1
+        return added
+
+    def hits(self, rec: CompileRecord) -> dict[str, int]:
+        """The compile's cache hits on entries a ``load_cache_artifacts`` put there: ``cache -> count``."""
+        loaded = self._loaded
+        if not loaded:
+            return {}
+        out: dict[str, int] = {}
+        for node, _ in rec.root.walk():
+            cache = KEY_PHASES.get(node.name)
+            if cache is not None and node.args.get("cache_state") == "hit" and node.args.get("key") in loaded.get(cache, ()):
+                out[cache] = out.get(cache, 0) + 1
+                if cache == "aot_autograd" and loaded.get("fx_graph"):
+                    # the entry's FX graphs come from the same load (torch counts them as FX graph cache hits)
+                    n = sum(1 for inner, _ in node.walk() if inner.name == "AOTAutogradCache.inductor_load")
+                    if n:
+                        out["fx_graph"] = out.get("fx_graph", 0) + n
+        return out
 
 
-def remember(info: Any) -> int:
-    """Keep the keys of a ``CacheInfo``; returns how many were new."""
-    artifacts = getattr(info, "artifacts", None)
-    if not isinstance(artifacts, dict):
-        return 0
-    added = 0
-    with _lock:
-        total = sum(len(v) for v in _loaded.values())
-        for kind, keys in artifacts.items():
-            cache = CACHES.get(kind)
-            if cache is None or not isinstance(keys, list):
-                continue
-            known = _loaded.setdefault(cache, set())
-            for k in keys:
-                if isinstance(k, str) and k not in known and total < MAX_KEYS:
-                    known.add(k)
-                    added += 1
-                    total += 1
-    return added
-
-
-def hits(rec: CompileRecord) -> dict[str, int]:
-    """The compile's cache hits on entries a ``load_cache_artifacts`` put there: ``cache -> count``."""
-    if not _loaded:
-        return {}
-    out: dict[str, int] = {}
-    for node, _ in rec.root.walk():
-        cache = KEY_PHASES.get(node.name)
-        if cache is not None and node.args.get("cache_state") == "hit" and node.args.get("key") in _loaded.get(cache, ()):
-            out[cache] = out.get(cache, 0) + 1
-            if cache == "aot_autograd" and _loaded.get("fx_graph"):
-                # the entry's FX graphs come from the same load (torch counts them as FX graph cache hits)
-                n = sum(1 for inner, _ in node.walk() if inner.name == "AOTAutogradCache.inductor_load")
-                if n:
-                    out["fx_graph"] = out.get("fx_graph", 0) + n
-    return out
+# The process's loads: the live bridge's default (a load is process-wide, as torch's caches are)
+LOADED = LoadedKeys()
 
 
 class MegaCacheHook:
@@ -80,7 +89,8 @@ class MegaCacheHook:
 
     MODULE = "torch.compiler._cache"
 
-    def __init__(self) -> None:
+    def __init__(self, keys: LoadedKeys = LOADED) -> None:
+        self.keys = keys
         self._orig: Any = None  # the staticmethod object, as torch defined it
         self._active = False
 
@@ -103,7 +113,7 @@ class MegaCacheHook:
             def populate_caches(*args: Any, **kwargs: Any) -> Any:
                 info = inner(*args, **kwargs)
                 try:
-                    remember(info)
+                    self.keys.remember(info)
                 except Exception as exc:  # noqa: BLE001 - never into the user's call
                     record_error("mega-cache hook", exc)
                 return info

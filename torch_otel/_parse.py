@@ -102,40 +102,71 @@ def _digest(md: dict[str, Any], payload: str | None) -> str | None:
     return None
 
 
+def _recompile_reasons(payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    # torch writes a list as JSON, but a single reason as its bare text (trace_structured leaves strings as they are)
+    try:
+        reasons = json.loads(payload or "null")
+    except ValueError:
+        reasons = payload
+    reasons = [reasons] if isinstance(reasons, str) else reasons
+    if not isinstance(reasons, list):
+        raise RecordError("recompile_reasons payload is not a list")
+    return [RecompileReasonsEvent(cid, [str(r) for r in reasons], attempt, rank)]
+
+
+def _compiled_autograd_reasons(payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    # TORCH_LOGS=compiled_autograd_verbose: "!1: Cache miss due to ..."
+    reasons = _json_payload(payload)
+    if not isinstance(reasons, list):
+        raise RecordError("compiled_autograd_compile_reasons payload is not a list")
+    return [RecompileReasonsEvent(cid, [_CA_PREFIX.sub("", str(r)) for r in reasons], attempt, rank)]
+
+
+def _collective_schedule(payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    ops = _json_payload(payload)
+    if not isinstance(ops, list):
+        raise RecordError("inductor_collective_schedule payload is not a list")
+    return [GraphScheduleEvent(cid, [str(op) for op in ops], None, attempt, rank)]
+
+
+def _tensor_meta(payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    meta = _json_payload(payload)
+    if not isinstance(meta, dict) or not isinstance(meta.get("ops"), list):
+        raise RecordError("inductor_runtime_and_tensor_meta payload has no list of ops")
+    return [GraphScheduleEvent(cid, [], tensor_meta_digest(meta["ops"]), attempt, rank)]
+
+
+def _graph_break_reason(payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    gb = parse_graph_break(payload or "")
+    return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]
+
+
+# (payload, compile id, attempt, rank) -> events
+ArtifactHandler = Callable[[str | None, CompileId | None, int, int | None], list[Event]]
+
+# The artifacts the mapping reads, one row each, as tlparse lists its parsers: replay keeps their payloads (they
+# are small) and the handler turns each into its events. A row without a handler is an ArtifactEvent whose payload
+# a reader uses (replay: the writer's torch version). Every other artifact is an ArtifactEvent, its payload only
+# measured and hashed.
+ARTIFACTS: dict[str, ArtifactHandler | None] = {
+    "recompile_reasons": _recompile_reasons,
+    "compiled_autograd_compile_reasons": _compiled_autograd_reasons,
+    "inductor_collective_schedule": _collective_schedule,
+    "inductor_runtime_and_tensor_meta": _tensor_meta,
+    "dynamo_graph_break_reason": _graph_break_reason,
+    "torch_version": None,
+}
+
+
 def _artifact(
     value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
 ) -> list[Event]:
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise RecordError("artifact without a name")
     name = value["name"]
-    if name == "recompile_reasons":
-        # torch writes a list as JSON, but a single reason as its bare text (trace_structured leaves strings as they are)
-        try:
-            reasons = json.loads(payload or "null")
-        except ValueError:
-            reasons = payload
-        reasons = [reasons] if isinstance(reasons, str) else reasons
-        if not isinstance(reasons, list):
-            raise RecordError("recompile_reasons payload is not a list")
-        return [RecompileReasonsEvent(cid, [str(r) for r in reasons], attempt, rank)]
-    if name == "compiled_autograd_compile_reasons":  # TORCH_LOGS=compiled_autograd_verbose: "!1: Cache miss due to ..."
-        reasons = _json_payload(payload)
-        if not isinstance(reasons, list):
-            raise RecordError("compiled_autograd_compile_reasons payload is not a list")
-        return [RecompileReasonsEvent(cid, [_CA_PREFIX.sub("", str(r)) for r in reasons], attempt, rank)]
-    if name == "inductor_collective_schedule":
-        ops = _json_payload(payload)
-        if not isinstance(ops, list):
-            raise RecordError("inductor_collective_schedule payload is not a list")
-        return [GraphScheduleEvent(cid, [str(op) for op in ops], None, attempt, rank)]
-    if name == "inductor_runtime_and_tensor_meta":
-        meta = _json_payload(payload)
-        if not isinstance(meta, dict) or not isinstance(meta.get("ops"), list):
-            raise RecordError("inductor_runtime_and_tensor_meta payload has no list of ops")
-        return [GraphScheduleEvent(cid, [], tensor_meta_digest(meta["ops"]), attempt, rank)]
-    if name == "dynamo_graph_break_reason":
-        gb = parse_graph_break(payload or "")
-        return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]
+    handler = ARTIFACTS.get(name)
+    if handler is not None:
+        return handler(payload, cid, attempt, rank)
     return [
         ArtifactEvent(
             cid,

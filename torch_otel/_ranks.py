@@ -7,7 +7,9 @@ duration histograms, guard counts); the others serve a bounded set that still na
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 
 _ITEM = re.compile(r"^(?:(\d+)|(\d+)-(\d+)|%(\d+))$")
 DEFAULT_DETAIL_RANKS = "0"
@@ -59,3 +61,13 @@ class RankSet:
 
     def __repr__(self) -> str:
         return f"RankSet({self.text!r})"
+
+
+def env_rank(env: Mapping[str, str] | None = None) -> int:
+    """This process's rank as its launcher gives it (torchrun's ``RANK``); 0 when unset or not a whole number.
+
+    The one place the bridge reads ``RANK``: a rank label, a summary's ``{rank}``, the Pushgateway's grouping key
+    and the rank sampler's fallback all agree, before torch.distributed is initialised as after.
+    """
+    raw = (os.environ if env is None else env).get("RANK", "0").strip()
+    return int(raw) if raw.isdigit() else 0

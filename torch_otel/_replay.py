@@ -15,14 +15,15 @@ import sys
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ._assembler import Assembler, CompileRecord, Sink
+from ._assembler import Assembler, Tracing
 from ._events import ArtifactEvent, GraphBreakEvent, PhaseEvent
-from ._parse import RecordError, parse_record
+from ._parse import ARTIFACTS, RecordError, parse_record
+from ._record import CompileRecord, Sink
 from ._summary import RunSummary
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
@@ -31,15 +32,7 @@ _GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) 
 _MONTH_DAYS = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
 _ZONE_STEP_NS = 900 * 10**9  # time zones are whole quarter hours apart
 _RANK_RE = re.compile(r"rank_(\d+)")
-_KEEP_PAYLOAD = {"chromium_event"}
-_KEEP_ARTIFACTS = {  # small, and parsed
-    "dynamo_graph_break_reason",
-    "recompile_reasons",
-    "inductor_collective_schedule",
-    "inductor_runtime_and_tensor_meta",
-    "torch_version",
-    "compiled_autograd_compile_reasons",
-}
+_KEEP_PAYLOAD = {"chromium_event"}  # and the artifacts of the parser's table (ARTIFACTS)
 
 
 @dataclass
@@ -190,7 +183,7 @@ def iter_records(
             keep = (
                 keep_all_payloads
                 or kind in _KEEP_PAYLOAD
-                or (kind == "artifact" and isinstance(art, dict) and art.get("name") in _KEEP_ARTIFACTS)
+                or (kind == "artifact" and isinstance(art, dict) and art.get("name") in ARTIFACTS)
             )
             chunks, size, lines = [], 0, 0
         if md is not None:
@@ -234,21 +227,20 @@ class Progress:
         self.out.flush()
 
 
-class _Stamp(Sink):
-    """Marks each replayed compile with the process that wrote it (first among the sinks)."""
+def _stamp(writer: Writer) -> Callable[[CompileRecord, bool], None]:
+    """Replay's own word on each compile (the assembler's ``stamp``): the process that wrote it, its log, its torch."""
 
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
-
-    def on_start(self, record: CompileRecord) -> None:
-        record.process_id = self.writer.pid
-        record.trace_file = self.writer.path
-
-    def on_finish(self, record: CompileRecord) -> None:
+    def stamp(record: CompileRecord, ended: bool) -> None:
+        if not ended:
+            record.process_id = writer.pid
+            record.trace_file = writer.path
+            return
         if record.process_id is None:
-            record.process_id = self.writer.pid
+            record.process_id = writer.pid
         version = (record.metrics or {}).get("pytorch_version")
-        record.torch_version = version if isinstance(version, str) and version else self.writer.torch_version
+        record.torch_version = version if isinstance(version, str) and version else writer.torch_version
+
+    return stamp
 
 
 def _torch_version(payload: str | None) -> str | None:
@@ -267,12 +259,13 @@ def replay_file(
     keep_all_payloads: bool = False,
     progress: Progress | None = None,
     artifacts: bool = False,
+    tracing: Tracing | None = None,
 ) -> None:
     stats.files += 1
     rank_hint = _RANK_RE.search(path.name)
     interned: dict[int, str] = {}
     writer = Writer(path=str(path))
-    assembler = Assembler([_Stamp(writer), *sinks], max_open=4096)
+    assembler = Assembler(sinks, max_open=4096, tracing=tracing, stamp=_stamp(writer))
     try:
         fh = _open(path)
     except OSError as exc:
@@ -342,7 +335,12 @@ def print_summary(stats: ReplayStats, out: IO[str]) -> None:
 
 
 def replay_paths(
-    paths: list[str], sinks: list[Sink], keep_all_payloads: bool = False, out: IO[str] = sys.stdout, artifacts: bool = False
+    paths: list[str],
+    sinks: list[Sink],
+    keep_all_payloads: bool = False,
+    out: IO[str] = sys.stdout,
+    artifacts: bool = False,
+    tracing: Tracing | None = None,
 ) -> tuple[int, ReplayStats]:
     """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
     run = RunSummary("replay", capture_payloads=keep_all_payloads)
@@ -371,7 +369,7 @@ def replay_paths(
     stats.bytes = total_bytes
     progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts)
+        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts, tracing)
         if progress is not None:
             progress.file_done(f.stat().st_size)
     if progress is not None:

@@ -19,8 +19,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
 
-from ._assembler import CompileRecord
 from ._ids import UrandomIdGenerator
+from ._record import CompileRecord
 from ._version import __version__
 
 MAX_IDENTITIES = 4096  # distinct processes in one replay; more share the last one's tracer

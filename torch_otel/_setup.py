@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from ._arm import sdk_disabled
-from ._config import SDK_SAMPLERS, is_http_url
+from ._config import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, is_http_url, load_settings
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
 from ._internal import warn_once
@@ -30,7 +30,8 @@ METRIC_EXPORTERS = ("prometheus", "otlp", "console", "none")
 PROTOCOLS = ("grpc", "http/protobuf")
 
 
-def _list(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> list[str]:
+def exporter_names(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> list[str]:
+    """The exporters an ``OTEL_*_EXPORTER`` variable names; an unknown one is a line and left out."""
     raw = env.get(name)
     values = [v.strip().lower() for v in (raw if raw is not None else default).split(",") if v.strip()]
     out = []
@@ -233,7 +234,7 @@ def build_span_processors(env: Mapping[str, str] | None = None, traces_file: str
     exporters: list[SpanExporter] = []
     if traces_file:  # first: flushed (in order) before a network exporter that may be down or slow
         exporters.append(OTLPJsonFileSpanExporter(traces_file))
-    for name in _list(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS):
+    for name in exporter_names(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS):
         if name == "otlp":
             e = otlp_exporter(env, "traces")
             if e is not None:
@@ -287,7 +288,7 @@ def build_logger_provider(env: Mapping[str, str]) -> Any:
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 
     processors = []
-    for name in _list(env, "OTEL_LOGS_EXPORTER", "none", LOG_EXPORTERS):
+    for name in exporter_names(env, "OTEL_LOGS_EXPORTER", "none", LOG_EXPORTERS):
         exporter = otlp_exporter(env, "logs") if name == "otlp" else _console_log_exporter() if name == "console" else None
         if exporter is not None:
             processors.append(BatchLogRecordProcessor(exporter))
@@ -338,7 +339,7 @@ class Configured:
 _configured: Configured | None = None
 
 
-def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
+def configure_providers(env: Mapping[str, str] | None = None, settings: Settings | None = None) -> Configured:
     """Set the global tracer and meter providers from ``OTEL_*``, unless the application already set them.
 
     Also prepares the Prometheus endpoint and the Pushgateway push. Both start
@@ -350,13 +351,11 @@ def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
     global _configured
     if _configured is not None:
         return _configured
-    from ._config import bad_sdk_values_hidden, load_settings
-
     env = os.environ if env is None else env
     c = _configured = Configured()
     if sdk_disabled(env):
         return c
-    settings = load_settings(env)
+    settings = settings or load_settings(env)
     if settings.capture == "off":
         return c
     with bad_sdk_values_hidden(env):
@@ -364,7 +363,7 @@ def configure_providers(env: Mapping[str, str] | None = None) -> Configured:
     return c
 
 
-def _build(env: Mapping[str, str], settings: Any, c: Configured) -> None:
+def _build(env: Mapping[str, str], settings: Settings, c: Configured) -> None:
     from ._exposition import LazyPrometheusServer, PushAtExit
 
     if not global_provider_is_set():
@@ -372,7 +371,7 @@ def _build(env: Mapping[str, str], settings: Any, c: Configured) -> None:
         if c.tracer_provider is not None:
             trace.set_tracer_provider(c.tracer_provider)
             c.owned.append(c.tracer_provider)
-    metric_exporters = _list(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS) if settings.metrics else []
+    metric_exporters = exporter_names(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS) if settings.metrics else []
     if not global_meter_provider_is_set():
         c.meter_provider = build_meter_provider(env, metric_exporters)
         if c.meter_provider is not None:
@@ -396,7 +395,6 @@ def _build(env: Mapping[str, str], settings: Any, c: Configured) -> None:
 def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None."""
     from ._bridge import flush_on_sigterm, instrument
-    from ._config import load_settings
 
     env = os.environ if env is None else env
     if sdk_disabled(env):
@@ -404,7 +402,7 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
     settings = load_settings(env)
     if settings.capture == "off":
         return None
-    c = configure_providers(env)
+    c = configure_providers(env, settings)
     bridge = instrument(
         tracer_provider or c.tracer_provider,
         meter_provider or c.meter_provider,

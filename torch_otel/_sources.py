@@ -21,18 +21,78 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._arm import forget, when_imported
 from ._internal import record_error, warn_once
 from ._version import SUPPORTED_TORCH, TESTED_TORCH
 
-if TYPE_CHECKING:
-    from ._live import LiveCapture
-
 ALL_LEVELS = frozenset({"default", "full"})
+
+
+class Hookable(Protocol):
+    """A hook object of the capture's with its own attach and detach (export, the mega-cache, the warnings link)."""
+
+    def hook(self) -> None: ...
+
+    def unhook(self) -> None: ...
+
+
+class Capture(Protocol):
+    """What the rows of :data:`SOURCES` attach and read: the live capture (:class:`torch_otel._live.Capture`).
+
+    Each row names the capture's hook by a function of the capture (``lambda cap: cap._gb_handler``), so mypy
+    checks every name in the table against this protocol, and the capture against it where it attaches the table:
+    a misspelt hook fails the type check and ``tests/fast``, never a user's run.
+    """
+
+    level: str
+    warnings: bool
+    installed: bool
+    originals: dict[str, Any]
+    attach_lock: threading.Lock
+
+    def logger_state(self, name: str, lg: logging.Logger) -> Any: ...
+
+    def restore_logger(self, name: str, lg: logging.Logger) -> None: ...
+
+    # the hooks the table attaches
+    def _record_chromium_event(self, event: dict[str, Any]) -> None: ...
+
+    def _log_compilation_event(self, metrics: Any) -> None: ...
+
+    def _recompilation_reasons(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def _log_collective_schedule(self, nodes: Any) -> None: ...
+
+    def _dump_collective_schedule(self, schedule: Any) -> None: ...
+
+    def _create_debug_dir(self, folder_name: str) -> str | None: ...
+
+    @property
+    def _gb_handler(self) -> logging.Handler: ...
+
+    @property
+    def _trace_handler(self) -> logging.Handler: ...
+
+    @property
+    def _ca_miss_handler(self) -> logging.Handler: ...
+
+    @property
+    def _warning_hook(self) -> Hookable: ...
+
+    @property
+    def _export_hook(self) -> Hookable: ...
+
+    @property
+    def _mega_cache_hook(self) -> Hookable: ...
+
+
+# A row's reference to one of the capture's hooks
+HookRef = Callable[[Capture], Any]
 
 
 def _release(version: str) -> tuple[int, int] | None:
@@ -94,9 +154,9 @@ class Source:
     levels: frozenset[str] = ALL_LEVELS  # the capture levels that use it
     lazy: bool = False  # attached once ``module`` is imported (torch loads it only when the user needs it)
     reattach: bool = False  # attached again as each compile starts (torch's set_logs() resets loggers)
-    only_if: Callable[[LiveCapture], bool] | None = None  # a setting of the capture that it needs
+    only_if: Callable[[Capture], bool] | None = None  # a setting of the capture that it needs
 
-    def wanted(self, cap: LiveCapture) -> bool:
+    def wanted(self, cap: Capture) -> bool:
         return cap.level in self.levels and (self.only_if is None or self.only_if(cap))
 
     def present(self) -> bool:
@@ -109,45 +169,45 @@ class Source:
     def _lookup(self, mod: Any) -> Any:
         return mod
 
-    def attach(self, cap: LiveCapture) -> bool:
+    def attach(self, cap: Capture) -> bool:
         raise NotImplementedError
 
-    def detach(self, cap: LiveCapture) -> None:
+    def detach(self, cap: Capture) -> None:
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class FunctionHook(Source):
-    """Module functions replaced by the capture's hooks (``attrs``: ``(torch's name, the capture's method)``).
+    """Module functions replaced by the capture's hooks (``attrs``: ``(torch's name, the capture's hook)``).
 
     torch imports some of them by name into the module that calls them: the row names that module. On
     detach, torch's function goes back unless someone wrapped the capture's since.
     """
 
-    attrs: tuple[tuple[str, str], ...] = ()
+    attrs: tuple[tuple[str, HookRef], ...] = ()
 
     def _lookup(self, mod: Any) -> Any:
         found = [getattr(mod, a, None) for a, _ in self.attrs]
         return found if all(callable(f) for f in found) else None
 
-    def attach(self, cap: LiveCapture) -> bool:
+    def attach(self, cap: Capture) -> bool:
         mod = sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module)
         found = self._lookup(mod) if mod is not None else None
         if found is None:
             return False
         for (attr, hook), orig in zip(self.attrs, found, strict=True):
-            ours = getattr(cap, hook)
+            ours = hook(cap)
             if orig == ours:
                 continue
             cap.originals[f"{self.module}.{attr}"] = orig
             setattr(mod, attr, ours)
         return True
 
-    def detach(self, cap: LiveCapture) -> None:
+    def detach(self, cap: Capture) -> None:
         mod = sys.modules.get(self.module)
         for attr, hook in self.attrs:
             orig = cap.originals.pop(f"{self.module}.{attr}", None)
-            if mod is not None and orig is not None and getattr(mod, attr, None) == getattr(cap, hook):
+            if mod is not None and orig is not None and getattr(mod, attr, None) == hook(cap):
                 setattr(mod, attr, orig)
 
 
@@ -157,28 +217,29 @@ class StaticMethodHook(Source):
 
     owner: str = ""
     attr: str = ""
-    hook: str = ""
+    hook: HookRef = lambda cap: None
 
     def _lookup(self, mod: Any) -> Any:
         cls = getattr(mod, self.owner, None)
         found = cls.__dict__.get(self.attr) if isinstance(cls, type) else None
         return (cls, found) if isinstance(found, staticmethod) else None
 
-    def attach(self, cap: LiveCapture) -> bool:
+    def attach(self, cap: Capture) -> bool:
         found = self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module))
         if found is None:
             return False
         cls, orig = found
-        if orig.__func__ == getattr(cap, self.hook):
+        ours = self.hook(cap)
+        if orig.__func__ == ours:
             return True
         cap.originals[f"{self.module}.{self.owner}.{self.attr}"] = orig
-        setattr(cls, self.attr, staticmethod(getattr(cap, self.hook)))
+        setattr(cls, self.attr, staticmethod(ours))
         return True
 
-    def detach(self, cap: LiveCapture) -> None:
+    def detach(self, cap: Capture) -> None:
         orig = cap.originals.pop(f"{self.module}.{self.owner}.{self.attr}", None)
         found = self._lookup(sys.modules.get(self.module))
-        if orig is not None and found is not None and found[1].__func__ == getattr(cap, self.hook):
+        if orig is not None and found is not None and found[1].__func__ == self.hook(cap):
             setattr(found[0], self.attr, orig)
 
 
@@ -192,7 +253,7 @@ class LoggerHook(Source):
     """
 
     loggers: tuple[str, ...] = ()
-    handler: str = ""  # the capture's handler attribute
+    handler: HookRef = lambda cap: None  # the capture's handler
     lower: bool = False
     quiet: bool = False
     registry_name: str | None = None  # the TORCH_LOGS artifact that must exist in torch's log registry
@@ -208,10 +269,10 @@ class LoggerHook(Source):
         except Exception:  # noqa: BLE001
             return None
 
-    def attach(self, cap: LiveCapture) -> bool:
+    def attach(self, cap: Capture) -> bool:
         if self._lookup(None) is None:
             return False
-        handler = getattr(cap, self.handler)
+        handler = self.handler(cap)
         for name in self.loggers:
             lg = logging.getLogger(name)
             enabled = not self.lower or lg.isEnabledFor(logging.DEBUG)
@@ -228,8 +289,8 @@ class LoggerHook(Source):
             state.set_level, state.set_propagate = lg.level, lg.propagate
         return True
 
-    def detach(self, cap: LiveCapture) -> None:
-        handler = getattr(cap, self.handler)
+    def detach(self, cap: Capture) -> None:
+        handler = self.handler(cap)
         for name in self.loggers:
             lg = logging.getLogger(name)
             if handler in lg.handlers:
@@ -241,7 +302,7 @@ class LoggerHook(Source):
 class ObjectHook(Source):
     """A hook object of the capture's with its own ``hook()`` and ``unhook()`` (export, the mega-cache)."""
 
-    obj: str = ""  # the capture's attribute
+    obj: HookRef = lambda cap: None  # the capture's hook object
     probe: tuple[str, ...] = ()  # names the module must have
 
     def _lookup(self, mod: Any) -> Any:
@@ -249,12 +310,12 @@ class ObjectHook(Source):
             mod if all(callable(getattr(mod, n, None)) or isinstance(getattr(mod, n, None), type) for n in self.probe) else None
         )
 
-    def attach(self, cap: LiveCapture) -> bool:
-        getattr(cap, self.obj).hook()  # waits for the module's import; a name it lacks there is reported then
+    def attach(self, cap: Capture) -> bool:
+        self.obj(cap).hook()  # waits for the module's import; a name it lacks there is reported then
         return True
 
-    def detach(self, cap: LiveCapture) -> None:
-        getattr(cap, self.obj).unhook()
+    def detach(self, cap: Capture) -> None:
+        self.obj(cap).unhook()
 
 
 @dataclass(frozen=True)
@@ -264,10 +325,10 @@ class CountersRead(Source):
     def _lookup(self, mod: Any) -> Any:
         return getattr(mod, "counters", None)
 
-    def attach(self, cap: LiveCapture) -> bool:
+    def attach(self, cap: Capture) -> bool:
         return self._lookup(importlib.import_module(self.module)) is not None
 
-    def detach(self, cap: LiveCapture) -> None:
+    def detach(self, cap: Capture) -> None:
         return None
 
 
@@ -287,10 +348,10 @@ class RecordFields(Source):
         names = {f.name for f in dataclasses.fields(cls)}
         return cls if all(f in names for f in self.fields) else None
 
-    def attach(self, cap: LiveCapture) -> bool:
+    def attach(self, cap: Capture) -> bool:
         return self._lookup(importlib.import_module(self.module)) is not None
 
-    def detach(self, cap: LiveCapture) -> None:
+    def detach(self, cap: Capture) -> None:
         return None
 
 
@@ -310,21 +371,21 @@ SOURCES: tuple[Source, ...] = (
         "chromium_events",
         "compile phases (the child spans) and the phase metric",
         "torch._dynamo.utils",  # imported there by name from torch._utils_internal
-        attrs=(("record_chromium_event_internal", "_record_chromium_event"),),
+        attrs=(("record_chromium_event_internal", lambda cap: cap._record_chromium_event),),
     ),
     FunctionHook(
         "compilation_metrics",
         "each compile's CompilationMetrics: durations, failures, recompile reason, cache counts",
         "torch._dynamo.utils",
         levels=frozenset({"default"}),  # full capture reads the same record from torch.__trace
-        attrs=(("log_compilation_event", "_log_compilation_event"),),
+        attrs=(("log_compilation_event", lambda cap: cap._log_compilation_event),),
     ),
     FunctionHook(
         "recompile_reasons",
         "every cache entry's guard failure on a recompile (torch's metrics keep the first)",
         "torch._dynamo.convert_frame",  # imported there by name from torch._dynamo.guards
         levels=frozenset({"default"}),
-        attrs=(("get_and_maybe_log_recompilation_reasons", "_recompilation_reasons"),),
+        attrs=(("get_and_maybe_log_recompilation_reasons", lambda cap: cap._recompilation_reasons),),
     ),
     LoggerHook(
         "graph_break_logs",
@@ -333,7 +394,7 @@ SOURCES: tuple[Source, ...] = (
         levels=frozenset({"default"}),  # full capture reads them from torch.__trace
         reattach=True,
         loggers=GRAPH_BREAK_LOGGERS,
-        handler="_gb_handler",
+        handler=lambda cap: cap._gb_handler,
         lower=True,
         quiet=True,
         registry_name="graph_breaks",
@@ -345,7 +406,7 @@ SOURCES: tuple[Source, ...] = (
         levels=frozenset({"full"}),
         reattach=True,
         loggers=(TRACE_LOGGER,),
-        handler="_trace_handler",
+        handler=lambda cap: cap._trace_handler,
         lower=True,
     ),
     LoggerHook(
@@ -353,7 +414,7 @@ SOURCES: tuple[Source, ...] = (
         "why compiled autograd compiled a new graph (with TORCH_LOGS=compiled_autograd_verbose)",
         "logging",
         loggers=(CA_VERBOSE_LOGGER,),
-        handler="_ca_miss_handler",
+        handler=lambda cap: cap._ca_miss_handler,
         registry_name="compiled_autograd_verbose",
     ),
     ObjectHook(
@@ -363,7 +424,7 @@ SOURCES: tuple[Source, ...] = (
         only_if=lambda cap: bool(cap.warnings),
         # a link in logging's record factory, for WARNING_LOGGERS: no handler on torch's loggers (torch's
         # logging tests count a record once per handler on them), nothing torch prints changes
-        obj="_warning_hook",
+        obj=lambda cap: cap._warning_hook,
         probe=("getLogRecordFactory", "setLogRecordFactory"),
     ),
     RecordFields(
@@ -390,8 +451,8 @@ SOURCES: tuple[Source, ...] = (
         INDUCTOR_DEBUG,
         lazy=True,
         attrs=(
-            ("log_collective_schedule", "_log_collective_schedule"),
-            ("_dump_collective_schedule", "_dump_collective_schedule"),
+            ("log_collective_schedule", lambda cap: cap._log_collective_schedule),
+            ("_dump_collective_schedule", lambda cap: cap._dump_collective_schedule),
         ),
     ),
     StaticMethodHook(
@@ -401,20 +462,20 @@ SOURCES: tuple[Source, ...] = (
         lazy=True,
         owner="DebugContext",
         attr="create_debug_dir",
-        hook="_create_debug_dir",
+        hook=lambda cap: cap._create_debug_dir,
     ),
     ObjectHook(
         "export",
         "torch.export and draft_export as traces of their own",
         "torch.export._trace",
-        obj="_export_hook",
+        obj=lambda cap: cap._export_hook,
         probe=("_export",),
     ),
     ObjectHook(
         "mega_cache",
         "compiles served from torch.compiler.load_cache_artifacts",
         "torch.compiler._cache",
-        obj="_mega_cache_hook",
+        obj=lambda cap: cap._mega_cache_hook,
         probe=("CacheArtifactManager",),
     ),
 )
@@ -442,7 +503,7 @@ def report_lacking(name: str) -> None:
     warn_once(f"source-lacking:{name}", "%s", lacking_line(version, [row]))
 
 
-def attach_all(cap: LiveCapture, version: str, sources: Iterable[Source] | None = None) -> Attached:
+def attach_all(cap: Capture, version: str, sources: Iterable[Source] | None = None) -> Attached:
     """Attach every row the capture wants; the lazy ones once their module is imported. Never raises."""
     sources = SOURCES if sources is None else sources
     out = Attached()
@@ -454,39 +515,44 @@ def attach_all(cap: LiveCapture, version: str, sources: Iterable[Source] | None 
             callback = _later(cap, src, version, out)
             out.waiting.append((src, callback))
             when_imported(src.module, callback)  # at once if torch has imported it already
-        elif _attach_one(cap, src):
-            out.rows.append(src)
         else:
-            lacking.append(src)
+            attached = _attach_one(cap, src)
+            if attached:
+                out.rows.append(src)
+            elif attached is False:
+                lacking.append(src)
     if lacking:
         out.lacking.extend(lacking)
         warn_once("sources-lacking", "%s", lacking_line(version, lacking))
     return out
 
 
-def _attach_one(cap: LiveCapture, src: Source) -> bool:
+def _attach_one(cap: Capture, src: Source) -> bool | None:
+    """True: attached; False: this torch lacks the row's attach point; None: attaching failed (counted and logged
+    once as the bridge's own error: torch is not blamed for it)."""
     try:
         return src.attach(cap)
-    except Exception as exc:  # noqa: BLE001 - a moved attach point is a lacking row, never an error for the user
+    except Exception as exc:  # noqa: BLE001 - never into the user's program
         record_error(f"attaching {src.name}", exc)
-        return False
+        return None
 
 
-def _later(cap: LiveCapture, src: Source, version: str, out: Attached) -> Callable[[], None]:
+def _later(cap: Capture, src: Source, version: str, out: Attached) -> Callable[[], None]:
     def attach() -> None:
         with cap.attach_lock:  # two threads importing the module at once attach once
             if not cap.installed or src in out.rows or src in out.lacking:
                 return
-            if _attach_one(cap, src):
+            attached = _attach_one(cap, src)
+            if attached:
                 out.rows.append(src)
-            else:
+            elif attached is False:
                 out.lacking.append(src)
                 report_lacking(src.name)
 
     return attach
 
 
-def detach_all(cap: LiveCapture, attached: Attached) -> None:
+def detach_all(cap: Capture, attached: Attached) -> None:
     for src, callback in attached.waiting:
         forget(src.module, callback)
     for src in reversed(attached.rows):
@@ -498,7 +564,7 @@ def detach_all(cap: LiveCapture, attached: Attached) -> None:
     attached.waiting.clear()
 
 
-def reattach(cap: LiveCapture, attached: Attached) -> None:
+def reattach(cap: Capture, attached: Attached) -> None:
     """Attach the logger rows again (torch's ``set_logs()`` clears handlers and resets levels)."""
     for src in attached.rows:
         if src.reattach:

@@ -5,38 +5,23 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import Any, TypeVar
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
-from ._assembler import RUNTIME, CompileRecord, PhaseNode, Sink
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._config import Settings
 from ._divergence import schedule_digest
 from ._graph_breaks import graph_break_code
 from ._ids import own_ids, private_random
 from ._internal import count_not_sampled
-from ._mega_cache import hits as mega_cache_hits
-
-ROOT_NAMES = {
-    "frame": "torch.compile",
-    "backward": "torch.compile.backward",
-    "compiled_autograd": "torch.compiled_autograd",
-    "export": "torch.export",
-    "precompile": "torch.compile.aot_compile",
-    "aot_inductor": "torch._inductor.aot_compile",
-    "runtime": "torch.compile.runtime",
-}
+from ._record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
-# Compiles the mapper remembers, for links (a backward to its forward) and code locations: a bounded memory of the
-# recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
-RECENT = 4096
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
 # CompilationMetrics fields copied as numeric attributes (name -> attribute).
@@ -88,24 +73,6 @@ def torch_trace_file() -> str | None:
     return path if isinstance(path, str) else None
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Recent(OrderedDict[K, V]):
-    """A dict that keeps only the ``limit`` most recently set keys."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def remember(self, key: K, value: V) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.limit:
-            self.popitem(last=False)
-
-
 class SpanMapper:
     """Builds spans for a :class:`CompileRecord` with the given tracer."""
 
@@ -123,13 +90,6 @@ class SpanMapper:
         self.live = live
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
         self._pid = os.getpid()
-        # Compiled-autograd graphs by id: their frames' traces link to them.
-        self._last_ca: _Recent[int, trace.SpanContext] = _Recent(RECENT // 4)
-        # Forward compiles by id: a lazy backward compile links to its forward.
-        self._forward: _Recent[str, tuple[trace.SpanContext, dict[str, Any]]] = _Recent(RECENT)
-        # Code location per frame: a compile that stops before dynamo reports
-        # its code (the recompile-limit check) still names its function.
-        self._frame_code: _Recent[tuple[int | None, int | None], tuple[Any, Any, Any]] = _Recent(RECENT)
 
     # -- helpers ------------------------------------------------------------
     def _str(self, value: object) -> str:
@@ -166,48 +126,13 @@ class SpanMapper:
         if rec.rank is not None:
             a["torch.distributed.rank"] = rec.rank
         origin = rec.origin
-        name, path, line = rec.code_location()
-        if rec.kind == "backward":
-            fwd = self._forward.get(rec.id_str)
-            if fwd is not None:
-                a["torch.compile.attempt"] = fwd[1].get("torch.compile.attempt", rec.attempt)
-                if not name:
-                    name = fwd[1].get("code.function.name")
-                    path = fwd[1].get("code.file.path")
-                    line = fwd[1].get("code.line.number")
-        elif rec.kind == "frame" and cid is not None:
-            fkey = (cid.compiled_autograd_id, cid.frame_id)
-            if name and path:
-                self._frame_code.remember(fkey, (name, path, line))
-            elif fkey in self._frame_code:
-                name, path, line = self._frame_code[fkey]
-        if isinstance(name, str):
-            a["code.function.name"] = self._str(name)
-        p = self._path(path)
-        if p:
-            a["code.file.path"] = p
-        if isinstance(line, int) and not isinstance(line, bool):
-            a["code.line.number"] = line
-        if origin is not None:
-            cp = self._path(origin.caller_file)
-            if cp:
-                a["torch.compile.caller.file.path"] = cp
-            if origin.caller_line is not None:
-                a["torch.compile.caller.line.number"] = origin.caller_line
-            if origin.caller_function:
-                a["torch.compile.caller.function.name"] = self._str(origin.caller_function)
-            if origin.stack:  # Python's traceback form, most recent call last
-                lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
-                a["code.stacktrace"] = self._str("\n".join(lines))
-        elif rec.start_stack and len(rec.start_stack) >= 2:
-            caller = rec.start_stack[-2]
-            cp = self._path(caller.get("filename_str"))
-            if cp:
-                a["torch.compile.caller.file.path"] = cp
-            if isinstance(caller.get("line"), int):
-                a["torch.compile.caller.line.number"] = caller["line"]
-            if isinstance(caller.get("name"), str):
-                a["torch.compile.caller.function.name"] = self._str(caller["name"])
+        if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
+            a["torch.compile.attempt"] = rec.forward.attempt
+        self._code_attributes(rec.code, a, "code")
+        self._code_attributes(rec.caller(), a, "torch.compile.caller")
+        if origin is not None and origin.stack:  # Python's traceback form, most recent call last
+            lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
+            a["code.stacktrace"] = self._str("\n".join(lines))
         for field, attr in _NUMERIC_FIELDS.items():
             v = m.get(field)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -268,7 +193,7 @@ class SpanMapper:
             if metas:
                 a["torch.compile.inductor.tensor_meta_digest"] = metas[0] if len(metas) == 1 else schedule_digest(metas)
         self._artifact_places(rec, a)
-        for cache, n in mega_cache_hits(rec).items():
+        for cache, n in rec.mega_cache_hits.items():
             a[f"torch.compile.cache.{cache}.mega_cache.hits"] = n
         if rec.kind == "export":
             args = rec.root.args
@@ -281,6 +206,16 @@ class SpanMapper:
         if rec.dropped:
             a["torch.compile.dropped_events"] = rec.dropped
         return a
+
+    def _code_attributes(self, code: CodeLocation, a: dict[str, Any], prefix: str) -> None:
+        """``<prefix>.function.name``, ``.file.path`` and ``.line.number`` of a location (the compiled code, its caller)."""
+        if code.function is not None:
+            a[f"{prefix}.function.name"] = self._str(code.function)
+        p = self._path(code.file)
+        if p:
+            a[f"{prefix}.file.path"] = p
+        if code.line is not None:
+            a[f"{prefix}.line.number"] = code.line
 
     def _artifact_places(self, rec: CompileRecord, a: dict[str, Any]) -> None:
         """Where to look next: inductor's debug directories and their files, the TORCH_TRACE file, tlparse's directory."""
@@ -303,21 +238,21 @@ class SpanMapper:
                 attempt = a.get("torch.compile.attempt", rec.attempt)  # a lazy backward's is its forward's
                 a["torch.compile.tlparse.directory"] = f"{ca}_{cid.frame_id}_{cid.frame_compile_id}_{attempt}"
 
-    def emit(self, rec: CompileRecord) -> None:
+    def emit(self, rec: CompileRecord) -> tuple[int, int] | None:
+        """Build the compile's trace; its root's ``(trace id, span id)``, or None when the sampler dropped it.
+
+        The assembler calls this as it derives the record's facts (:class:`torch_otel._assembler.Tracing`), so
+        the sinks that name the trace (exemplars, log records) read the ids from the record.
+        """
         m: Mapping[str, Any] = rec.metrics or {}
         attrs = self.root_attributes(rec)
         name = ROOT_NAMES.get(rec.kind, "torch.compile")
         parent: Context | None = rec.origin.parent_context if rec.origin is not None else None
         links: list[Link] = []
-        cid = rec.compile_id
-        if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
-            ca = self._last_ca.get(cid.compiled_autograd_id)
-            if ca is not None:
-                links.append(Link(ca, {"torch.compile.link": "compiled_autograd"}))
-        if rec.kind == "backward":
-            fwd = self._forward.get(rec.id_str)
-            if fwd is not None:
-                links.append(Link(fwd[0], {"torch.compile.link": "forward"}))
+        for linked, why in ((rec.compiled_autograd, "compiled_autograd"), (rec.forward, "forward")):
+            if linked is not None and linked.trace_id and linked.span_id:
+                ctx = trace.SpanContext(linked.trace_id, linked.span_id, False, trace.TraceFlags(trace.TraceFlags.SAMPLED))
+                links.append(Link(ctx, {"torch.compile.link": why}))
         tracer = self.tracer_for(rec) if self.tracer_for is not None else self.tracer
         with nullcontext() if own_ids(tracer) else private_random():
             root = tracer.start_span(
@@ -330,20 +265,15 @@ class SpanMapper:
             )
             if not root.is_recording():  # the sampler dropped this compile: build nothing more of it
                 count_not_sampled(rec.kind)
-                return
+                return None
             ctx = root.get_span_context()
-            rec.trace_id, rec.span_id = ctx.trace_id, ctx.span_id
-            if rec.kind == "frame":
-                keep = ("code.function.name", "code.file.path", "code.line.number", "torch.compile.attempt")
-                self._forward.remember(rec.id_str, (ctx, {k: attrs[k] for k in keep if k in attrs}))
-            if rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
-                self._last_ca.remember(cid.compiled_autograd_id, ctx)
             parent_ctx = trace.set_span_in_context(root)
             for child in rec.root.children:
                 self._phase_span(tracer, child, parent_ctx)
             self._events(rec, root, m, tracer)
             self._status(rec, root, m, attrs)
             root.end(end_time=rec.root.end_ns)
+        return ctx.trace_id, ctx.span_id
 
     def _scalar_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -479,13 +409,3 @@ class SpanMapper:
                 "exception", {"exception.type": "Incomplete", "exception.message": rec.incomplete}, timestamp=rec.root.end_ns
             )
             root.set_status(Status(StatusCode.ERROR, f"compile did not finish: {rec.incomplete}"))
-
-
-class SpanSink(Sink):
-    """The assembler sink that turns each finished compile into a trace."""
-
-    def __init__(self, mapper: SpanMapper) -> None:
-        self.mapper = mapper
-
-    def on_finish(self, record: CompileRecord) -> None:
-        self.mapper.emit(record)

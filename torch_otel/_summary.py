@@ -18,10 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ._assembler import RUNTIME, CompileRecord, PhaseNode, Sink
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._graph_breaks import graph_break_code
-from ._spans import ROOT_NAMES, _Recent
+from ._record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
 __all__ = ["RunSummary"]
 
@@ -114,8 +113,6 @@ class RunSummary(Sink):
         self._slowest: list[tuple[int, int, dict[str, Any]]] = []
         self._trees: list[tuple[int, int, FrameKey, dict[str, Any], _Tree]] = []
         self._seq = itertools.count()
-        self._frame_of: _Recent[str, FrameKey] = _Recent(4096)  # a backward's forward frame, by compile id
-        self._code_of: _Recent[tuple[int | None, int | None], FrameKey] = _Recent(4096)  # by (autograd id, frame id)
 
     # -- the sink --------------------------------------------------------------
     def on_finish(self, record: CompileRecord) -> None:
@@ -197,23 +194,12 @@ class RunSummary(Sink):
             return None
         return heapq.heappushpop(heap, item)
 
-    def _frame_key(self, rec: CompileRecord) -> FrameKey:
-        name, path, line = rec.code_location()
-        cid = rec.compile_id
-        if rec.kind == "frame" and cid is not None:
-            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's, as on spans
-            fkey = (cid.compiled_autograd_id, cid.frame_id)
-            if isinstance(name, str) and isinstance(path, str):
-                key: FrameKey = (name, path, line if isinstance(line, int) else None)
-                self._frame_of.remember(rec.id_str, key)
-                self._code_of.remember(fkey, key)
-                return key
-            if fkey in self._code_of:
-                return self._code_of[fkey]
-        if rec.kind == "backward" and rec.id_str in self._frame_of:
-            return self._frame_of[rec.id_str]
-        if isinstance(name, str) and isinstance(path, str):
-            return (name, path, line if isinstance(line, int) else None)
+    @staticmethod
+    def _frame_key(rec: CompileRecord) -> FrameKey:
+        """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler)."""
+        code = rec.code
+        if code.function is not None and code.file is not None:
+            return (code.function, code.file, code.line)
         return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None)
 
     def _phases(self, rec: CompileRecord) -> _Tree:

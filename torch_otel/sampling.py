@@ -38,7 +38,7 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from ._ranks import RankSet
+from ._ranks import RankSet, env_rank
 
 __all__ = ["RankSampler", "SLOW_FACTOR", "SLOW_MIN_S", "SAMPLED_BECAUSE"]
 
@@ -110,8 +110,7 @@ def _rank_of(a: Any) -> int:
     rank = a.get("torch.distributed.rank")
     if isinstance(rank, int) and not isinstance(rank, bool):
         return rank
-    raw = os.environ.get("RANK", "0").strip()
-    return int(raw) if raw.isdigit() else 0
+    return env_rank()
 
 
 def rank_sampler(arg: str | None = None) -> RankSampler:

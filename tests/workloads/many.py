@@ -15,9 +15,9 @@ import sys
 
 if os.environ.get("WITH_BRIDGE", "1") == "1":
     if os.environ.get("SMALL_CAPS"):  # run past the bridge's memory of recent compiles in fewer compiles
-        import torch_otel._spans
+        import torch_otel._assembler
 
-        torch_otel._spans.RECENT = int(os.environ["SMALL_CAPS"])
+        torch_otel._assembler.RECENT = int(os.environ["SMALL_CAPS"])
     import torch_otel.auto  # noqa: F401
 
 import torch
@@ -58,15 +58,12 @@ report = {"compiles": N, "failures": failures, "rss_mb": rss}
 if "torch_otel" in sys.modules:
     import torch_otel
     from torch_otel import _bridge
-    from torch_otel._assembler import CompileRecord
+    from torch_otel._record import CompileRecord
 
     b = _bridge._bridge
     report.update(
         open_compiles=len(b.assembler._open),
-        remembered=max(
-            (max(len(s.mapper._forward), len(s.mapper._frame_code)) for s in b.assembler.sinks if hasattr(s, "mapper")),
-            default=0,
-        ),
+        remembered=max(len(b.assembler._forwards), len(b.assembler._frame_code)),
         live_compile_records=sum(type(o) is CompileRecord for o in gc.get_objects()),
         stats=dict(b.assembler.stats),
         internal_errors=torch_otel.internal_error_count(),

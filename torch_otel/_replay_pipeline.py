@@ -1,0 +1,233 @@
+"""``torch-otel replay``'s pipeline: the tracing, sinks and exports of a replay, and its exit status.
+
+The CLI parses the arguments into :class:`ReplayOptions` and calls :func:`run_replay`; everything a replay
+builds (the per-process tracers, the span backpressure, the metrics for a Pushgateway or OTLP, the divergence
+report, the JSON and HTML outputs) is put together here, from the same settings and providers as live capture.
+
+Exit status: 0 done, 1 nothing could be parsed, 2 a path is missing, 3 spans were made but not exported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ._config import Settings, load_settings, url_setting
+from ._record import CompileRecord, Sink
+from ._replay import ReplayStats, replay_paths
+
+__all__ = ["ReplayOptions", "run_replay"]
+
+EXIT_OK, EXIT_NOTHING_PARSED, EXIT_MISSING_PATH, EXIT_NOT_EXPORTED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What ``torch-otel replay`` was asked for (see ``torch-otel replay --help``)."""
+
+    paths: list[str]
+    output: str | None = None  # OTLP-JSON lines file, instead of exporting per OTEL_*
+    capture: str = "default"  # "full": artifact events too
+    payloads: bool = False
+    pushgateway: str | None = None
+    json_path: str | None = None  # "-": stdout (the text goes to stderr)
+    html: str | None = None
+    run: str | None = None  # the `run` label of pushed metrics (default: the path's name)
+
+
+class _Backpressure(Sink):
+    """Replay produces spans faster than an exporter sends them: drain the batch queue before it can overflow."""
+
+    def __init__(self, provider: Any, every_spans: int = 1000) -> None:
+        self.provider = provider
+        self.every = every_spans
+        self.pending = 0
+        self.spans = 0  # every span the replay made (a compile's phases and its root)
+
+    def on_finish(self, record: CompileRecord) -> None:
+        n = sum(1 for _ in record.root.walk())
+        self.spans += n
+        self.pending += n
+        if self.pending >= self.every:
+            self.pending = 0
+            self.provider.force_flush()
+
+
+def run_name(paths: list[str]) -> str:
+    name = Path(paths[0]).resolve().name or "replay"
+    return name[:64]
+
+
+@dataclass
+class _ReplayMetrics:
+    sink: Any
+    registry: Any
+    meter_provider: Any
+    url: str | None
+    run: str
+
+
+def _replay_metrics(
+    pushgateway: str | None, run: str, settings: Settings, env: Mapping[str, str], err: IO[str]
+) -> _ReplayMetrics | None:
+    """The metrics sink of a replay: a fresh registry for the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER asks."""
+    if not pushgateway and not env.get("OTEL_METRICS_EXPORTER"):
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
+    from ._setup import METRIC_EXPORTERS, build_meter_provider, exporter_names
+
+    backends: list[Backend] = []
+    registry = None
+    url = None
+    if pushgateway:
+        problems: list[str] = []
+        url = url_setting({"--pushgateway": pushgateway}, "--pushgateway", problems)
+        if url is None:
+            print(f"torch-otel replay: {problems[0]}", file=err)
+        else:
+            registry = CollectorRegistry()
+            backends.append(PrometheusBackend(registry))
+    meter_provider = None
+    if env.get("OTEL_METRICS_EXPORTER"):
+        names = exporter_names(env, "OTEL_METRICS_EXPORTER", "none", METRIC_EXPORTERS)
+        pushed = [n for n in names if n in ("otlp", "console")]  # prometheus: nothing to serve after a replay
+        from ._replay_identity import replay_resource
+
+        # not the replaying machine's host or pid; each series says its rank
+        meter_provider = build_meter_provider(env, pushed, resource=replay_resource(None, None, None, run))
+        if meter_provider is not None:
+            backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
+    if not backends:
+        return None
+    sink = CompileMetrics(backends, run_id=run, detail_ranks=settings.detail_ranks)
+    return _ReplayMetrics(sink, registry, meter_provider, url, run)
+
+
+def _finish_replay_metrics(m: _ReplayMetrics, code: int, out: IO[str], err: IO[str]) -> None:
+    if m.meter_provider is not None:
+        m.meter_provider.shutdown()
+    if m.registry is not None and m.url and code == EXIT_OK:
+        from prometheus_client import push_to_gateway
+
+        try:
+            push_to_gateway(m.url, "torch_compile_replay", m.registry, grouping_key={"run": m.run}, timeout=10)
+            print(f"metrics pushed to {m.url} (job torch_compile_replay, run {m.run})", file=out)
+        except Exception as exc:  # noqa: BLE001
+            print(f"torch-otel replay: cannot push metrics to {m.url} ({exc}); check --pushgateway", file=err)
+
+
+def _write_report(path: str, run: Any, err: IO[str]) -> None:
+    try:
+        run.write(path)
+    except OSError as exc:
+        print(f"torch-otel replay: cannot write --html {path} ({exc.strerror or exc}); pass a writable path", file=err)
+        return
+    print(f"compile time report written to {path}", file=err)
+
+
+def _write_json(path: str, stats: ReplayStats, divergence: dict[str, Any], err: IO[str]) -> None:
+    assert stats.run is not None
+    summary = stats.run.to_dict()
+    doc = {
+        "files": stats.files,
+        "records": stats.records,
+        # the keys from before the run summary, read from it: failures of torch's own types (not "Incomplete"),
+        # graph breaks as "code type"
+        "compiles": summary["by_kind"],
+        "failures": {k: n for k, n in summary["failures"]["by_type"].items() if k != "Incomplete"},
+        "recompile_limit_hits": summary["recompile_limit_hits"],
+        "graph_breaks": {f"{g['code']} {g['type']}".strip(): g["count"] for g in summary["graph_breaks"]["by_code"]},
+        "lines_skipped": dict(stats.skipped),
+        "unknown_kinds": dict(stats.unknown_kinds),
+        "divergence": divergence,
+        "summary": summary,
+    }
+    if path == "-":
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return
+    try:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    except OSError as exc:
+        print(f"torch-otel replay: cannot write --json {path} ({exc.strerror or exc}); pass a writable path", file=err)
+
+
+def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int:
+    """Replay ``opts.paths`` into spans, metrics, the run summary and the divergence report; the exit status."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import NoOpTracer
+
+    from ._arm import sdk_disabled
+    from ._divergence import DivergenceReport
+    from ._export_guard import GOES_ON, dropped, targets
+    from ._file_exporter import OTLPJsonFileSpanExporter
+    from ._replay_identity import ReplayTracers
+    from ._setup import build_span_processors
+    from ._spans import SpanMapper
+
+    env = os.environ if env is None else env
+    err = sys.stderr
+    settings = load_settings(env)
+    if opts.payloads:
+        settings = dataclasses.replace(settings, capture_payloads=True)
+    run = opts.run or run_name(opts.paths)
+    processors: list[Any] = []
+    if opts.output:
+        if os.path.isfile(opts.output):
+            open(opts.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
+        processors = [BatchSpanProcessor(OTLPJsonFileSpanExporter(opts.output), max_queue_size=65536)]
+    elif not sdk_disabled(env):
+        processors = build_span_processors(env)
+    # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
+    provider = ReplayTracers(processors, run) if processors else None
+    sinks: list[Sink] = []
+    tracing = None
+    backpressure = None
+    GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
+    lost_before = dropped()["traces"]
+    if provider is not None:
+        tracing = SpanMapper(NoOpTracer(), settings, live=False, tracer_for=provider.tracer_for)
+        backpressure = _Backpressure(provider)
+        sinks.append(backpressure)
+    metrics = _replay_metrics(opts.pushgateway, run, settings, env, err)
+    if metrics is not None:
+        sinks.append(metrics.sink)
+    divergence = DivergenceReport()
+    sinks.append(divergence)
+    text = err if opts.json_path == "-" else sys.stdout  # stdout is the JSON's
+    code, stats = replay_paths(
+        opts.paths, sinks, keep_all_payloads=opts.payloads, out=text, artifacts=opts.capture == "full", tracing=tracing
+    )
+    summary = divergence.summary()
+    divergence.write(text, summary)
+    if opts.json_path:
+        _write_json(opts.json_path, stats, summary, err)
+    if opts.html and stats.run is not None:
+        _write_report(opts.html, stats.run, err)
+    if provider is not None:
+        provider.shutdown()
+    if metrics is not None:
+        _finish_replay_metrics(metrics, code, sys.stdout, err)
+    lost = dropped()["traces"] - lost_before
+    if lost and code == EXIT_OK:
+        made = backpressure.spans if backpressure is not None else lost
+        what = "nothing was exported" if lost >= made else f"{lost} of {made} spans were not exported"
+        print(
+            f"torch-otel replay: {what}: the spans could not be delivered to {', '.join(sorted(targets())) or 'the collector'}; "
+            "start a collector there, point OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE",
+            file=err,
+        )
+        code = EXIT_NOT_EXPORTED
+    if opts.output and code == EXIT_OK:
+        print(f"spans written to {opts.output}", file=text)
+    return code
