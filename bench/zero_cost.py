@@ -210,7 +210,7 @@ def sdk_floor() -> dict[str, Any]:
 
 def _pairs(a: list[str], b: list[str], reps: int, a_env: dict[str, str]) -> dict[str, list[float]]:
     """A and B in turn (ABBA), each a fresh process; A alone gets ``a_env``."""
-    from run import child
+    from measure import child
 
     out: dict[str, list[float]] = {"wall_a": [], "wall_b": [], "rss_a": [], "rss_b": []}
     child(a, a_env)  # warm the page cache, and write the bytecode caches
@@ -259,7 +259,7 @@ LOOP_CONFIGS = ("none", "none (A/A)", "default", "full", "trace")
 def compile_loop(reps: int) -> dict[str, list[dict[str, Any]]]:
     import tempfile
 
-    from run import child
+    from measure import child
 
     sys.path.insert(0, str(HERE.parent / "tests"))
     from servers import Rotel
@@ -283,11 +283,9 @@ def compile_loop(reps: int) -> dict[str, list[dict[str, Any]]]:
     return runs
 
 
-def spread(values: list[float], fmt: str = "{:.3f}") -> str:
-    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
-
-
 def table(results: dict[str, Any]) -> str:
+    from measure import spread
+
     lines = [
         "### Zero cost until torch compiles: start-up (paired, alternating; added over plain Python, median [min, max])",
         "",
@@ -367,7 +365,7 @@ def main() -> int:
 
 
 def floor() -> dict[str, Any]:
-    from run import child
+    from measure import child
 
     _, _, _, out = child([PY, str(HERE / "zero_cost.py"), "floor"])
     return json.loads(out.strip().splitlines()[-1])

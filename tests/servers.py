@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import socket
@@ -23,40 +22,7 @@ from typing import Any
 
 import pytest
 
-_HANDED_OUT: set[int] = set()
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port(consecutive: int = 1) -> int:
-    """A port (the first of ``consecutive`` free ones) nobody listens on right now, and not handed out before.
-
-    Taken below the kernel's ephemeral range: the ports the OS gives to outgoing connections and to
-    ``bind(0)`` (torchrun's rendezvous, gloo's pairs) can never take it between now and its use.
-    """
-    low = _ephemeral_low()
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(15000, max(15001, low - consecutive))
-        ports = range(base, base + consecutive)
-        if not _HANDED_OUT.intersection(ports) and all(_is_free(p) for p in ports):
-            _HANDED_OUT.update(ports)
-            return base
-    raise RuntimeError("no free port range")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+from torch_otel._ports import free_port  # the tests' ports: one probe, the package's (the demo's too)
 
 
 def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5) -> str:
@@ -94,11 +60,12 @@ class _Process:
         self._out = log.open("wb")
         self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10) -> None:
+        """SIGTERM, and SIGKILL if it has not exited ``grace`` seconds later."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
@@ -128,12 +95,14 @@ class _LoopbackServer:
 
     name = ""
     port = 0
+    ready_timeout: float = 30  # seconds it may take to answer /-/ready
+    stop_grace: float = 10  # seconds it may take to exit on SIGTERM before it is killed
 
     def _start(self, argv_for: Callable[[int, int], list[str]]) -> None:
         for attempt in range(3):
             self.port = free_port()
             self._p = _Process(argv_for(self.port, attempt), self.dir / f"{self.name}{attempt}.log")
-            if _ready(self._p, f"{self.url}/-/ready", f"{self.name} to be ready"):
+            if _ready(self._p, f"{self.url}/-/ready", f"{self.name} to be ready", self.ready_timeout):
                 return
             self._p.stop()
         raise AssertionError(f"{self.name} did not start:\n{self._p.output()[-2000:]}")
@@ -142,44 +111,59 @@ class _LoopbackServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def stop(self) -> None:
+        """Stop the server (its state stays until ``__exit__``)."""
+        self._p.stop(self.stop_grace)
+
     def __exit__(self, *exc: object) -> None:
-        self._p.stop()
+        self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Prometheus(_LoopbackServer):
-    """Debian's prometheus, scraping ``targets`` every second, with exemplar storage on."""
+    """Debian's prometheus, scraping ``targets`` every second, with exemplar storage on.
+
+    bench/fleet_prometheus.py's is a subclass: its own :meth:`config` and :meth:`flags`, and longer timeouts.
+    """
 
     name = "prometheus"
+    api_timeout: float = 5  # seconds an API call may take
 
     def __init__(self, targets: list[str], rule_files: list[Path] | None = None) -> None:
         self.targets = targets
         self.rule_files = rule_files or []
 
-    def __enter__(self) -> Prometheus:
-        binary = require("prometheus")
-        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-prom-"))
-        config = {
+    def config(self) -> dict[str, Any]:
+        """What prometheus.yml holds."""
+        return {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in self.rule_files],
             "scrape_configs": [
                 {"job_name": "torch", "scrape_interval": "1s", "static_configs": [{"targets": self.targets}]},
             ],
         }
-        (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+
+    def flags(self) -> list[str]:
+        """Its flags beside the config file, the storage path and the listen address."""
+        return ["--enable-feature=exemplar-storage"]
+
+    def __enter__(self) -> Prometheus:
+        binary = require("prometheus")
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-prom-"))
+        (self.dir / "prometheus.yml").write_text(json.dumps(self.config()))  # JSON is YAML
         self._start(
             lambda port, attempt: [
                 binary,
                 f"--config.file={self.dir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={self.dir / f'data{attempt}'}",
                 f"--web.listen-address=127.0.0.1:{port}",
-                "--enable-feature=exemplar-storage",
+                *self.flags(),
             ]
         )
         return self
 
     def api(self, path: str, **params: str) -> Any:
-        body = json.loads(http_get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"))
+        body = json.loads(http_get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout=self.api_timeout))
         assert body["status"] == "success", body
         return body["data"]
 

@@ -45,19 +45,28 @@ def workload(backend: str = "aot_eager") -> None:
 
     scale(torch.randn(4))
     scale(torch.randn(4, dtype=torch.float64))  # dtype recompile
+    hit_recompile_limit(backend)
 
-    old = torch._dynamo.config.recompile_limit
-    torch._dynamo.config.recompile_limit = 2
+
+def hit_recompile_limit(backend: str = "aot_eager") -> None:
+    # no docstring: it would move shift from line 53, where the README's demo output shows it
+    def shift(x: Any) -> Any:
+        return x + 1
+
+    # A recompile-limit hit: the demo's last compiles, and tests/test_collector_config_tail_sampling.py's.
+    # Shapes static, the limit 2: a compile, a recompile, the limit hit (the third shape), then eager.
+    import torch
+
+    config = torch._dynamo.config
+    saved = (config.automatic_dynamic_shapes, config.recompile_limit)
+    config.automatic_dynamic_shapes = False
+    config.recompile_limit = 2
     try:
-
-        @torch.compile(backend=backend)
-        def shift(x: torch.Tensor) -> torch.Tensor:
-            return x + 1
-
-        for n in range(1, 5):  # the third shape exceeds the limit: eager from then on
-            shift(torch.randn(n))
-    finally:
-        torch._dynamo.config.recompile_limit = old
+        compiled = torch.compile(shift, backend=backend)
+        for n in range(1, 5):  # N/0, a recompile N/1, the limit hit N/2, then eager: no compile
+            compiled(torch.randn(n))
+    finally:  # the settings as they were
+        config.automatic_dynamic_shapes, config.recompile_limit = saved
 
 
 # the series the demo prints (the endpoint serves them all)
@@ -128,17 +137,6 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
         line(r, "  ", "")
 
 
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def run_demo(
     traces_file: str,
     port: int,
@@ -158,6 +156,7 @@ def run_demo(
     from ._exposition import start_prometheus_server
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._ids import UrandomIdGenerator
+    from ._ports import port_is_free
     from ._setup import job_resource
 
     if os.path.exists(traces_file):
@@ -167,7 +166,7 @@ def run_demo(
     provider.add_span_processor(SimpleSpanProcessor(memory))
     provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(traces_file)))
     registry = CollectorRegistry()
-    if port and not _port_free(port):
+    if port and not port_is_free(port):
         out.write(f"port {port} is busy: serving metrics on a free port instead (pass --metrics-port PORT to choose)\n")
         port = 0
     started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, registry)

@@ -1,0 +1,151 @@
+"""bench/fleet.py's Prometheus, and what is measured through it: its own series and memory, and every dashboard query.
+
+The test suite's Prometheus runner (``tests/servers.py``), with the bench's configuration: Debian's
+``prometheus`` scrapes every simulated rank as its own target (``__metrics_path__`` and ``instance`` set
+per target, ``job`` from the scrape config) and evaluates ``grafana/alerts/torch-compile-rules.yml`` as
+shipped. Only scrape and evaluation intervals are set.
+
+Imported by bench/fleet.py, which puts tests/ on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from fleet_ranks import sample_name
+from servers import Prometheus, http_get
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "grafana" / "alerts" / "torch-compile-rules.yml"
+DASHBOARDS = ROOT / "grafana" / "dashboards"
+JOB = "torch"
+RANKS_PER_NODE = 8  # instance = node<rank // 8>:<9464 + rank % 8>, as 8 ranks per host would be scraped
+
+SELF_METRICS = (
+    "prometheus_tsdb_head_series",
+    "prometheus_tsdb_head_chunks",
+    "process_resident_memory_bytes",
+    "go_memstats_heap_inuse_bytes",
+    "process_cpu_seconds_total",
+    "prometheus_rule_group_iterations_missed_total",
+    "prometheus_target_scrapes_exceeded_sample_limit_total",
+    "prometheus_target_scrape_pool_exceeded_target_limit_total",
+)
+
+
+class FleetPrometheus(Prometheus):
+    """Prometheus scraping ``world`` ranks, each its own target, all served on the fleet server's ``server_port``.
+
+    No exemplar storage. A large job's Prometheus is given longer: 60 s to be ready, 120 s per API call,
+    60 s to exit on SIGTERM.
+    """
+
+    ready_timeout = 60
+    stop_grace = 60
+    api_timeout = 120
+
+    def __init__(self, world: int, server_port: int, scrape: str, evaluation: str) -> None:
+        super().__init__([], [RULES])
+        self.world, self.server_port, self.scrape, self.evaluation = world, server_port, scrape, evaluation
+
+    def config(self) -> dict[str, Any]:
+        targets = []
+        for rank in range(self.world):
+            node, slot = divmod(rank, RANKS_PER_NODE)
+            labels = {"__metrics_path__": f"/rank/{rank}", "instance": f"node{node:04d}:{9464 + slot}"}
+            targets.append({"targets": [f"127.0.0.1:{self.server_port}"], "labels": labels})
+        return {
+            "global": {"scrape_interval": self.scrape, "evaluation_interval": self.evaluation},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": JOB, "static_configs": targets}],
+        }
+
+    def flags(self) -> list[str]:
+        return []
+
+    def __enter__(self) -> FleetPrometheus:
+        if shutil.which("prometheus") is None:
+            raise SystemExit("prometheus is not installed (apt-get install prometheus)")
+        try:
+            super().__enter__()
+        except BaseException:  # Ctrl-C or a failed start: no process, no files left behind
+            if hasattr(self, "_p"):
+                self._p.stop(self.stop_grace)
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self._p.proc.pid
+
+    def scalar(self, promql: str) -> float | None:
+        result = self.query(promql)
+        return float(result[0]["value"][1]) if result else None
+
+    def self_metrics(self, names: tuple[str, ...]) -> dict[str, float]:
+        """Prometheus's own /metrics: the named series summed over their label sets."""
+        out: dict[str, float] = {}
+        for line in http_get(f"{self.url}/metrics", timeout=30).splitlines():
+            if line.startswith("#"):
+                continue
+            name = sample_name(line)
+            if name == "prometheus_target_interval_length_seconds" and 'quantile="0.99"' in line:
+                out["scrape_interval_p99"] = max(out.get("scrape_interval_p99", 0.0), float(line.rsplit(" ", 1)[1]))
+            if name in names:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+    def proc_status(self) -> dict[str, float]:
+        out = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+        return out
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard, panel title or variable, PromQL) for every query the shipped dashboards send Prometheus."""
+    out = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        dash = json.loads(path.read_text())
+        panels = [p2 for p in dash["panels"] for p2 in (p, *p.get("panels", []))]
+        for p in panels:
+            for t in p.get("targets", []):
+                if "expr" in t and t.get("datasource", p.get("datasource", {})).get("uid") == "${datasource}":
+                    out.append((path.stem, p["title"], t["expr"]))
+        for v in dash["templating"]["list"]:
+            q = v.get("query")
+            if isinstance(q, dict) and "label_values" in q.get("query", ""):
+                out.append((path.stem, f"variable ${v['name']}", q["query"]))
+    return out
+
+
+def _substitute(expr: str) -> str:
+    """What Grafana sends for job=torch, rank=All (.*), with $__rate_interval at 4x a 15 s scrape."""
+    out = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s").replace("$__range", "1h")
+    return out.replace("$job", JOB).replace("$rank", ".*")
+
+
+def time_query(prom: FleetPrometheus, expr: str, reps: int = 3) -> dict[str, Any]:
+    """A dashboard query as Grafana would send it, ``reps`` times: median and max seconds, and its result's length."""
+    expr = _substitute(expr)
+    m = re.fullmatch(r"label_values\((.*), (\w+)\)", expr)
+    times, n = [], 0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        if m:
+            data = prom.api(f"label/{m.group(2)}/values", **{"match[]": m.group(1)})
+            n = len(data)
+        else:
+            data = prom.api("query", query=expr)
+            n = len(data["result"])
+        times.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(times), "max_s": max(times), "result_len": n}
