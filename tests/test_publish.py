@@ -91,6 +91,20 @@ def test_sdist_carries_docs_tests_and_shipped_configs(dists: tuple[Path, Path]) 
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
+def test_the_wheel_and_the_sdist_carry_the_html_pages_assets(dists: tuple[Path, Path]) -> None:
+    """The run summary page's CSS and JS are package data (torch_otel/_assets/): both distributions carry every file."""
+    wheel, sdist = dists
+    assets = {str(p.relative_to(ROOT)) for p in (ROOT / PKG / "_assets").iterdir() if p.is_file()}
+    assert {f"{PKG}/_assets/summary.css", f"{PKG}/_assets/summary.js"} <= assets, sorted(assets)
+    with zipfile.ZipFile(wheel) as zf:
+        in_wheel = set(zf.namelist())
+        assert assets <= in_wheel, sorted(assets - in_wheel)
+        assert [a for a in sorted(assets) if zf.read(a) != (ROOT / a).read_bytes()] == []
+    with tarfile.open(sdist) as tf:
+        in_sdist = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    assert assets <= in_sdist, sorted(assets - in_sdist)
+
+
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dists: tuple[Path, Path], tmp_path: Path) -> None:
     wheel, _ = dists
     venv = tmp_path / "venv"
@@ -112,6 +126,19 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dists: tuple[Pat
     env_python = str(bin_dir / "python")
     out = _run([str(bin_dir / "torch-otel"), "run", "--", env_python, "-c", probe], cwd=tmp_path).stdout.strip()
     assert out.startswith(str(venv)) and out.endswith(os.path.join("_autostart", "sitecustomize.py")), out
+    # the HTML run summary rendered by the installed wheel (its packaged CSS and JS) is the source tree's, byte for byte
+    import json
+
+    from torch_otel._html import render_html
+
+    sample = ROOT / "tests" / "data" / "summary-sample.json"
+    page = tmp_path / "summary.html"
+    render = (
+        "import json, sys; from torch_otel._html import render_html; "
+        "open(sys.argv[2], 'w', encoding='utf-8').write(render_html(json.load(open(sys.argv[1]))))"
+    )
+    _run([env_python, "-c", render, str(sample), str(page)], cwd=tmp_path)
+    assert page.read_text(encoding="utf-8") == render_html(json.loads(sample.read_text()))
 
 
 def _interpreter(version: str) -> str | None:

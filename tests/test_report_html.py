@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 WIDTH, HEIGHT = 1400, 1000
-# The chart's fills by kind (torch_otel/_html.py's CSS): each must show in the screenshot.
+# The chart's fills by kind (torch_otel/_assets/summary.css): each must show in the screenshot.
 FILLS = {"frame": "7fb3e6", "compile": "8fd19e", "failed compile": "e5534b", "run": "a8b3bf"}
 XSS = "<script>alert(1)</script></script><img src=x onerror=alert(2)>"
 
