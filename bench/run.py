@@ -229,7 +229,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from torch_otel._config import Settings
 from torch_otel._replay import ReplayStats, replay_file
-from torch_otel._spans import SpanMapper, SpanSink
+from torch_otel._spans import SpanMapper
 from pathlib import Path
 
 class Null(SpanExporter):
@@ -248,9 +248,9 @@ else:
             Null.n += len(spans)
             return super().export(spans)
     provider.add_span_processor(BatchSpanProcessor(Counting(endpoint=sys.argv[2], insecure=True), max_queue_size=1_000_000))
-sink = SpanSink(SpanMapper(provider.get_tracer("bench"), Settings(), live=False))
+mapper = SpanMapper(provider.get_tracer("bench"), Settings(), live=False)
 t = time.perf_counter()
-replay_file(Path(sys.argv[1]), [sink], ReplayStats())
+replay_file(Path(sys.argv[1]), [], ReplayStats(), tracing=mapper)
 provider.force_flush(600_000)
 print(Null.n / (time.perf_counter() - t))
 """

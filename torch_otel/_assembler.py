@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from ._compile_id import CompileId
 from ._events import (
     ArtifactEvent,
+    CacheLookupEvent,
     DebugDirEvent,
     Event,
     GraphBreakEvent,
@@ -49,6 +50,7 @@ MAX_ARTIFACTS = 512
 MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
+MAX_CACHE_LOOKUPS = 256  # cache lookups per compile (two per inductor graph)
 # Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
 # recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
 RECENT = 4096
@@ -94,6 +96,7 @@ ATTACH: dict[type, Attach] = {
     LogEvent: Attach("logs", MAX_LOGS, prefer="frame"),
     GraphScheduleEvent: Attach("schedules", MAX_SCHEDULES, merge=_merge_schedule),
     DebugDirEvent: Attach("debug_dirs", MAX_SCHEDULES, value=_debug_dir_path),
+    CacheLookupEvent: Attach("cache_lookups", MAX_CACHE_LOOKUPS, raises_attempt=True),
 }
 
 
@@ -101,6 +104,12 @@ class Tracing(Protocol):
     """Builds a finished compile's trace; returns its root's ``(trace id, span id)``, or None when not traced."""
 
     def emit(self, record: CompileRecord) -> tuple[int, int] | None: ...
+
+
+class CacheKeys(Protocol):
+    """Derives the facts of a compile's cache lookups: why each miss missed (:class:`torch_otel._cache.KeyHistory`)."""
+
+    def derive(self, record: CompileRecord) -> None: ...
 
 
 class CacheLoads(Protocol):
@@ -126,6 +135,7 @@ class Assembler:
         *,
         tracing: Tracing | None = None,
         cache_loads: CacheLoads | None = None,
+        cache_keys: CacheKeys | None = None,
         stamp: Callable[[CompileRecord, bool], None] | None = None,
         recent: int | None = None,
     ) -> None:
@@ -134,6 +144,7 @@ class Assembler:
         self.max_open = max_open
         self.tracing = tracing
         self.cache_loads = cache_loads
+        self.cache_keys = cache_keys
         self.stamp = stamp
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
@@ -200,7 +211,9 @@ class Assembler:
 
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")
-        if rec is not None:
+        if rec is None:
+            self.stats["orphan_starts"] += 1
+        else:
             if rec.start_stack is None:
                 rec.start_stack = event.stack
             rec.attempt = max(rec.attempt, event.attempt)
@@ -252,13 +265,14 @@ class Assembler:
     def _standalone(self, cid: CompileId | None) -> CompileRecord | None:
         """The standalone compile (export, AOTInductor) a record of id ``cid`` belongs to, if one can tell.
 
-        The only one in flight that has no id yet, or whose id is ``cid``. A record with an id gives the
-        compile its id (a strict export's root has none; its phases say ``0/0``).
+        The only one in flight that has no id yet, or whose id is ``cid``; a record with no id joins the only one in
+        flight, whatever its id (torch's capture ends with no id inside a live export that took its phases' id). A
+        record with an id gives the compile its id (a strict export's root has none; its phases say ``0/0``).
         """
         found = [
             r
             for r in self._open.values()
-            if r.kind in STANDALONE and not r._ended and (r.compile_id is None or (cid is not None and r.compile_id == cid))
+            if r.kind in STANDALONE and not r._ended and (cid is None or r.compile_id is None or r.compile_id == cid)
         ]
         if len(found) != 1:
             return None
@@ -584,6 +598,8 @@ class Assembler:
             rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
         if self.cache_loads is not None:
             rec.mega_cache_hits = self._guard("mega-cache hits", self.cache_loads.hits, rec) or {}
+        if self.cache_keys is not None and rec.cache_lookups:
+            self._guard("cache keys", self.cache_keys.derive, rec)
         if self.tracing is not None:
             ids = self._guard("tracing", self.tracing.emit, rec)
             if ids is not None:

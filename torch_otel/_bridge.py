@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from . import _mega_cache as mega_cache
 from ._assembler import Assembler
 from ._config import Settings, capture_level, load_settings
+from ._exposition import set_before_scrape
 from ._internal import logger, record_error, set_live_stats, warn_once
 from ._live import LiveCapture
 from ._logs import LogSink
@@ -150,6 +151,7 @@ def instrument(
             return None
         _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []), summary)
         set_live_stats(assembler.stats)
+        set_before_scrape(cap.drain)  # /metrics serves the compiles that ended
         if not _atexit_registered:
             atexit.register(shutdown)
             os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -178,6 +180,7 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             return
         _bridge = None
         set_live_stats(None)
+        set_before_scrape(None)
         try:
             b.capture.uninstall()
         except Exception as exc:  # noqa: BLE001
@@ -393,3 +396,31 @@ def _register_multiprocessing_hook() -> None:
         multiprocessing.util.register_after_fork(_fork_token, _in_multiprocessing_child)
     except Exception as exc:  # noqa: BLE001
         record_error("multiprocessing hook", exc)
+
+
+def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
+    """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None.
+
+    What ``torch_otel.auto``, ``torch-otel run`` and the ``opentelemetry-instrument`` instrumentor call.
+    """
+    from ._arm import sdk_disabled
+    from ._setup import configure_providers
+
+    env = os.environ if env is None else env
+    if sdk_disabled(env):
+        return None
+    settings = load_settings(env)
+    if settings.capture == "off":
+        return None
+    c = configure_providers(env, settings)
+    bridge = instrument(
+        tracer_provider or c.tracer_provider,
+        meter_provider or c.meter_provider,
+        logger_provider=c.logger_provider,
+        settings=settings,
+        _owned=c.owned,
+        _on_first_compile=c.on_first_compile,
+    )
+    if bridge is not None and settings.flush_on_sigterm:
+        flush_on_sigterm()
+    return bridge

@@ -77,3 +77,13 @@ def compile_id_from_metadata(md: dict[str, object]) -> tuple[CompileId | None, i
         return _from_parts(*parts)
     except TypeError:  # an unhashable value, in a malformed record
         return _from_parts.__wrapped__(*parts)
+
+
+def current_compile_id() -> CompileId | None:
+    """The compile torch is in now (its ``CompileContext``), or None outside one. Imports torch: for hooks only."""
+    import torch._guards
+
+    try:
+        return parse_compile_id(str(torch._guards.CompileContext.current_compile_id()))
+    except Exception:  # noqa: BLE001
+        return None

@@ -33,6 +33,9 @@ class Settings:
     shutdown_timeout_ms: int = 5_000
     detail_ranks: RankSet = field(default_factory=RankSet)
     summary: tuple[str, ...] = ()  # where to write the run summary at exit: stderr, stdout, or files
+    # the cache key index, the next run's baseline: "auto" (beside inductor's cache directory), "off", or a directory
+    cache_index: str = "auto"
+    cache_baseline: str | None = None  # a previous run's TORCH_TRACE log or directory, or a key index, to explain misses
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -160,6 +163,8 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         shutdown_timeout_ms=int(_float(env, "TORCH_OTEL_SHUTDOWN_TIMEOUT", 5.0, 0.0, 3600.0, problems) * 1000),
         detail_ranks=_ranks(env, "TORCH_OTEL_DETAIL_RANKS", problems),
         summary=_destinations(env, "TORCH_OTEL_SUMMARY", problems),
+        cache_index=(env.get("TORCH_OTEL_CACHE_INDEX") or "auto").strip() or "auto",
+        cache_baseline=(env.get("TORCH_OTEL_CACHE_BASELINE") or "").strip() or None,
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

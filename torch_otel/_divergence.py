@@ -38,7 +38,7 @@ def _hash53(text: str) -> int:
 
 
 def cache_outcome(lookups: dict[tuple[str, str, str], int]) -> str | None:
-    """A compile's cache lookups (:meth:`CompileRecord.cache_lookups`) as ``fx_graph:hit aot_autograd:miss``.
+    """A compile's cache lookups (:meth:`CompileRecord.cache_counts`) as ``fx_graph:hit aot_autograd:miss``.
 
     None: it looked nothing up. A bypass shows only for a cache with no hit or miss.
     """
@@ -84,9 +84,9 @@ class Facts:
 
 
 def facts(rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = None) -> Facts:
-    """``lookups``: the record's :meth:`~CompileRecord.cache_lookups`, when the caller has them already."""
+    """``lookups``: the record's :meth:`~CompileRecord.cache_counts`, when the caller has them already."""
     key = rec.id_str if rec.kind == "frame" else f"{rec.kind} {rec.id_str}"
-    cache = cache_outcome(rec.cache_lookups() if lookups is None else lookups)
+    cache = cache_outcome(rec.cache_counts() if lookups is None else lookups)
     return Facts(key, cache, collective_schedule(rec), graph_count(rec))
 
 

@@ -6,10 +6,11 @@ import errno
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._internal import warn_once
+from ._ranks import env_rank
 
 
 def prometheus_port(env: Mapping[str, str]) -> int:
@@ -55,6 +56,17 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
     return server, server.server_address[1]
 
 
+# What brings the registry up to date before a scrape: the running bridge's queue drain (set by the bridge as it
+# instruments, cleared as it stops). None: nothing to process.
+_before_scrape: Callable[[], None] | None = None
+
+
+def set_before_scrape(drain: Callable[[], None] | None) -> None:
+    """The bridge's ``LiveCapture.drain`` (or None): run before each scrape, so compiles that ended are served."""
+    global _before_scrape
+    _before_scrape = drain
+
+
 class _UpToDate:
     """The registry as the endpoint serves it: compiles that ended are processed before each scrape."""
 
@@ -62,11 +74,9 @@ class _UpToDate:
         self.registry = registry
 
     def _sync(self) -> None:
-        from ._bridge import current
-
-        b = current()
-        if b is not None:
-            b.capture.drain()
+        drain = _before_scrape
+        if drain is not None:
+            drain()
 
     def collect(self) -> Any:
         self._sync()
@@ -120,9 +130,8 @@ class PushAtExit:
     def __init__(self, url: str, job: str, env: Mapping[str, str], registry: Any = None, timeout_s: float = 5.0) -> None:
         from prometheus_client import REGISTRY
 
-        rank = env.get("RANK", "0").strip()
         self.url, self.job, self.timeout_s = url, job, timeout_s
-        self.grouping_key = {"rank": rank if rank.isdigit() else "0"}
+        self.grouping_key = {"rank": str(env_rank(env))}
         self.registry = registry or REGISTRY
         self.armed = False
         self._pid = os.getpid()

@@ -51,7 +51,7 @@ class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any t
 
         def arm() -> None:
             try:
-                from ._setup import configure_from_env
+                from ._bridge import configure_from_env
 
                 configure_from_env(tracer_provider=tracer_provider, meter_provider=meter_provider)
             except Exception as exc:  # noqa: BLE001 - never break the user's program

@@ -32,7 +32,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._assembler import Assembler
-from ._compile_id import CompileId, parse_compile_id
+from ._compile_id import CompileId, current_compile_id
 from ._events import (
     ArtifactEvent,
     DebugDirEvent,
@@ -82,15 +82,6 @@ def _aot_graph() -> str | None:
     lu = sys.modules.get("torch._functorch._aot_autograd.logging_utils")
     names = getattr(lu, "graph_being_compiled", None)
     return str(names[0]) if isinstance(names, list) and names else None
-
-
-def _current_compile_id() -> CompileId | None:
-    import torch._guards
-
-    try:
-        return parse_compile_id(str(torch._guards.CompileContext.current_compile_id()))
-    except Exception:  # noqa: BLE001
-        return None
 
 
 class _ForwardingHandler(logging.Handler):
@@ -181,6 +172,8 @@ class LiveCapture:
         # (a phase begin or end, which the hook delivers without JSON) or not (an instant).
         self._held = threading.local()
         self._pid = os.getpid()  # in a forked child there is no worker: each compile is processed as it ends
+        # event types an attached tap (an EventTap row) delivers: full capture's trace records skip them
+        self.tapped: set[type] = set()
         self._export_hook = ExportHook(self._on_export, self._origin)
         self._mega_cache_hook = MegaCacheHook()
 
@@ -368,7 +361,7 @@ class LiveCapture:
     @guarded("debug directory hook")
     def _on_debug_dir(self, path: object) -> None:
         if self.installed and isinstance(path, str):
-            self._pending.append((self._process_event, DebugDirEvent(_current_compile_id(), path), None, None))
+            self._pending.append((self._process_event, DebugDirEvent(current_compile_id(), path), None, None))
 
     @guarded("collective schedule hook")
     def _on_schedule(self) -> None:
@@ -377,7 +370,7 @@ class LiveCapture:
         ops = getattr(self._schedule_tls, "ops", None)
         self._schedule_tls.ops = None
         names = [str(op) for op in ops] if isinstance(ops, list) else []
-        ev = GraphScheduleEvent(_current_compile_id(), names)
+        ev = GraphScheduleEvent(current_compile_id(), names)
         self._pending.append((self._process_event, ev, None, None))
 
     @guarded("chromium event hook")
@@ -407,6 +400,10 @@ class LiveCapture:
             return
         # A phase: the thread it ran on tells inductor's parallel kernel builds apart (see Assembler._worker_phase)
         self._pending.append((self._process_phase, event, None, get_ident()))
+
+    def queue_events(self, convert: Callable[[], list[Event]]) -> None:
+        """An EventTap row's call (on torch's path: queued; turned into events with the rest, off it)."""
+        self._pending.append((self._process_events, convert, None, None))
 
     def _on_export(self, ev: PhaseEvent) -> None:
         """A torch.export call began or ended (the export hook): a root, queued like torch's own."""
@@ -442,14 +439,14 @@ class LiveCapture:
     @guarded("recompile reasons hook")
     def _on_reasons(self, reasons: Any) -> None:
         if self.installed and isinstance(reasons, list) and reasons:
-            ev = RecompileReasonsEvent(_current_compile_id(), [str(r) for r in reasons])
+            ev = RecompileReasonsEvent(current_compile_id(), [str(r) for r in reasons])
             self._pending.append((self._process_event, ev, None, None))
 
     @guarded("warning hook")
     def _on_warning(self, record: logging.LogRecord) -> None:
         if record.name.endswith("__graph_breaks"):
             return  # graph breaks are their own events
-        ev = LogEvent(_current_compile_id(), int(record.created * 1e9), record.levelno, record.name, record.getMessage())
+        ev = LogEvent(current_compile_id(), int(record.created * 1e9), record.levelno, record.name, record.getMessage())
         self._pending.append((self._process_event, ev, None, None))
 
     @guarded("compiled autograd cache-miss handler")
@@ -461,7 +458,7 @@ class LiveCapture:
 
     @guarded("graph break handler")
     def _on_graph_break(self, record: logging.LogRecord) -> None:
-        cid, message = _current_compile_id(), record.getMessage()
+        cid, message = current_compile_id(), record.getMessage()
         self._pending.append((self._process_graph_break, cid, message, int(record.created * 1e9)))
 
     @guarded("torch.__trace handler")
@@ -502,6 +499,10 @@ class LiveCapture:
             self._malformed(exc)
             return None
 
+    def _process_events(self, convert: Callable[[], list[Event]], _b: None, _c: None) -> None:
+        for ev in convert():
+            self.assembler.feed(ev)
+
     def _process_chromium(self, event: Any, origin: Origin | None, rank: int | None) -> None:
         ev = self._event(event)
         if ev is not None:
@@ -538,6 +539,8 @@ class LiveCapture:
         for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
             if isinstance(ev, GraphScheduleEvent) and ev.tensor_meta is None:
                 continue  # the schedule hook delivered it, for every graph (this record only comes with collectives)
+            if type(ev) in self.tapped:
+                continue  # a tap delivered it as torch made it
             if isinstance(ev, (GraphBreakEvent, ArtifactEvent)):
                 ev.ts_ns = ts_ns  # when torch logged it
             self.assembler.feed(ev)

@@ -24,13 +24,12 @@ from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from ._assembler import RUNTIME, CompileRecord, Sink
 from ._categories import PHASES, PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
 from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
-from ._mega_cache import hits as mega_cache_hits
-from ._ranks import RankSet
+from ._ranks import RankSet, env_rank
+from ._record import RUNTIME, CompileRecord, Sink
 from ._version import __version__, torch_version
 
 # A further rank (not a detail rank): its failures and graph breaks by their first few kinds, the rest as ``other``
@@ -135,8 +134,7 @@ def default_run_id() -> str:
 
 def default_rank() -> str:
     """The ``rank`` label when torch.distributed is not (yet) initialised: torchrun's RANK, else 0."""
-    r = os.environ.get("RANK", "0").strip()
-    return r if r.isdigit() else "0"
+    return str(env_rank())
 
 
 class PrometheusBackend:
@@ -205,82 +203,98 @@ class _SeriesTable:
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client import metrics as prometheus_metrics
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
         for name in self._values:
-            s = SERIES[name]
-            rows = self.rows(name)
-            if s.kind == "counter":
-                c = CounterMetricFamily(s.name, s.help, labels=s.labels)
-                for labels, value, since in rows:
-                    c.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
-                yield c
-            else:
-                g = GaugeMetricFamily(s.name, s.help, labels=s.labels)
-                for labels, value, _ in rows:
-                    g.add_metric(labels, value)
-                yield g
+            s, fam = SERIES[name], _family(SERIES[name])
+            for labels, value, since in self.rows(name):
+                if s.kind == "counter":
+                    fam.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
+                else:
+                    fam.add_metric(labels, value)
+            yield fam
 
-    def describe(self) -> Iterator[Any]:
-        """The names this collector serves, so the registry refuses a second metric of the same name."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        for s in SERIES.values():
-            if s.kind == "counter":
-                yield CounterMetricFamily(s.name, s.help, labels=s.labels)
-            elif s.kind != "histogram":
-                yield GaugeMetricFamily(s.name, s.help, labels=s.labels)
+    def describe(self) -> list[Any]:
+        """Every family ``collect`` yields, empty: the registry refuses a second metric of one of these names."""
+        return [_family(SERIES[name]) for name in self._values]
 
 
-class SelfMetrics:
-    """The bridge's own health: items the exporters dropped, and internal errors caught."""
+def _family(s: Series) -> Any:
+    """``s`` as an empty prometheus_client family (a counter, else a gauge): what ``collect`` fills, ``describe`` returns."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    return (CounterMetricFamily if s.kind == "counter" else GaugeMetricFamily)(s.name, s.help, labels=s.labels)
+
+
+class _Families:
+    """A collector of fixed families: ``FAMILIES`` names each once, ``collect`` fills them from ``rows``
+    and ``describe`` returns them empty, so the registry knows every name before the first scrape."""
+
+    FAMILIES: tuple[Series, ...] = ()
+
+    def rows(self) -> dict[str, list[tuple[list[str], float]]]:
+        """Each family's samples as they stand: its name -> (label values, value) for each series."""
+        raise NotImplementedError
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily
+        rows = self.rows()
+        for s in self.FAMILIES:
+            fam = _family(s)
+            for labels, value in rows[s.name]:
+                fam.add_metric(labels, value)
+            yield fam
 
+    def describe(self) -> list[Any]:
+        return [_family(s) for s in self.FAMILIES]
+
+
+class SelfMetrics(_Families):
+    """The bridge's own health: items the exporters dropped, and internal errors caught."""
+
+    FAMILIES = (
+        Series(
+            "torch_otel_dropped", "counter", "Spans, metric points and log records the exporters could not deliver.", ("signal",)
+        ),
+        Series("torch_otel_internal_errors", "counter", "Exceptions caught inside the bridge (torch.compile went on).", ()),
+        Series(
+            "torch_otel_unattributed_phases",
+            "counter",
+            "Phase events with no compile id (compile worker threads) that could not be given to a compile: "
+            "more than one was in flight.",
+            (),
+        ),
+        Series(
+            "torch_otel_compiles_not_sampled",
+            "counter",
+            "Compiles the trace sampler dropped (no spans built; their metrics are counted as any others').",
+            ("kind",),
+        ),
+        Series(
+            "torch_otel_unmatched_phase_events",
+            "counter",
+            "Phase events torch logged that did not pair up: a begin that never ended (end: the end of what "
+            "contained it), or an end with no begin open.",
+            ("event",),
+        ),
+    )
+
+    def rows(self) -> dict[str, list[tuple[list[str], float]]]:
         from ._export_guard import dropped
         from ._internal import internal_error_count, live_stat, not_sampled
 
-        d = CounterMetricFamily(
-            "torch_otel_dropped", "Spans, metric points and log records the exporters could not deliver.", labels=["signal"]
-        )
-        for signal, n in sorted(dropped().items()):
-            d.add_metric([signal], n)
-        yield d
-        e = CounterMetricFamily("torch_otel_internal_errors", "Exceptions caught inside the bridge (torch.compile went on).")
-        e.add_metric([], internal_error_count())
-        yield e
-        u = CounterMetricFamily(
-            "torch_otel_unattributed_phases",
-            "Phase events with no compile id (compile worker threads) that could not be given to a compile: "
-            "more than one was in flight.",
-        )
-        u.add_metric([], live_stat("unattributed_phases"))
-        yield u
-        ns = CounterMetricFamily(
-            "torch_otel_compiles_not_sampled",
-            "Compiles the trace sampler dropped (no spans built; their metrics are counted as any others').",
-            labels=["kind"],
-        )
-        for kind, count in sorted(not_sampled().items()):
-            ns.add_metric([kind], count)
-        yield ns
-        m = CounterMetricFamily(
-            "torch_otel_unmatched_phase_events",
-            "Phase events torch logged that did not pair up: a begin that never ended (end: the end of what "
-            "contained it), or an end with no begin open.",
-            labels=["event"],
-        )
-        m.add_metric(["begin"], live_stat("unmatched_phase_begins"))
-        m.add_metric(["end"], live_stat("unmatched_phase_ends"))
-        yield m
-
-    def describe(self) -> list[Any]:
-        return []
+        return {
+            "torch_otel_dropped": [([signal], n) for signal, n in sorted(dropped().items())],
+            "torch_otel_internal_errors": [([], internal_error_count())],
+            "torch_otel_unattributed_phases": [([], live_stat("unattributed_phases"))],
+            "torch_otel_compiles_not_sampled": [([kind], count) for kind, count in sorted(not_sampled().items())],
+            "torch_otel_unmatched_phase_events": [
+                (["begin"], live_stat("unmatched_phase_begins")),
+                (["end"], live_stat("unmatched_phase_ends")),
+            ],
+        }
 
 
-class TorchCounters:
+class TorchCounters(_Families):
     """torch's own compiled-autograd counters (``torch._dynamo.utils.counters["compiled_autograd"]``), read at scrape.
 
     ``captures`` counts the autograd graphs compiled autograd traced (each cache miss: a new graph or shape);
@@ -288,24 +302,27 @@ class TorchCounters:
     dynamo is loaded, and nothing is hooked: the scrape reads the two numbers.
     """
 
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily
+    PREFIX = "torch_compile_compiled_autograd_"  # then torch's key
+    FAMILIES = (
+        Series(
+            PREFIX + "captures",
+            "counter",
+            "Autograd graphs compiled autograd captured (torch's counter: one per cache miss).",
+            ("rank",),
+        ),
+        Series(PREFIX + "compiles", "counter", "Graphs compiled autograd compiled (torch's counter).", ("rank",)),
+    )
 
+    def rows(self) -> dict[str, list[tuple[list[str], float]]]:
         utils = sys.modules.get("torch._dynamo.utils")
         counters = getattr(utils, "counters", None)
         ca = counters.get("compiled_autograd", {}) if isinstance(counters, dict) else {}
         rank = default_rank()
-        for key, help_text in (
-            ("captures", "Autograd graphs compiled autograd captured (torch's counter: one per cache miss)."),
-            ("compiles", "Graphs compiled autograd compiled (torch's counter)."),
-        ):
-            value = ca.get(key, 0) if hasattr(ca, "get") else 0
-            fam = CounterMetricFamily(f"torch_compile_compiled_autograd_{key}", help_text, labels=["rank"])
-            fam.add_metric([rank], value if isinstance(value, int) else 0)
-            yield fam
-
-    def describe(self) -> list[Any]:
-        return []
+        out: dict[str, list[tuple[list[str], float]]] = {}
+        for s in self.FAMILIES:
+            value = ca.get(s.name.removeprefix(self.PREFIX), 0) if hasattr(ca, "get") else 0
+            out[s.name] = [([rank], value if isinstance(value, int) else 0)]
+        return out
 
 
 class OTelBackend:
@@ -494,8 +511,8 @@ class CompileMetrics(Sink):
             gc = m.get("guard_count")
             if isinstance(gc, int) and not isinstance(gc, bool):
                 yield "torch_compile_guards", (rank,), gc, None
-        lookups = rec.cache_lookups()
-        served = mega_cache_hits(rec)  # local hits on entries torch.compiler.load_cache_artifacts put there
+        lookups = rec.cache_counts()
+        served = rec.mega_cache_hits  # local hits on entries torch.compiler.load_cache_artifacts put there
         for (cache, location, result), n in lookups.items():
             if location == "local" and result == "hit" and served.get(cache):
                 n -= min(n, served[cache])

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ._cache import cache_lookup
 from ._compile_id import CompileId, compile_id_from_metadata, parse_compile_id
 from ._events import (
     ArtifactEvent,
@@ -45,7 +46,44 @@ def _chromium(
         ev = json.loads(payload)
     except ValueError as exc:
         raise RecordError(f"chromium_event payload is not JSON: {exc}") from None
-    return [chromium_to_event(ev, attempt, rank, record_id=cid)]
+    phase = chromium_to_event(ev, attempt, rank, record_id=cid)
+    if phase.ph == "i":
+        found = instant_events(phase.name, phase.ts_ns, phase.args, phase.compile_id, attempt, rank)
+        if found is not None:
+            return found
+    return [phase]
+
+
+# (name, ts_ns, args, compile id, attempt, rank) -> events, or None when the instant is not the row's
+InstantHandler = Callable[[str, int | None, Any, CompileId | None, int, int | None], list[Event] | None]
+
+
+def _cache_instant(cache: str, prefix: str) -> InstantHandler:
+    def handler(
+        name: str, ts_ns: int | None, args: Any, cid: CompileId | None, attempt: int, rank: int | None
+    ) -> list[Event] | None:
+        lookup = cache_lookup(cache, name[len(prefix) :], ts_ns, args, cid, attempt, rank)
+        return None if lookup is None else [lookup]
+
+    return handler
+
+
+# torch's instant events that carry a kind of their own, by name prefix: replay reads them from the log's chromium
+# events, live capture from torch's call (the ``cache_lookups`` row of torch_otel._sources), both through here.
+INSTANTS: tuple[tuple[str, InstantHandler], ...] = (
+    ("fx_graph_cache_", _cache_instant("fx_graph", "fx_graph_cache_")),  # inductor's FX graph cache
+    ("autograd_cache_", _cache_instant("aot_autograd", "autograd_cache_")),  # AOTAutograd's cache
+)
+
+
+def instant_events(
+    name: str, ts_ns: int | None, args: Any, cid: CompileId | None, attempt: int = 0, rank: int | None = None
+) -> list[Event] | None:
+    """The events of one of torch's instant events, or None when :data:`INSTANTS` has no row for it."""
+    for prefix, handler in INSTANTS:
+        if name.startswith(prefix):
+            return handler(name, ts_ns, args, cid, attempt, rank)
+    return None
 
 
 def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, record_id: CompileId | None = None) -> PhaseEvent:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from ._categories import is_recompile_limit_hit
 from ._compile_id import CompileId
-from ._events import ArtifactEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
+from ._events import ArtifactEvent, CacheLookupEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
 
 __all__ = [
     "BYPASS_PHASES",
@@ -136,6 +136,8 @@ class CompileRecord:
     recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
     # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
+    # torch's cache lookups during this compile (FX graph, AOTAutograd), in order
+    cache_lookups: list[CacheLookupEvent] = field(default_factory=list)
     incomplete: str | None = None
     dropped: int = 0
     # inductor's debug directories of this compile, one per graph (TORCH_COMPILE_DEBUG=1)
@@ -209,7 +211,7 @@ class CompileRecord:
             or any(gb.skipped_frame for gb in self.graph_breaks)
         )
 
-    def cache_lookups(self) -> dict[tuple[str, str, str], int]:
+    def cache_counts(self) -> dict[tuple[str, str, str], int]:
         """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
 
         Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked

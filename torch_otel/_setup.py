@@ -390,27 +390,3 @@ def _build(env: Mapping[str, str], settings: Settings, c: Configured) -> None:
         push = PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env)
         c.on_first_compile.append(push.arm)
         c.owned.append(push)
-
-
-def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
-    """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None."""
-    from ._bridge import flush_on_sigterm, instrument
-
-    env = os.environ if env is None else env
-    if sdk_disabled(env):
-        return None
-    settings = load_settings(env)
-    if settings.capture == "off":
-        return None
-    c = configure_providers(env, settings)
-    bridge = instrument(
-        tracer_provider or c.tracer_provider,
-        meter_provider or c.meter_provider,
-        logger_provider=c.logger_provider,
-        settings=settings,
-        _owned=c.owned,
-        _on_first_compile=c.on_first_compile,
-    )
-    if bridge is not None and settings.flush_on_sigterm:
-        flush_on_sigterm()
-    return bridge

@@ -18,6 +18,7 @@ with, and the one line for a torch outside them (:func:`release_line`).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import sys
@@ -27,7 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._arm import forget, when_imported
+from ._compile_id import current_compile_id
+from ._events import CacheLookupEvent
 from ._internal import record_error, warn_once
+from ._parse import instant_events
 from ._version import SUPPORTED_TORCH, TESTED_TORCH
 
 ALL_LEVELS = frozenset({"default", "full"})
@@ -56,6 +60,11 @@ class Capture(Protocol):
     attach_lock: threading.Lock
 
     def logger_state(self, name: str, lg: logging.Logger) -> Any: ...
+
+    def queue_events(self, convert: Callable[[], list[Any]]) -> None: ...
+
+    @property
+    def tapped(self) -> set[type]: ...
 
     def restore_logger(self, name: str, lg: logging.Logger) -> None: ...
 
@@ -332,6 +341,76 @@ class CountersRead(Source):
         return None
 
 
+# A tap's conversion: torch's call arguments and the compile id in force -> the typed events they carry
+TapEvents = Callable[[tuple[Any, ...], dict[str, Any], Any], list[Any]]
+
+
+@dataclass(frozen=True)
+class EventTap(Source):
+    """A torch function (``owner.attr``, or the module's ``attr``) wrapped to hand its arguments, as typed events,
+    to the capture: torch's own function runs first and unchanged, then the call is queued like every hook's,
+    and ``to_events`` turns it into events off torch's path (:mod:`torch_otel._parse` holds the conversions,
+    shared with replay).
+
+    A new kind of event torch hands a function is a row of this class: nothing in the capture changes. The
+    event types a tap delivers (``kinds``) are left out of full capture's ``torch.__trace`` records, which carry
+    the same facts once more. Detach puts torch's function back unless someone wrapped the tap since.
+    """
+
+    attr: str = ""
+    owner: str | None = None  # a class of the module whose method (or staticmethod) is tapped
+    to_events: TapEvents = lambda args, kwargs, cid: []
+    kinds: tuple[type, ...] = ()
+
+    def _lookup(self, mod: Any) -> Any:
+        holder = getattr(mod, self.owner, None) if self.owner else mod
+        if holder is None:
+            return None
+        raw = holder.__dict__.get(self.attr) if isinstance(holder, type) else getattr(holder, self.attr, None)
+        return (holder, raw) if callable(raw) or isinstance(raw, staticmethod) else None
+
+    def _key(self) -> str:
+        return f"{self.module}.{self.owner + '.' if self.owner else ''}{self.attr}"
+
+    def attach(self, cap: Capture) -> bool:
+        found = self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module))
+        if found is None:
+            return False
+        holder, raw = found
+        if getattr(raw, "__torch_otel_tap__", None) is self:
+            return True
+        inner: Callable[..., Any] = raw.__func__ if isinstance(raw, staticmethod) else raw
+        to_events, current_id = self.to_events, current_compile_id
+
+        @functools.wraps(inner)
+        def tap(*args: Any, **kwargs: Any) -> Any:
+            result = inner(*args, **kwargs)
+            if cap.installed:
+                try:
+                    cid = current_id()  # read now; the conversion runs off torch's path, with the queue
+                    cap.queue_events(lambda: to_events(args, kwargs, cid))
+                except Exception as exc:  # noqa: BLE001 - never into torch's call
+                    record_error(f"{self.name} tap", exc)
+            return result
+
+        tap.__torch_otel_tap__ = self  # type: ignore[attr-defined]
+        cap.originals[self._key()] = raw
+        setattr(holder, self.attr, staticmethod(tap) if isinstance(raw, staticmethod) else tap)
+        cap.tapped.update(self.kinds)
+        return True
+
+    def detach(self, cap: Capture) -> None:
+        raw = cap.originals.pop(self._key(), None)
+        found = self._lookup(sys.modules.get(self.module))
+        if raw is None or found is None:
+            return
+        holder, current = found
+        current_fn = current.__func__ if isinstance(current, staticmethod) else current
+        if getattr(current_fn, "__torch_otel_tap__", None) is self:
+            setattr(holder, self.attr, raw)
+        cap.tapped.difference_update(self.kinds)
+
+
 @dataclass(frozen=True)
 class RecordFields(Source):
     """Fields of a record torch hands the capture (``CompilationMetrics``): nothing to attach, their presence to check."""
@@ -353,6 +432,15 @@ class RecordFields(Source):
 
     def detach(self, cap: Capture) -> None:
         return None
+
+
+def _instant_call_events(args: tuple[Any, ...], kwargs: dict[str, Any], cid: Any) -> list[Any]:
+    """``ChromiumEventLogger.log_instant_event(self, event_name, time_ns, metadata, ...)`` -> the events of its row."""
+    named = dict(zip(("self", "event_name", "time_ns", "metadata"), args, strict=False)) | kwargs
+    name, ts = named.get("event_name"), named.get("time_ns")
+    if not isinstance(name, str):
+        return []
+    return instant_events(name, ts if isinstance(ts, int) else None, named.get("metadata"), cid) or []
 
 
 GRAPH_BREAK_LOGGERS = (
@@ -463,6 +551,15 @@ SOURCES: tuple[Source, ...] = (
         owner="DebugContext",
         attr="create_debug_dir",
         hook=lambda cap: cap._create_debug_dir,
+    ),
+    EventTap(
+        "cache_lookups",
+        "each FX graph and AOTAutograd cache lookup: its key, result, time saved, and why a miss missed",
+        "torch._dynamo.utils",
+        owner="ChromiumEventLogger",
+        attr="log_instant_event",  # every instant torch logs: its cache lookups among them, at no payload cost
+        to_events=_instant_call_events,
+        kinds=(CacheLookupEvent,),
     ),
     ObjectHook(
         "export",

@@ -177,7 +177,7 @@ class RunSummary(Sink):
                 self.reasons[(category, "(other reasons)")] += 1
         for gb in rec.graph_breaks:
             self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
-        for k, n in rec.cache_lookups().items():
+        for k, n in rec.cache_counts().items():
             self.cache[k] += n
         if failed:
             self.failures[failed] += 1

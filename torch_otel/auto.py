@@ -27,7 +27,7 @@ def _arm() -> None:
         from ._config import bad_sdk_values_hidden
 
         with bad_sdk_values_hidden():  # the SDK raises at import on some bad values of its variables
-            from ._setup import configure_from_env
+            from ._bridge import configure_from_env
 
             bridge = configure_from_env()
     except Exception as exc:  # noqa: BLE001 - never break the user's import

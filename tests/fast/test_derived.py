@@ -1,0 +1,187 @@
+"""Facts the assembler derives once, before any sink sees a record: the sinks only read them, in any order.
+
+Driven by event sequences (no torch compile). The tracing step is the real span mapper on a real SDK tracer
+provider with an in-memory exporter, so the ids on the record are the ids of the exported root spans.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastkit import Collect, flatten, frame, metrics
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+from torch_otel import _internal
+from torch_otel._assembler import Assembler
+from torch_otel._config import Settings
+from torch_otel._mega_cache import LoadedKeys
+from torch_otel._record import CodeLocation, CompileRecord, Sink
+from torch_otel._spans import SpanMapper
+from torch_otel._summary import RunSummary
+
+CODE = {"co_name": "forward", "co_filename": "/src/model.py", "co_firstlineno": 12}
+
+
+def _tracing(sampler: Any = None) -> tuple[SpanMapper, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return SpanMapper(provider.get_tracer("fast"), Settings(), live=False), exporter
+
+
+def _run(*events: object, **kw: Any) -> tuple[Assembler, Collect]:
+    sink = Collect()
+    asm = Assembler([sink], **kw)
+    for ev in flatten(events):
+        asm.feed(ev)  # type: ignore[arg-type]
+    return asm, sink
+
+
+def _root(exporter: InMemorySpanExporter, compile_id: str, kind: str = "frame") -> Any:
+    (span,) = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.attributes and s.attributes.get("torch.compile.id") == compile_id and s.attributes.get("torch.compile.kind") == kind
+    ]
+    return span
+
+
+def test_a_compile_that_stops_before_dynamo_names_its_code_takes_its_frames():
+    """The recompile-limit check fails a compile before dynamo reports the code: the frame's earlier compile names it."""
+    _, sink = _run(
+        frame("0/0", 0, 100),
+        metrics("0/0", **CODE),
+        frame("0/1", 200, 210),
+        metrics("0/1", fail_type="Unsupported", fail_reason="Dynamo recompile limit exceeded"),
+        frame("1/0", 300, 310),  # another frame: nothing to inherit
+        metrics("1/0"),
+    )
+    by_id = {r.id_str: r for r in sink.finished}
+    assert by_id["0/0"].code == CodeLocation("forward", "/src/model.py", 12)
+    assert by_id["0/1"].code == CodeLocation("forward", "/src/model.py", 12)
+    assert by_id["1/0"].code == CodeLocation()
+
+
+def test_a_lazy_backward_has_its_forward_code_attempt_and_trace():
+    mapper, exporter = _tracing()
+    _, sink = _run(
+        frame("0/0", 0, 100, ("compile_attempt_0", 1, 10), ("compile_attempt_1", 11, 90)),
+        metrics("0/0", **CODE),
+        frame("0/0", 500, 520, root="entire_backward_compile"),
+        metrics("0/0", forward=False),
+        tracing=mapper,
+    )
+    fwd, bwd = sink.finished
+    assert bwd.kind == "backward" and bwd.forward is not None
+    assert bwd.forward.attempt == 1 and fwd.attempt == 1
+    assert (bwd.forward.trace_id, bwd.forward.span_id) == (fwd.trace_id, fwd.span_id)
+    assert bwd.code == fwd.code == CodeLocation("forward", "/src/model.py", 12)
+    span = _root(exporter, "0/0", "backward")
+    assert span.attributes["torch.compile.attempt"] == 1
+    assert span.attributes["code.function.name"] == "forward"
+    assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [(fwd.trace_id, fwd.span_id)]
+
+
+def test_a_frame_under_compiled_autograd_links_to_the_graph_compiled_before_it():
+    mapper, exporter = _tracing()
+    _, sink = _run(
+        frame("!0/-/-", 0, 50, root="compiled_autograd"),
+        frame("!0/0/0", 60, 90),
+        metrics("!0/0/0", **CODE),
+        tracing=mapper,
+    )
+    ca, fr = sink.finished
+    assert fr.compiled_autograd is not None and fr.compiled_autograd.compile_id == ca.id_str
+    assert [link.context.span_id for link in _root(exporter, "!0/0/0").links] == [ca.span_id]
+
+
+def test_every_sink_reads_the_trace_ids_of_the_exported_root_whatever_its_place():
+    mapper, exporter = _tracing()
+
+    class Seen(Sink):
+        def __init__(self) -> None:
+            self.ids: list[tuple[int | None, int | None]] = []
+
+        def on_finish(self, record: CompileRecord) -> None:
+            self.ids.append((record.trace_id, record.span_id))
+
+    first, last = Seen(), Seen()
+    asm = Assembler([first, RunSummary(), last], tracing=mapper)
+    for ev in flatten([frame("0/0", 0, 100), metrics("0/0", **CODE), frame("1/0", 200, 300), metrics("1/0")]):
+        asm.feed(ev)  # type: ignore[arg-type]
+    roots = [_root(exporter, "0/0"), _root(exporter, "1/0")]
+    expected = [(s.context.trace_id, s.context.span_id) for s in roots]
+    assert first.ids == last.ids == expected
+    assert len({t for t, _ in expected}) == 2  # a trace per compile
+
+
+def test_a_compile_the_sampler_drops_has_no_trace_ids_and_sinks_still_get_it():
+    mapper, exporter = _tracing(ALWAYS_OFF)
+    _, sink = _run(frame("0/0", 0, 100), metrics("0/0", **CODE), tracing=mapper)
+    rec = sink.only()
+    assert rec.trace_id is None and rec.span_id is None
+    assert exporter.get_finished_spans() == ()
+
+
+def test_a_failing_tracing_step_is_counted_and_the_sinks_still_get_the_record():
+    class Broken:
+        def emit(self, record: CompileRecord) -> tuple[int, int] | None:
+            raise RuntimeError("exporter exploded")
+
+    before = _internal.internal_error_count()
+    _, sink = _run(frame("0/0", 0, 100), metrics("0/0", **CODE), tracing=Broken())
+    assert sink.only().trace_id is None
+    assert _internal.internal_error_count() == before + 1
+
+
+def test_mega_cache_hits_are_derived_once_from_the_loaded_keys():
+    keys = LoadedKeys()
+
+    class Info:
+        artifacts = {"aot_autograd": ["aot-key"], "inductor": ["fx-key"]}
+
+    assert keys.remember(Info()) == 2
+    backend = ("backend_compile", 10, 80, ("AOTAutogradCache.inductor_load", 20, 30))
+    _, sink = _run(frame("0/0", 0, 100, backend), metrics("0/0", **CODE), cache_loads=keys)
+    rec = sink.only()
+    assert rec.mega_cache_hits == {}  # torch said nothing about a hit yet
+    # the phase's end carries torch's cache state and key, as torch's backend_compile end does
+    events = frame("1/0", 200, 300, backend)
+    end = next(e for e in events if e.name == "backend_compile" and e.ph == "E")
+    end.args = {"cache_state": "hit", "key": "aot-key"}
+    _, sink = _run(events, metrics("1/0", **CODE), cache_loads=keys)
+    assert sink.only().mega_cache_hits == {"aot_autograd": 1, "fx_graph": 1}
+
+
+def test_replays_stamp_is_on_the_record_before_any_sink_sees_it():
+    seen: list[tuple[int | None, str | None]] = []
+
+    class Reads(Sink):
+        def on_start(self, record: CompileRecord) -> None:
+            seen.append((record.process_id, record.trace_file))
+
+        def on_finish(self, record: CompileRecord) -> None:
+            seen.append((record.process_id, record.torch_version))
+
+    def stamp(record: CompileRecord, ended: bool) -> None:
+        if ended:
+            record.torch_version = "2.13.0"
+        else:
+            record.process_id, record.trace_file = 4242, "rank_0.log"
+
+    asm = Assembler([Reads()], stamp=stamp)
+    for ev in flatten([frame("0/0", 0, 100), metrics("0/0", **CODE)]):
+        asm.feed(ev)  # type: ignore[arg-type]
+    assert seen == [(4242, "rank_0.log"), (4242, "2.13.0")]
+
+
+def test_what_later_compiles_inherit_is_bounded():
+    asm, sink = _run(
+        [[frame(f"{i}/0", i * 10, i * 10 + 5), metrics(f"{i}/0", **CODE)] for i in range(50)],
+        recent=8,
+    )
+    assert len(sink.finished) == 50
+    assert len(asm._forwards) == 8 and len(asm._frame_code) == 8

@@ -1,0 +1,76 @@
+"""The attach table's seam with live capture: every row's hook resolves on a real capture, and the bridge's own
+error while attaching is never reported as something the user's torch lacks. No compile, no attach to torch."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields
+
+import pytest
+
+from torch_otel import _internal, _sources
+from torch_otel._assembler import Assembler
+from torch_otel._live import LiveCapture
+
+
+def _hook_refs(src: _sources.Source) -> list[object]:
+    refs: list[object] = []
+    for f in fields(src):
+        value = getattr(src, f.name)
+        if f.name == "attrs":
+            refs.extend(hook for _, hook in value)
+        elif f.name in ("hook", "handler", "obj"):
+            refs.append(value)
+    return refs
+
+
+@pytest.mark.parametrize("src", _sources.SOURCES, ids=lambda s: s.name)
+def test_every_rows_hook_is_a_member_of_the_live_capture(src):
+    cap = LiveCapture(Assembler([]))
+    refs = _hook_refs(src)
+    if isinstance(src, (_sources.FunctionHook, _sources.StaticMethodHook, _sources.LoggerHook, _sources.ObjectHook)):
+        assert refs, f"{src.name} names no hook of the capture"
+    for ref in refs:
+        hook = ref(cap)  # type: ignore[operator]
+        assert hook is not None, src.name
+        if isinstance(src, _sources.LoggerHook):
+            assert isinstance(hook, logging.Handler)
+        elif isinstance(src, _sources.ObjectHook):
+            assert callable(hook.hook) and callable(hook.unhook)
+        else:
+            assert callable(hook)
+
+
+@dataclass(frozen=True)
+class _Broken(_sources.Source):
+    """A row whose attach fails on the bridge's side (a misspelt hook would, were it not typed)."""
+
+    def attach(self, cap: object) -> bool:
+        raise AttributeError("'LiveCapture' object has no attribute '_recompilation_reasonz'")
+
+    def detach(self, cap: object) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class _Lacking(_sources.Source):
+    """A row whose attach point this torch does not have."""
+
+    def attach(self, cap: object) -> bool:
+        return False
+
+    def detach(self, cap: object) -> None:
+        return None
+
+
+def test_an_error_while_attaching_is_the_bridges_and_never_blamed_on_torch(caplog):
+    cap = LiveCapture(Assembler([]))
+    before = _internal.internal_error_count()
+    broken, lacking = _Broken("broken_row", "something", "logging"), _Lacking("lacking_row", "another thing", "logging")
+    with caplog.at_level(logging.WARNING):
+        out = _sources.attach_all(cap, "2.13.0", [broken, lacking])  # type: ignore[arg-type]
+    assert out.rows == [] and out.lacking == [lacking]
+    assert _internal.internal_error_count() == before + 1  # counted as the bridge's own error
+    lines = [r.getMessage() for r in caplog.records if "lacks what torch-otel attaches to" in r.getMessage()]
+    assert any("another thing (lacking_row)" in line for line in lines)
+    assert not any("broken_row" in line for line in lines)
