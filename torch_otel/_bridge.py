@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from . import _mega_cache as mega_cache
 from ._assembler import Assembler
+from ._baseline import live_key_history
 from ._config import Settings, capture_level, load_settings
 from ._exposition import set_before_scrape
 from ._internal import logger, record_error, set_live_stats, warn_once
@@ -72,6 +73,7 @@ class Bridge:
     metrics: CompileMetrics | None
     owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
     summary: RunSummary | None = None  # TORCH_OTEL_SUMMARY: written when the bridge stops
+    save_cache_index: Callable[[], None] | None = None  # the cache key index, the next run's baseline
 
 
 _bridge: Bridge | None = None
@@ -131,11 +133,13 @@ def instrument(
             summary = RunSummary("live", settings.capture_payloads)
         if summary is not None:
             sinks.append(summary)
+        cache_keys, save_cache_index = live_key_history(settings)
         assembler = Assembler(
             sinks,
             max_open=settings.max_open_compiles,
             tracing=SpanMapper(tracer, settings, live=True),
             cache_loads=mega_cache.LOADED,
+            cache_keys=cache_keys,
         )
         cap = LiveCapture(
             assembler,
@@ -149,7 +153,7 @@ def instrument(
         except Exception as exc:  # noqa: BLE001 - never break the user's program
             record_error("instrument", exc)
             return None
-        _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []), summary)
+        _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []), summary, save_cache_index)
         set_live_stats(assembler.stats)
         set_before_scrape(cap.drain)  # /metrics serves the compiles that ended
         if not _atexit_registered:
@@ -189,6 +193,11 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             b.assembler.flush("the bridge was uninstrumented during the compile", cut_ns=time.time_ns())
         except Exception as exc:  # noqa: BLE001
             record_error("uninstrument flush", exc)
+    if b.save_cache_index is not None:
+        try:
+            b.save_cache_index()
+        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
+            record_error("cache key index", exc)
     if b.summary is not None and b.settings.summary:
         _write_summary(b.summary, b.settings.summary)
     _stop_owned(b, b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
@@ -219,7 +228,7 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
     if not b.owned:
         return
     owned, b.owned = list(b.owned), []
-    from ._export_guard import LOST_DATA, reachable, targets, tls_problem
+    from ._export_guard import LOST_DATA, problems_at_exit, reachable, targets
 
     dead = sorted(t for t in targets() if not reachable(t))
     if dead:
@@ -228,18 +237,8 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
             "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
             ", ".join(dead),
         )
-    untrusted = []
-    for t in sorted(targets() - set(dead)):
-        why = tls_problem(t)
-        if why:
-            untrusted.append(t)
-            warn_once(
-                f"tls-at-exit:{t}",
-                "the TLS certificate of %s does not verify (%s); set OTEL_EXPORTER_OTLP_CERTIFICATE to the CA file "
-                "that signed it. What was not exported yet is dropped",
-                t,
-                why,
-            )
+    # TLS to a plaintext collector (or the reverse), a certificate that does not verify, the other protocol's port
+    untrusted = problems_at_exit(sorted(targets() - set(dead)))
     if (dead or untrusted) and len(dead) + len(untrusted) == len(targets()):
         timeout_millis = min(timeout_millis, 200)
     done = threading.Event()

@@ -19,6 +19,7 @@ unless payload capture is on: only the parts' hashes are compared and kept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._compile_id import CompileId
 from ._events import CacheLookupEvent
 from ._record import CompileRecord
 
@@ -182,20 +184,21 @@ def cache_lookup(
     )
 
 
-BYPASS_CATEGORIES = ("unsupported_op", "unsupported_input", "config", "pickle", "other")
+BYPASS_CATEGORIES = ("custom_pass", "unsupported_op", "pickle", "config", "other")
+# torch's bypass reasons (BypassFxGraphCache, BypassAOTAutogradCache) -> a bounded label, first match wins
+_BYPASS_RULES = (
+    ("custom_pass", re.compile(r"custom .*pass|uuid|raw callable|context_fn|cache_hash", re.I)),
+    ("unsupported_op", re.compile(r"unsupported (node op|call_function|call_method)", re.I)),
+    ("pickle", re.compile(r"pickl|stable cache key", re.I)),
+    ("config", re.compile(r"freezing|not enabled|fakify_first_call|requires triton|disabled", re.I)),
+)
 
 
 def bypass_category(reason: str | None) -> str:
-    """A bypass reason (torch's exception text) -> a bounded label."""
-    text = (reason or "").lower()
-    if "pickl" in text or "serializ" in text:
-        return "pickle"
-    if "unsupported" in text and ("op" in text or "operator" in text or "kernel" in text):
-        return "unsupported_op"
-    if "input" in text or "tensor" in text or "symint" in text or "subclass" in text:
-        return "unsupported_input"
-    if "config" in text or "disabled" in text or "not supported with" in text:
-        return "config"
+    """A bypass reason (torch's exception text) -> one of :data:`BYPASS_CATEGORIES`."""
+    for name, pattern in _BYPASS_RULES:
+        if reason and pattern.search(reason):
+            return name
     return "other"
 
 
@@ -216,6 +219,8 @@ class KeySeen:
     where: str  # "earlier in this run", "on rank 0", "in the previous run"
     rank: int | None = None
     torch_version: str | None = None
+    # an AOTAutograd entry: the FX graph keys it loads on a hit (torch logs those loads live no event of their own)
+    loads: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -223,10 +228,11 @@ class Explanation:
     """Why a lookup missed: its cause (:data:`CAUSES`), each part that changed, and what it was compared with."""
 
     cause: str
-    changes: tuple[str, ...] = ()
-    classes: tuple[str, ...] = ()
+    changes: tuple[str, ...] = ()  # each changed part in words
+    classes: tuple[str, ...] = ()  # each one's class
     against: str | None = None  # "0/0 earlier in this run", "0/0 in the previous run (torch 2.13.0)", "0/0 on rank 0"
     more: int = 0  # changes not named
+    components: tuple[str, ...] = ()  # each one's component name (``inductor_config[size_asserts]``)
 
     def text(self) -> str:
         if self.cause == "first_seen":
@@ -287,8 +293,8 @@ def _describe(name: str, old: Component | None, new: Component | None, versions:
 
 def compare(
     new: Sequence[Component], old: Sequence[Component], versions: tuple[str | None, str | None] = (None, None)
-) -> tuple[list[str], list[str]]:
-    """(the changes in words, their classes), most telling first; by hash, over the parts both keys have.
+) -> list[tuple[str, str, str]]:
+    """Each changed part as (words, class, component name), most telling first; by hash, over the parts both have.
 
     Between releases (the torch version part differs), the parts only one release has are not listed: a new
     release adds and drops inductor config keys, and the version names the cause.
@@ -305,7 +311,7 @@ def compare(
             continue
         changed.append((CLASSES.index(component_class(name)), name, o, n))
     changed.sort(key=lambda t: t[0])
-    return [_describe(name, o, n, versions) for _, name, o, n in changed], [CLASSES[c] for c, *_ in changed]
+    return [(_describe(name, o, n, versions), CLASSES[c], name) for c, name, o, n in changed]
 
 
 def _score(new: Sequence[Component], old: Sequence[Component]) -> int:
@@ -370,7 +376,32 @@ class KeyHistory:
             _borrow_fx_causes(rec)
             for lk in rec.cache_lookups:
                 if lk.key:
-                    self._remember(lk, rec, version)
+                    self._remember(lk, rec.compile_id, rec.rank, version)
+            self._remember_loads(rec)
+
+    def _remember_loads(self, rec: CompileRecord) -> None:
+        """An AOTAutograd miss compiled these FX graphs: its entry loads them on a hit. A hit: they were looked up."""
+        fx = tuple(lk.key for lk in rec.cache_lookups if lk.cache == "fx_graph" and lk.key)
+        for lk in rec.cache_lookups:
+            if lk.cache != "aot_autograd" or not lk.key:
+                continue
+            k = (lk.cache, rec.id_str, lk.backward, lk.key)
+            seen = self._seen.get(k)
+            if lk.result == "miss" and fx and seen is not None:
+                self._seen[k] = dataclasses.replace(seen, loads=fx)
+                self._by_key[lk.key] = self._seen[k]
+            elif lk.result == "hit":
+                entry = next((e for e in (self._by_key.get(lk.key), self._baseline_keys.get(lk.key)) if e and e.loads), None)
+                if entry is None:
+                    continue
+                if seen is not None:
+                    self._seen[k] = self._by_key[lk.key] = dataclasses.replace(seen, loads=entry.loads)
+                for key in entry.loads:
+                    graph = self._by_key.get(key) or self._baseline_keys.get(key)
+                    if graph is not None:
+                        self._add(
+                            dataclasses.replace(graph, compile_id=rec.id_str, result="hit", where=self.where, rank=rec.rank)
+                        )
 
     def _frame(self, rec: CompileRecord) -> tuple[int | None, int | None]:
         cid = rec.compile_id
@@ -378,12 +409,15 @@ class KeyHistory:
 
     def _explain(self, lk: CacheLookupEvent, rec: CompileRecord, version: str | None) -> Explanation:
         if lk.key:
-            same = self._by_key.get(lk.key) or self._baseline_keys.get(lk.key)
+            same = self._by_key.get(lk.key)
+            if same is not None and same.compile_id == rec.id_str and same.rank == rec.rank and same.where == self.where:
+                same = None  # this very lookup, known from its artifact (replay) before its compile ended
+            same = same or self._baseline_keys.get(lk.key)
             other_rank = same is not None and same.where == self.where and same.rank != rec.rank
             if same is not None and (same.result == "hit" or not other_rank):
-                return Explanation("not_in_cache", against=_against(same, rec.rank))
+                return Explanation("not_in_cache", against=_against(same, rec.rank, version))
             if same is not None:  # another rank missed it too: cold on both
-                return Explanation("first_seen", against=f"{_against(same, rec.rank)} missed it too")
+                return Explanation("first_seen", against=f"{_against(same, rec.rank, version)} missed it too")
         frame = self._frame(rec)
         candidates = [
             s
@@ -399,24 +433,38 @@ class KeyHistory:
             key=lambda t: (_score(lk.components, t[1].parts), t[1].compile_id == rec.id_str, t[0]),
         )
         nearest = ranked[-1][1]
-        against = _against(nearest, rec.rank)
+        against = _against(nearest, rec.rank, version)
         if not lk.components or not nearest.parts:
             return Explanation("other", (), (), against)
-        changes, classes = compare(lk.components, nearest.parts, (nearest.torch_version, version))
-        if not changes:  # every part alike, yet another key: torch hashed something it does not list
+        changed = compare(lk.components, nearest.parts, (nearest.torch_version, version))
+        if not changed:  # every part alike, yet another key: torch hashed something it does not list
             return Explanation("other", ("a part torch does not list changed",), ("other",), against)
-        more = max(0, len(changes) - MAX_CHANGES)
-        return Explanation(classes[0], tuple(changes[:MAX_CHANGES]), tuple(classes[:MAX_CHANGES]), against, more)
-
-    def _remember(self, lk: CacheLookupEvent, rec: CompileRecord, version: str | None) -> None:
-        assert lk.key is not None
-        seen = KeySeen(
-            lk.cache, self._frame(rec), rec.id_str, lk.backward, lk.key, lk.result, lk.components, self.where, rec.rank, version
+        shown = changed[:MAX_CHANGES]
+        return Explanation(
+            shown[0][1],
+            tuple(c[0] for c in shown),
+            tuple(c[1] for c in shown),
+            against,
+            len(changed) - len(shown),
+            tuple(c[2] for c in shown),
         )
-        k = (lk.cache, rec.id_str, lk.backward, lk.key)
+
+    def remember(self, lk: CacheLookupEvent, cid: CompileId | None, rank: int | None, version: str | None) -> None:
+        """Keep a key this run looked up (bounded: the oldest go first)."""
+        with self._lock:
+            self._remember(lk, cid, rank, version)
+
+    def _remember(self, lk: CacheLookupEvent, cid: CompileId | None, rank: int | None, version: str | None) -> None:
+        assert lk.key is not None
+        frame = (cid.compiled_autograd_id, cid.frame_id) if cid is not None else (None, None)
+        id_str = str(cid) if cid is not None else "-/-"
+        self._add(KeySeen(lk.cache, frame, id_str, lk.backward, lk.key, lk.result, lk.components, self.where, rank, version))
+
+    def _add(self, seen: KeySeen) -> None:
+        k = (seen.cache, seen.compile_id, seen.backward, seen.key)
         self._seen[k] = seen
         self._seen.move_to_end(k)
-        self._by_key[lk.key] = seen
+        self._by_key[seen.key] = seen
         while len(self._seen) > self.max_keys:
             _, old = self._seen.popitem(last=False)
             if self._by_key.get(old.key) is old:
@@ -428,11 +476,12 @@ def _torch_version(rec: CompileRecord) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def _against(seen: KeySeen, rank: int | None) -> str:
-    """The key compared with, in words: ``0/0 earlier in this run``, ``0/0 on rank 1``, ``0/0 in the previous run``."""
+def _against(seen: KeySeen, rank: int | None, version: str | None = None) -> str:
+    """The key compared with, in words: ``0/0 earlier in this run``, ``0/0 on rank 1``, ``0/0 in the previous run``
+    (with its torch release where it is not this run's)."""
     where = f"on rank {seen.rank}" if seen.rank is not None and rank is not None and seen.rank != rank else seen.where
-    release = f" (torch {seen.torch_version})" if seen.torch_version and seen.where != "earlier in this run" else ""
-    return f"{seen.compile_id} {where}{release}"
+    other = seen.torch_version and version and seen.torch_version != version
+    return f"{seen.compile_id} {where}" + (f" (torch {seen.torch_version})" if other else "")
 
 
 # the phase that does a lookup: its duration is the time the lookup cost (a load on a hit, the compile on a miss)
@@ -460,7 +509,7 @@ def _borrow_fx_causes(rec: CompileRecord) -> None:
         e = lk.explanation
         if lk.cache == "aot_autograd" and e is not None and e.cause == "other" and not e.changes and fx:
             best = next((x for x in fx if x.changes), fx[0])
-            lk.explanation = Explanation(best.cause, best.changes, best.classes, best.against, best.more)
+            lk.explanation = Explanation(best.cause, best.changes, best.classes, best.against, best.more, best.components)
 
 
 # -- the key index kept beside the inductor cache ---------------------------------------------------------------
@@ -495,11 +544,6 @@ class KeyIndex:
     path: str
     problems: list[str] = field(default_factory=list)
 
-    @classmethod
-    def for_rank(cls, rank: int, cache_dir: str | None = None) -> KeyIndex | None:
-        base = cache_dir or default_cache_dir()
-        return cls(os.path.join(base, "torch-otel", f"keys-rank{rank}.json")) if base else None
-
     def load(self, where: str = "in the previous run") -> list[KeySeen]:
         """The keys it holds; [] when there is no index yet. A corrupt one is one line in ``problems``."""
         try:
@@ -516,10 +560,10 @@ class KeyIndex:
         return read_index(doc, where, self.path, self.problems)
 
     def save(self, history: KeyHistory, torch_version: str | None, rank: int | None) -> None:
-        """This run's keys, and the baseline's for the graphs this run did not look up (a run cut short keeps them)."""
+        """This run's keys after the baseline's others, oldest first: a miss is compared with the nearest of them."""
         seen = history.seen()
-        slots = {(s.cache, s.compile_id, s.backward) for s in seen}
-        kept = [s for s in history.baseline() if (s.cache, s.compile_id, s.backward) not in slots]
+        keys = {s.key for s in seen}
+        kept = [s for s in history.baseline() if s.key not in keys]  # older keys stay, the newest last (bounded)
         doc = index_document([*kept, *seen], torch_version, rank)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = f"{self.path}.{os.getpid()}.tmp"
@@ -573,6 +617,8 @@ def _index(keep: Sequence[KeySeen], torch_version: str | None, rank: int | None)
             entry["without"] = missing
         if s.torch_version:
             entry["torch"] = s.torch_version
+        if s.loads:
+            entry["loads"] = list(s.loads)
         entries.append(entry)
     return {
         "format": INDEX_FORMAT,
@@ -618,20 +664,10 @@ def read_index(doc: Any, where: str, path: str, problems: list[str]) -> list[Key
                     where,
                     doc.get("rank"),
                     e.get("torch") or doc.get("torch"),
+                    tuple(str(k) for k in e.get("loads", ())),
                 )
             )
         except (KeyError, TypeError, ValueError, IndexError):
             problems.append(f"{path} holds an entry of an unknown shape; it is left out")
             break
     return out
-
-
-def seen_from_records(records: Iterable[CompileRecord], where: str) -> list[KeySeen]:
-    """A baseline from replayed compiles (a previous run's TORCH_TRACE): every key they looked up."""
-    history = KeyHistory(where=where, max_keys=1 << 30)
-    for rec in records:
-        version = _torch_version(rec)
-        for lk in rec.cache_lookups:
-            if lk.key:
-                history._remember(lk, rec, version)
-    return history.seen()

@@ -44,7 +44,9 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         "demo",
         help="compile a small workload and show its traces and metrics locally",
         description="Compiles a small workload with the bridge on (no collector needed): prints each compile's trace, "
-        "writes the spans to a file and serves the metrics on 127.0.0.1.",
+        "writes the spans to a file and serves the metrics on 127.0.0.1. Output paths (--traces-file, --html, --json) "
+        "are checked before the workload runs (exit 2 if one cannot be written); their missing parent directories "
+        "are created.",
         formatter_class=defaults,
     )
     demo.add_argument("--traces-file", default="torch-otel-demo.jsonl", help="OTLP-JSON file for the spans")
@@ -94,6 +96,12 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         help="write one self-contained page to PATH: where the compile time went, as an icicle chart and tables",
     )
     rep.add_argument("--run", help="the run the log came from: the `run` label of pushed metrics (default: the path's name)")
+    rep.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="explain cache misses against this earlier run: its TORCH_TRACE log or directory, or a cache key index "
+        "(keys-rank<R>.json, or the directory of them)",
+    )
     run = sub.add_parser(
         "run",
         help="run a command with the bridge on in every Python process it starts",
@@ -214,6 +222,7 @@ def _replay(args: argparse.Namespace) -> int:
             json_path=args.json,
             html=args.html,
             run=args.run,
+            baseline=args.baseline,
         )
     )
 

@@ -83,11 +83,29 @@ def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: flo
 
 def is_http_url(raw: str) -> bool:
     """An http(s) URL (``host:port`` means http) with a host and, if given, a port above 0."""
+    return url_problem(raw) is None
+
+
+def url_problem(raw: str) -> str | None:
+    """Why ``raw`` is no http(s) URL (``host:port`` means http), in a few words; None if it is one."""
     try:
         parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
-        return parsed.scheme in ("http", "https") and bool(parsed.hostname) and (parsed.port is None or parsed.port > 0)
-    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets), a port out of range
-        return False
+    except ValueError:  # e.g. an unbalanced "[" (IPv6 brackets)
+        return "is not a URL"
+    if parsed.scheme not in ("http", "https"):
+        return f"has the scheme {parsed.scheme}://, not http:// or https://" if parsed.scheme else "is not a URL"
+    if not parsed.hostname:
+        return "is not a URL (it names no host)"
+    try:
+        port = parsed.port
+    except ValueError:  # not a number, or out of range
+        digits = parsed.netloc.rpartition(":")[2]
+        if digits.isdigit():
+            return f"is a URL with a bad port ({digits} is not from 1 to 65535)"
+        return "is not a URL (its port is not a number)"
+    if port == 0:
+        return "is a URL with a bad port (0 is not from 1 to 65535)"
+    return None
 
 
 def url_setting(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
@@ -95,8 +113,9 @@ def url_setting(env: Mapping[str, str], name: str, problems: list[str]) -> str |
     raw = (env.get(name) or "").strip()
     if not raw:
         return None
-    if not is_http_url(raw):
-        problems.append(f"{name}={raw!r} is not an http(s) URL; use e.g. http://127.0.0.1:9091 (not pushing)")
+    why = url_problem(raw)
+    if why is not None:
+        problems.append(f"{name}={raw!r} {why}; use e.g. http://127.0.0.1:9091 (not pushing)")
         return None
     return raw if "://" in raw else f"http://{raw}"
 

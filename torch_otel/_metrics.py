@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
 
+from ._cache import bypass_category
 from ._categories import PHASES, PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
 from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
@@ -39,7 +40,8 @@ FURTHER_GRAPH_BREAK_CODES = 8
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
 
-Kind = Literal["counter", "histogram", "updown", "gauge"]
+# info: a gauge of which each rank serves one series at a time (a new label set replaces the rank's last)
+Kind = Literal["counter", "histogram", "updown", "gauge", "info"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,26 @@ SERIES: dict[str, Series] = {
             "Compile time saved by FX graph cache hits, local and remote (torch's remote_cache_time_saved_s).",
             ("rank",),
             "s",
+        ),
+        Series(
+            "torch_compile_cache_misses",
+            "counter",
+            "Compile cache lookups that missed, by cache and by the cause found (docs/caches.md): first_seen, "
+            "not_in_cache, or the class of what changed (versions, system, config, inputs, graph, other).",
+            ("rank", "cache", "cause"),
+        ),
+        Series(
+            "torch_compile_cache_bypasses",
+            "counter",
+            "Compile cache lookups torch bypassed, by a category of torch's reason (the reason is on the span).",
+            ("rank", "cache", "reason"),
+        ),
+        Series(
+            "torch_compile_cache_last_miss",
+            "info",
+            "This rank's latest compile cache miss, 1: the cache, its graph (compile id and pass), the cause and the "
+            "first part of the key that changed. One series per rank.",
+            ("rank", "cache", "graph", "cause", "component"),
         ),
         Series("torch_compile_guards", "histogram", "Guards per compiled frame.", ("rank",), "", GUARD_BUCKETS),
         Series("torch_compile_in_progress", "updown", "Compiles running now.", ("rank", "kind")),
@@ -189,9 +211,12 @@ class _SeriesTable:
         series = self._values[name]
         with self._lock:
             cell = series.get(labels)
+            if SERIES[name].kind == "info":  # the rank's one series: a new label set replaces its last
+                for other in [k for k in series if k[0] == labels[0] and k != labels]:
+                    del series[other]
             if cell is None:
                 series[labels] = [value, time.time()]  # the value, and when the series was created
-            elif SERIES[name].kind == "gauge":
+            elif SERIES[name].kind in ("gauge", "info"):
                 cell[0] = value
             else:
                 cell[0] += value
@@ -357,6 +382,7 @@ class OTelBackend:
                 create = {
                     "counter": meter.create_observable_counter,
                     "gauge": meter.create_observable_gauge,
+                    "info": meter.create_observable_gauge,
                     "updown": meter.create_observable_up_down_counter,
                 }[s.kind]
                 inst = create(s.name, callbacks=[functools.partial(self._observe, s.name)], unit=s.unit, description=s.help)
@@ -474,6 +500,22 @@ class CompileMetrics(Sink):
         for phase, spans in stretches.items():  # one observation per phase per compile: the time it covered
             yield "torch_compile_phase_duration_seconds", (rank, phase), covered_ns(spans) / 1e9, ex
 
+    @staticmethod
+    def _cache_lookups(rec: CompileRecord, rank: str) -> Iterator[Observation]:
+        """Misses by cause, bypasses by reason category, and the rank's latest miss (graph, cause, component)."""
+        last = None
+        for lk in rec.cache_lookups:
+            if lk.result == "bypass":
+                yield "torch_compile_cache_bypasses", (rank, lk.cache, bypass_category(lk.bypass_reason)), 1, None
+            elif lk.result == "miss" and lk.explanation is not None:
+                yield "torch_compile_cache_misses", (rank, lk.cache, lk.explanation.cause), 1, None
+                last = lk
+        if last is not None:
+            e = last.explanation
+            graph = f"{rec.id_str} {'backward' if last.backward else 'forward' if last.backward is False else ''}".strip()
+            component = e.components[0] if e.components else ""
+            yield "torch_compile_cache_last_miss", (rank, last.cache, graph, e.cause, component), 1, None
+
     def observations(self, rec: CompileRecord) -> Iterator[Observation]:
         """Everything one finished compile contributes to the series."""
         rank = self._rank(rec)
@@ -519,6 +561,7 @@ class CompileMetrics(Sink):
                 yield "torch_compile_cache_requests", (rank, cache, "mega_cache", result), served[cache], None
             if n:
                 yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
+        yield from self._cache_lookups(rec, rank)
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None

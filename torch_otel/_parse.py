@@ -193,6 +193,11 @@ ARTIFACTS: dict[str, ArtifactHandler | None] = {
     "inductor_runtime_and_tensor_meta": _tensor_meta,
     "dynamo_graph_break_reason": _graph_break_reason,
     "torch_version": None,
+    # each cache lookup's key and parts (both of inductor's paths): replay and a baseline learn the keys from them
+    **dict.fromkeys(
+        (f"{c}_cache_{r}" for c in ("fx_graph", "aotautograd") for r in ("hit", "miss", "bypass")),
+        None,
+    ),
 }
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ._assembler import Assembler, Tracing
-from ._events import ArtifactEvent, GraphBreakEvent, PhaseEvent
+from ._assembler import Assembler, CacheKeys, Tracing
+from ._cache import KeyHistory, KeySeen, cache_lookup
+from ._events import ArtifactEvent, GraphBreakEvent, MetricsEvent, PhaseEvent
 from ._parse import ARTIFACTS, RecordError, parse_record
 from ._record import CompileRecord, Sink
 from ._summary import RunSummary
@@ -260,12 +261,13 @@ def replay_file(
     progress: Progress | None = None,
     artifacts: bool = False,
     tracing: Tracing | None = None,
+    cache_keys: CacheKeys | None = None,
 ) -> None:
     stats.files += 1
     rank_hint = _RANK_RE.search(path.name)
     interned: dict[int, str] = {}
     writer = Writer(path=str(path))
-    assembler = Assembler(sinks, max_open=4096, tracing=tracing, stamp=_stamp(writer))
+    assembler = Assembler(sinks, max_open=4096, tracing=tracing, cache_keys=cache_keys, stamp=_stamp(writer))
     try:
         fh = _open(path)
     except OSError as exc:
@@ -300,6 +302,8 @@ def replay_file(
                     ev.ts_ns = writer.line_ns()  # its own line's time (else: the compile's latest event's)
                 if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
                     writer.torch_version = _torch_version(ev.payload) or writer.torch_version
+                if isinstance(ev, ArtifactEvent) and cache_keys is not None:
+                    remember_key(cache_keys, ev, writer.torch_version)
                 if isinstance(ev, ArtifactEvent) and not artifacts:
                     continue  # default capture: the same events a live default capture sees
                 assembler.feed(ev)
@@ -341,6 +345,7 @@ def replay_paths(
     out: IO[str] = sys.stdout,
     artifacts: bool = False,
     tracing: Tracing | None = None,
+    cache_keys: CacheKeys | None = None,
 ) -> tuple[int, ReplayStats]:
     """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
     run = RunSummary("replay", capture_payloads=keep_all_payloads)
@@ -369,7 +374,7 @@ def replay_paths(
     stats.bytes = total_bytes
     progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts, tracing)
+        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts, tracing, cache_keys)
         if progress is not None:
             progress.file_done(f.stat().st_size)
     if progress is not None:
@@ -383,3 +388,65 @@ def replay_paths(
             sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
         return 1, stats
     return 0, stats
+
+
+# torch's artifacts that record one cache lookup each, in both of inductor's paths (the FX graph loads inside an
+# AOTAutograd hit log no instant event, only these): replay and a baseline learn the keys from them
+_KEY_ARTIFACTS = {"fx_graph_cache_": "fx_graph", "aotautograd_cache_": "aot_autograd"}
+
+
+def remember_key(history: Any, ev: ArtifactEvent, version: str | None) -> bool:
+    """A lookup artifact's key into ``history`` (a :class:`KeyHistory`): known, not a lookup of the record."""
+    cache = next((c for p, c in _KEY_ARTIFACTS.items() if ev.name.startswith(p)), None)
+    if cache is None or not isinstance(history, KeyHistory):
+        return False
+    try:
+        info = json.loads(ev.payload or "null")
+    except ValueError:
+        return False
+    lk = cache_lookup(cache, ev.name.rsplit("_", 1)[-1], None, info, ev.compile_id)
+    if lk is None or not lk.key:
+        return False
+    history.remember(lk, ev.compile_id, ev.rank, version)
+    return True
+
+
+def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
+    """Every cache key a previous run's TORCH_TRACE logs hold, with its parts: a baseline to explain misses against.
+
+    Read from the lookup artifacts, which torch writes for every lookup of both caches (live capture and replay
+    see the lookups through torch's instant events, which the FX graph loads inside an AOTAutograd hit lack).
+    """
+    history = KeyHistory(where=where, max_keys=1 << 20)
+    stats = ReplayStats()
+    found = 0
+    for f in log_files(path):
+        if not_a_trace_log(f):
+            continue
+        rank_hint = _RANK_RE.search(f.name)
+        version: str | None = None
+        try:
+            fh = _open(f)
+        except OSError as exc:
+            problems.append(f"{f}: cannot read ({exc.strerror or exc})")
+            continue
+        with fh:
+            for md, payload, size in iter_records(fh, stats):
+                if rank_hint and "rank" not in md:
+                    md["rank"] = int(rank_hint.group(1))
+                try:
+                    kind, events = parse_record(md, payload, None, payload_size=size)
+                except Exception:  # noqa: BLE001 - a record of another shape: not a key
+                    continue
+                for ev in events or ():
+                    if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
+                        v = ev.fields.get("pytorch_version")
+                        version = v if isinstance(v, str) and v else version
+                    elif isinstance(ev, ArtifactEvent) and remember_key(history, ev, version):
+                        found += 1
+    if not found:
+        problems.append(
+            f"{path} holds no cache lookup torch-otel can read (a TORCH_TRACE log of a run that compiled with inductor "
+            "has them); misses are explained against this run only"
+        )
+    return history.seen()

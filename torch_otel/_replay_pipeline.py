@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ._baseline import baseline_keys
+from ._cache import KeyHistory
 from ._config import Settings, load_settings, url_setting
 from ._record import CompileRecord, Sink
 from ._replay import ReplayStats, replay_paths
@@ -39,6 +41,9 @@ class ReplayOptions:
     json_path: str | None = None  # "-": stdout (the text goes to stderr)
     html: str | None = None
     run: str | None = None  # the `run` label of pushed metrics (default: the path's name)
+    baseline: str | None = (
+        None  # a previous run's TORCH_TRACE log or directory, or a key index: what misses are explained against
+    )
 
 
 class _Backpressure(Sink):
@@ -204,9 +209,21 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         sinks.append(metrics.sink)
     divergence = DivergenceReport()
     sinks.append(divergence)
+    keys = KeyHistory()
+    if opts.baseline:
+        found, problems = baseline_keys(opts.baseline, setting="--baseline")
+        for p in problems:
+            print(f"torch-otel replay: {p}", file=err)
+        keys = KeyHistory(found)
     text = err if opts.json_path == "-" else sys.stdout  # stdout is the JSON's
     code, stats = replay_paths(
-        opts.paths, sinks, keep_all_payloads=opts.payloads, out=text, artifacts=opts.capture == "full", tracing=tracing
+        opts.paths,
+        sinks,
+        keep_all_payloads=opts.payloads,
+        out=text,
+        artifacts=opts.capture == "full",
+        tracing=tracing,
+        cache_keys=keys,
     )
     summary = divergence.summary()
     divergence.write(text, summary)

@@ -13,15 +13,18 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
+from ._cache import bypass_category
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._config import Settings
 from ._divergence import schedule_digest
+from ._events import CacheLookupEvent
 from ._graph_breaks import graph_break_code
 from ._ids import own_ids, private_random
 from ._internal import count_not_sampled
 from ._record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
+SHORT_KEY = 12  # characters of a cache key on a span (torch's keys are 52)
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
 # CompilationMetrics fields copied as numeric attributes (name -> attribute).
@@ -335,7 +338,7 @@ class SpanMapper:
 
         restarts = m.get("restart_reasons")
         restart_texts = sorted(str(x) for x in restarts) if isinstance(restarts, (list, set, tuple)) else []
-        needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + 2
+        needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + len(rec.cache_lookups) + 2
         room = max(0, self._event_limit(tracer) - needed)
         if rec.artifacts:
             root.set_attribute("torch.compile.artifact_count", len(rec.artifacts))
@@ -361,6 +364,8 @@ class SpanMapper:
             root.add_event("torch.compile.artifact", aa, timestamp=at(art.ts_ns))
         for iname, its, iargs in rec.root.instants:
             root.add_event(iname, self._scalar_args(iargs), timestamp=at(its))
+        for lk in rec.cache_lookups:
+            root.add_event("torch.compile.cache_lookup", self._lookup_attributes(lk), timestamp=at(lk.ts_ns))
         for gb in rec.graph_breaks:
             ga: dict[str, Any] = {"torch.compile.graph_break.reason": self._str(gb.reason)}
             if gb.gb_type:
@@ -389,6 +394,30 @@ class SpanMapper:
         for i, r in enumerate(restart_texts):
             ts = attempts[min(i, len(attempts) - 1)] if attempts else None
             root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)}, timestamp=at(ts))
+
+    def _lookup_attributes(self, lk: CacheLookupEvent) -> dict[str, Any]:
+        """One cache lookup: which cache, its result, a short key, its time and what a hit saved; why a miss missed."""
+        a: dict[str, Any] = {"torch.compile.cache.name": lk.cache, "torch.compile.cache.result": lk.result}
+        if lk.key:
+            a["torch.compile.cache.key"] = lk.key[:SHORT_KEY]
+        if lk.backward is not None:
+            a["torch.compile.cache.backward"] = lk.backward
+        if lk.phase_ns is not None:
+            a["torch.compile.cache.time_s"] = round(lk.phase_ns / 1e9, 6)
+        if lk.time_saved_ns is not None:
+            a["torch.compile.cache.time_saved_s"] = round(lk.time_saved_ns / 1e9, 6)
+        if lk.time_taken_ns is not None and lk.result == "miss":
+            a["torch.compile.cache.time_taken_s"] = round(lk.time_taken_ns / 1e9, 6)
+        if lk.result == "bypass":
+            a["torch.compile.cache.bypass_reason"] = self._str(lk.bypass_reason or "")
+            a["torch.compile.cache.bypass_category"] = bypass_category(lk.bypass_reason)
+        e = lk.explanation
+        if e is not None:
+            a["torch.compile.cache.miss_cause"] = e.cause
+            a["torch.compile.cache.miss_reason"] = self._str(e.text())
+            if e.changes:
+                a["torch.compile.cache.miss_changes"] = [self._str(c) for c in e.changes]
+        return a
 
     def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         fail_type = rec.fail_type

@@ -109,6 +109,7 @@ class RunSummary(Sink):
         self.runtime_ns = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        self.caches = _Caches()
         # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
         self._slowest: list[tuple[int, int, dict[str, Any]]] = []
         self._trees: list[tuple[int, int, FrameKey, dict[str, Any], _Tree]] = []
@@ -179,6 +180,7 @@ class RunSummary(Sink):
             self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
         for k, n in rec.cache_counts().items():
             self.cache[k] += n
+        self.caches.add(rec)
         if failed:
             self.failures[failed] += 1
         if rec.recompile_limit_hit:
@@ -276,6 +278,7 @@ class RunSummary(Sink):
                 ],
             },
             "cache": [{"cache": c, "location": loc, "result": r, "count": n} for (c, loc, r), n in sorted(self.cache.items())],
+            "caches": self.caches.to_dict(self.cache),
             "failures": {"total": sum(self.failures.values()), "by_type": dict(self.failures.most_common())},
             "recompile_limit_hits": self.recompile_limit_hits,
             "eager_fallbacks": self.eager_fallbacks,
@@ -410,6 +413,7 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
     for c in facts["cache"]:
         caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")
     out.append("cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups"))
+    out.extend(_cache_lines(facts.get("caches") or {}, w))
     fl = facts["failures"]
     types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
     out.append(
@@ -421,3 +425,121 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
     if rt.get("records"):
         out.append(f"after their compiles (autotuning, cudagraph set-up): {rt['records']} records, {rt['total_s']:.3f} s")
     return "\n".join(out) + "\n"
+
+
+def _cache_lines(c: dict[str, Any], width: int) -> list[str]:
+    """Cold and warm: the work the misses cost, the loads, what the hits saved; why misses missed; odd ranks."""
+    if not c or not (c.get("hit_rate") or c.get("misses")):
+        return []
+    out = [
+        f"  cold work (misses) {c['miss_cost_s']:.2f} s, loading from caches {c['load_s']:.2f} s, "
+        f"saved by hits {c['saved_s']:.2f} s (torch's record)"
+    ]
+    rates = ", ".join(f"{k} {v['rate']:.0%} ({v['hits']} of {v['hits'] + v['misses']})" for k, v in c["hit_rate"].items())
+    if rates:
+        out.append(f"  hit rate: {rates}")
+    by = c.get("misses_by_cause") or {}
+    if by:
+        out.append("  misses by cause: " + ", ".join(f"{k} {n}" for k, n in by.items()))
+    for r in (c.get("top_reasons") or [])[:3]:
+        out.append(f"  {r['count']:>5}  {_cut(r['cache'] + ' ' + r['reason'], width - 9)}")
+    for r in (c.get("odd_ranks") or [])[:3]:
+        out.append(f"  {_cut(r['line'], width - 2)}")
+    more = len(c.get("odd_ranks") or []) - 3
+    if more > 0:
+        out.append(f"  ({more} more ranks missed what others hit)")
+    return out
+
+
+MAX_CACHE_SLOTS = 4096  # graphs whose lookups are compared across ranks
+MAX_CACHE_REASONS = 200
+
+
+class _Caches:
+    """Cold and warm starts: the time misses cost and hits saved, why misses missed, and ranks that missed alone."""
+
+    def __init__(self) -> None:
+        self.load_ns = 0
+        self.miss_cost_ns = 0
+        self.saved_s = 0.0
+        self.causes: Counter[tuple[str, str]] = Counter()  # (cache, cause)
+        self.reasons: Counter[tuple[str, str]] = Counter()  # (cache, explanation text)
+        # (cache, compile id, pass) -> rank -> (result, cause text); compared across ranks
+        self.slots: dict[tuple[str, str, str], dict[int, tuple[str, str]]] = {}
+
+    def add(self, rec: CompileRecord) -> None:
+        saved = (rec.metrics or {}).get("remote_cache_time_saved_s")
+        if isinstance(saved, (int, float)) and not isinstance(saved, bool) and saved > 0:
+            self.saved_s += saved
+        if not rec.cache_lookups:
+            return
+        aot_miss = [lk for lk in rec.cache_lookups if lk.cache == "aot_autograd" and lk.result == "miss"]
+        for lk in rec.cache_lookups:
+            if lk.result == "hit" and lk.phase_ns:
+                self.load_ns += lk.phase_ns
+            if lk.result == "miss" and lk.phase_ns and (lk.cache == "aot_autograd" or not aot_miss):
+                self.miss_cost_ns += lk.phase_ns  # an FX graph's compile is inside its AOTAutograd miss's
+            e = lk.explanation
+            if lk.result == "miss" and e is not None:
+                self.causes[(lk.cache, e.cause)] += 1
+                key = (lk.cache, e.text()[:300])
+                if key in self.reasons or len(self.reasons) < MAX_CACHE_REASONS:
+                    self.reasons[key] += 1
+            if rec.rank is not None and lk.result in ("hit", "miss"):
+                pass_ = "backward" if lk.backward else "forward" if lk.backward is False else ""
+                slot = (lk.cache, rec.id_str, pass_)
+                ranks = self.slots.get(slot)
+                if ranks is None and len(self.slots) < MAX_CACHE_SLOTS:
+                    ranks = self.slots[slot] = {}
+                if ranks is not None:
+                    ranks.setdefault(rec.rank, (lk.result, e.text() if e is not None else ""))
+
+    def odd_ranks(self) -> list[dict[str, Any]]:
+        """Per graph that some ranks hit and others missed: each rank that missed, with why."""
+        out = []
+        for (cache, cid, pass_), ranks in sorted(self.slots.items()):
+            hit = sorted(r for r, (res, _) in ranks.items() if res == "hit")
+            missed = sorted(r for r, (res, _) in ranks.items() if res == "miss")
+            if not hit or not missed:
+                continue
+            graph = f"{cid} {pass_}".strip()
+            others = ", ".join(str(r) for r in hit[:8]) + (" ..." if len(hit) > 8 else "")
+            for r in missed:
+                why = ranks[r][1]
+                out.append(
+                    {
+                        "rank": r,
+                        "cache": cache,
+                        "graph": graph,
+                        "hit_on": hit,
+                        "reason": why,
+                        "line": f"rank {r} missed {cache} {graph} that rank(s) {others} hit: {why}",
+                    }
+                )
+        return out
+
+    def to_dict(self, counts: Counter[tuple[str, str, str]]) -> dict[str, Any]:
+        rates: dict[str, dict[str, Any]] = {}
+        for (cache, _loc, result), n in sorted(counts.items()):
+            if result in ("hit", "miss"):
+                r = rates.setdefault(cache, {"hits": 0, "misses": 0})
+                r["hits" if result == "hit" else "misses"] += n
+        for r in rates.values():
+            r["rate"] = round(r["hits"] / (r["hits"] + r["misses"]), 4) if r["hits"] + r["misses"] else 0.0
+        by_cause: Counter[str] = Counter()
+        for (_, cause), n in self.causes.items():
+            by_cause[cause] += n
+        return {
+            "miss_cost_s": _s(self.miss_cost_ns),
+            "load_s": _s(self.load_ns),
+            "saved_s": round(self.saved_s, 6),
+            "hit_rate": rates,
+            "misses": sum(self.causes.values()),
+            "misses_by_cause": dict(by_cause.most_common()),
+            "misses_by_cache_and_cause": [{"cache": c, "cause": k, "count": n} for (c, k), n in sorted(self.causes.items())],
+            "top_reasons": [
+                {"cache": c, "reason": t, "count": n}
+                for (c, t), n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
+            ],
+            "odd_ranks": self.odd_ranks(),
+        }

@@ -41,7 +41,7 @@ LAYERS: dict[str, int] = {
     # live capture, and the sinks (spans, metrics, summary, divergence, log records, replay's resources)
     **dict.fromkeys(["_live", "_spans", "_metrics", "_summary", "_divergence", "_logs", "_replay_identity"], 5),
     **dict.fromkeys(["_replay", "_exposition", "_setup"], 6),  # replay's reader; /metrics; providers from OTEL_*
-    **dict.fromkeys(["_replay_pipeline", "_bridge"], 7),  # what wires sources to sinks: replay's, live's
+    **dict.fromkeys(["_replay_pipeline", "_bridge", "_baseline"], 7),  # what wires sources to sinks: replay's, live's
     # entry points
     **dict.fromkeys(
         ["_demo", "_cli", "_instrumentor", "auto", "__init__", "__main__", "_autostart.__init__", "_autostart.sitecustomize"],

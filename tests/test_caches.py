@@ -1,0 +1,346 @@
+"""Why a compile missed the cache: real inductor runs on one real cache directory, live and replayed, against torch.
+
+One module fixture runs the workload (tests/workloads/caches.py) in a new process per scenario, all on one
+``TORCHINDUCTOR_CACHE_DIR``, each with ``TORCH_TRACE``: a cold run, a warm run, one inductor config flipped, a new
+input shape, a forced bypass; then a 2-rank torchrun job on the warm directory where rank 1 alone flips the config.
+Live, nothing about the cache is configured: the bridge's key index beside the cache directory is each run's
+baseline. Replay names the previous run's TORCH_TRACE as ``--baseline``. Every count is checked against torch's
+own counters from the same process, and against tlparse on the same log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_python, spans_to_file
+from servers import free_port
+
+from torch_otel._cache import MAX_INDEX_BYTES, MAX_INDEX_KEYS, Component, KeyIndex, KeySeen, index_document
+
+SCENARIOS = ("cold", "warm", "shape", "config", "bypass")
+
+
+def _value(v: dict[str, Any]) -> Any:
+    if "arrayValue" in v:
+        return [_value(x) for x in v["arrayValue"].get("values", [])]
+    return next(iter(v.values())) if v else None
+
+
+def _lookups(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every cache lookup event on the compile roots, its attributes with the prefix cut."""
+    out = []
+    for s in spans:
+        if "torch.compile.kind" not in s["attrs"]:
+            continue
+        for e in s.get("events", []):
+            if e["name"] == "torch.compile.cache_lookup":
+                attrs = {a["key"].removeprefix("torch.compile.cache."): _value(a["value"]) for a in e.get("attributes", [])}
+                out.append(attrs | {"id": s["attrs"]["torch.compile.id"]})
+    return out
+
+
+def _replay(log_dir: Path, out: Path, baseline: Path | None) -> dict[str, Any]:
+    argv = [str(Path(sys.executable).parent / "torch-otel"), "replay", str(log_dir), "-o", str(out / "replayed.jsonl")]
+    argv += ["--json", str(out / "replayed.json")] + (["--baseline", str(baseline)] if baseline else [])
+    res = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {
+        "json": json.loads((out / "replayed.json").read_text()),
+        "spans": read_otlp_json_spans(out / "replayed.jsonl"),
+        "out": res.stdout,
+    }
+
+
+def _metric(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            out.append((labels, float(m.group(2))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("caches")
+    cache = tmp / "inductor-cache"
+    got: dict[str, Any] = {"tmp": tmp, "cache": cache}
+    for name in SCENARIOS:
+        out = tmp / name
+        env = {
+            "TORCHINDUCTOR_CACHE_DIR": str(cache),
+            "OMP_NUM_THREADS": "1",  # as torchrun sets it for the job below: inductor's key holds the thread count
+            "TORCH_TRACE": str(out / "trace"),
+            "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
+            **spans_to_file(out / "spans.jsonl"),
+        }
+        index = cache / "torch-otel" / "keys-rank0.json"
+        if index.exists():  # what this run explains its misses against: replay is given the same baseline
+            (out / "baseline").mkdir(parents=True)
+            shutil.copy(index, out / "baseline" / index.name)
+        res = run_python(WORKLOADS / "caches.py", env, args=[str(out), name], timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        got[name] = {
+            "out": out,
+            "summary": json.loads((out / "summary.json").read_text()),
+            "spans": read_otlp_json_spans(out / "spans.jsonl"),
+            "counters": json.loads((out / "counters-0.json").read_text()),
+            "metrics": (out / "metrics-0.txt").read_text(),
+            "index": json.loads((cache / "torch-otel" / "keys-rank0.json").read_text()),
+            "stderr": res.stderr,
+        }
+    # A 2-rank job on the warm directory: rank 1 alone runs with another config, so it misses what rank 0 hits.
+    job = tmp / "job"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "TORCH_TRACE": str(job / "trace"),
+        "TORCH_OTEL_SUMMARY": str(job / "summary-{rank}.json"),
+        "ODD_RANK": "1",
+        **spans_to_file(job / "spans.jsonl"),
+        "TORCH_OTEL_TRACES_FILE": str(job / "spans-{rank}.jsonl"),
+    }
+    job.mkdir()
+    res = subprocess.run(
+        [*argv, str(WORKLOADS / "caches.py"), str(job), "warm"],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    got["job"] = {"out": job, "stderr": res.stderr}
+    return got
+
+
+def _causes(lookups: list[dict[str, Any]]) -> list[tuple[str, str, str | None, tuple[str, ...]]]:
+    return sorted(
+        (lk["id"], lk["name"], lk.get("miss_cause"), tuple(lk.get("miss_changes") or ()))
+        for lk in lookups
+        if lk["result"] == "miss"
+    )
+
+
+def test_a_cold_run_misses_every_lookup_and_says_first_seen(runs):
+    cold = runs["cold"]
+    lookups = _lookups(cold["spans"])
+    misses = Counter(lk["name"] for lk in lookups if lk["result"] == "miss")
+    assert misses == {
+        "fx_graph": cold["counters"]["inductor"]["fxgraph_cache_miss"],
+        "aot_autograd": cold["counters"]["aot_autograd"]["autograd_cache_miss"],
+    }
+    assert {lk["miss_cause"] for lk in lookups} == {"first_seen"} and {lk["miss_reason"] for lk in lookups} == {"first seen"}
+    assert all(lk["key"] and len(lk["key"]) == 12 and lk["time_s"] > 0 for lk in lookups)
+    caches = cold["summary"]["caches"]
+    assert caches["misses_by_cause"] == {"first_seen": sum(misses.values())}
+    assert caches["hit_rate"]["fx_graph"] == {"hits": 0, "misses": 2, "rate": 0.0}
+    assert caches["miss_cost_s"] > 0 and caches["load_s"] == 0
+    for cache, n in misses.items():
+        assert _metric(cold["metrics"], "torch_compile_cache_misses_total") and (
+            {"cache": cache, "cause": "first_seen", "rank": "0"},
+            float(n),
+        ) in _metric(cold["metrics"], "torch_compile_cache_misses_total")
+
+
+def test_a_warm_run_hits_and_the_time_saved_is_torchs_record(runs):
+    warm = runs["warm"]
+    c = warm["counters"]
+    assert c["aot_autograd"].get("autograd_cache_hit") == 1 and c["inductor"].get("fxgraph_cache_hit") == 2
+    assert not c["inductor"].get("fxgraph_cache_miss") and not c["aot_autograd"].get("autograd_cache_miss")
+    lookups = _lookups(warm["spans"])
+    assert lookups and {lk["result"] for lk in lookups} == {"hit"}
+    caches = warm["summary"]["caches"]
+    assert caches["hit_rate"] == {
+        "aot_autograd": {"hits": 1, "misses": 0, "rate": 1.0},
+        "fx_graph": {"hits": 2, "misses": 0, "rate": 1.0},
+    }
+    assert caches["misses"] == 0 and caches["miss_cost_s"] == 0 and caches["load_s"] > 0
+    # torch's own record of the time its cache hits saved, in the same run's CompilationMetrics
+    saved = 0.0
+    for line in next((warm["out"] / "trace").glob("*.log")).read_text().splitlines():
+        if '"compilation_metrics"' in line:
+            md = json.loads(line.split("] ", 1)[1])
+            saved += md["compilation_metrics"].get("remote_cache_time_saved_s") or 0.0
+    assert saved > 0 and abs(caches["saved_s"] - saved) < 1e-6
+    assert ({"rank": "0"}, pytest.approx(saved)) in [
+        (lab, v) for lab, v in _metric(warm["metrics"], "torch_compile_cache_time_saved_seconds_total")
+    ]
+
+
+def test_a_changed_config_is_named_as_the_cause(runs):
+    lookups = _lookups(runs["config"]["spans"])
+    misses = [lk for lk in lookups if lk["result"] == "miss"]
+    assert misses and {lk["miss_cause"] for lk in misses} == {"config"}
+    for lk in misses:
+        assert lk["miss_changes"][0].startswith("inductor config size_asserts: "), lk
+        assert "against 0/0 in the previous run" in lk["miss_reason"]
+    assert runs["config"]["summary"]["caches"]["misses_by_cause"] == {"config": len(misses)}
+    last = _metric(runs["config"]["metrics"], "torch_compile_cache_last_miss")
+    assert [lab for lab, _ in last] == [
+        {
+            "cache": "fx_graph",
+            "cause": "config",
+            "component": "inductor_config[size_asserts]",
+            "graph": "0/0 backward",
+            "rank": "0",
+        }
+    ]
+
+
+def test_a_new_input_shape_is_named_as_the_cause(runs):
+    misses = [lk for lk in _lookups(runs["shape"]["spans"]) if lk["result"] == "miss"]
+    fx = [lk for lk in misses if lk["name"] == "fx_graph"]
+    assert fx and all(lk["miss_cause"] == "inputs" for lk in fx), fx
+    assert any(re.match(r"input \d+: shape \[4, 8\] → \[8, 8\]", c) for lk in fx for c in lk["miss_changes"]), fx
+
+
+def test_a_forced_bypass_says_why(runs):
+    byp = [lk for lk in _lookups(runs["bypass"]["spans"]) if lk["result"] == "bypass"]
+    counters = runs["bypass"]["counters"]
+    per_cache = Counter(lk["name"] for lk in byp)
+    assert per_cache == {
+        "fx_graph": counters["inductor"]["fxgraph_cache_bypass"],
+        "aot_autograd": counters["aot_autograd"]["autograd_cache_bypass"],
+    }
+    assert all(lk["bypass_reason"] == "Unsupported post grad custom pass" for lk in byp), byp
+    assert {lk["bypass_category"] for lk in byp} == {"custom_pass"}
+    bypasses = _metric(runs["bypass"]["metrics"], "torch_compile_cache_bypasses_total")
+    assert sorted((lab["cache"], lab["reason"], v) for lab, v in bypasses) == sorted(
+        (cache, "custom_pass", float(n)) for cache, n in per_cache.items()
+    )
+
+
+@pytest.mark.parametrize("scenario", ["cold", "warm", "config", "shape", "bypass"])
+def test_replay_gives_the_same_lookups_and_causes_as_live(runs, scenario):
+    """Replay of the run's TORCH_TRACE, with the key index the live run read as its baseline."""
+    baseline = runs[scenario]["out"] / "baseline" if scenario != "cold" else None
+    out = runs["tmp"] / f"replay-{scenario}"
+    out.mkdir()
+    replayed = _replay(runs[scenario]["out"] / "trace", out, baseline)
+    live, back = _lookups(runs[scenario]["spans"]), _lookups(replayed["spans"])
+    key = lambda lk: (lk["id"], lk["name"], lk["result"], lk.get("key"), lk.get("backward"))  # noqa: E731
+    assert sorted(map(key, live)) == sorted(map(key, back))
+    assert _causes(live) == _causes(back)
+    assert replayed["json"]["summary"]["caches"]["hit_rate"] == runs[scenario]["summary"]["caches"]["hit_rate"]
+    assert replayed["json"]["summary"]["cache"] == runs[scenario]["summary"]["cache"]
+
+
+def test_replay_explains_misses_against_a_previous_runs_torch_trace(runs, tmp_path):
+    """--baseline names the run before's TORCH_TRACE directory: its keys, those of FX graphs loaded inside an
+    AOTAutograd hit too (torch logs those only as artifacts)."""
+    replayed = _replay(runs["config"]["out"] / "trace", tmp_path, runs["shape"]["out"] / "trace")
+    misses = [lk for lk in _lookups(replayed["spans"]) if lk["result"] == "miss"]
+    assert misses and {lk["miss_cause"] for lk in misses} == {"config"}
+    for lk in misses:
+        assert (
+            "inductor config size_asserts: True → False" in lk["miss_changes"]
+            or "inductor config size_asserts: False → True" in lk["miss_changes"]
+        )
+        assert "against 0/0 in the baseline run" in lk["miss_reason"]
+    fx = [lk for lk in misses if lk["name"] == "fx_graph"]
+    assert any(c.startswith("input ") and "[8, 8] → [4, 8]" in c for lk in fx for c in lk["miss_changes"]), fx
+
+
+@pytest.mark.parametrize("scenario", ["cold", "warm", "config"])
+def test_cache_counts_equal_tlparse_on_the_same_log(runs, scenario, tmp_path):
+    log = next((runs[scenario]["out"] / "trace").glob("*.log"))
+    res = subprocess.run(
+        [shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse"), str(log), "-o", str(tmp_path / "tl")]
+        + ["--overwrite", "--no-browser"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    names = Counter()
+    for f in (tmp_path / "tl").rglob("*.json"):
+        m = re.match(r"(fx_graph|aotautograd)_cache_(hit|miss|bypass)_\d+\.json$", f.name)
+        if m:
+            names[(m.group(1), m.group(2))] += 1
+    ours = Counter()
+    for c in runs[scenario]["summary"]["cache"]:
+        ours[("fx_graph" if c["cache"] == "fx_graph" else "aotautograd", c["result"])] += c["count"]
+    assert names and names == ours
+
+
+def test_a_rank_that_missed_what_the_others_hit_is_named_by_the_summary_replay_and_a_metric(runs):
+    job = runs["job"]["out"]
+    rank1 = json.loads((job / "summary-1.json").read_text())["caches"]
+    rank0 = json.loads((job / "summary-0.json").read_text())["caches"]
+    assert rank0["misses"] == 0 and rank1["misses_by_cause"] == {"config": rank1["misses"]}
+    assert any("max_fusion_size" in r["reason"] for r in rank1["top_reasons"]), rank1["top_reasons"]
+    # live: the metric that names the rank, the graph, the cause and the component
+    last = _metric((job / "metrics-1.txt").read_text(), "torch_compile_cache_last_miss")
+    assert [lab for lab, _ in last] == [
+        {
+            "cache": "fx_graph",
+            "cause": "config",
+            "component": "inductor_config[max_fusion_size]",
+            "graph": "0/0 backward",
+            "rank": "1",
+        }
+    ]
+    assert _metric((job / "metrics-0.txt").read_text(), "torch_compile_cache_last_miss") == []
+    # replay of the job's directory: which rank missed what the others hit, with the part that changed
+    out = runs["tmp"] / "replay-job"
+    out.mkdir()
+    replayed = _replay(job / "trace", out, None)
+    odd = replayed["json"]["summary"]["caches"]["odd_ranks"]
+    assert odd and {o["rank"] for o in odd} == {1} and all(o["hit_on"] == [0] for o in odd)
+    assert any("max_fusion_size" in o["reason"] and "on rank 0" in o["reason"] for o in odd), odd
+    assert "rank 1 missed" in replayed["out"]
+
+
+def test_the_key_index_is_bounded_and_keeps_only_hashes_of_the_graph(runs, tmp_path):
+    index = runs["bypass"]["index"]
+    text = json.dumps(index)
+    assert "def forward" not in text and "GraphModule" not in text  # the graph's code never leaves as text
+    assert index["format"] == "torch-otel cache key index" and len(text.encode()) <= MAX_INDEX_BYTES
+    # many keys: the newest MAX_INDEX_KEYS are kept, within the byte bound
+    parts = tuple(Component(f"inductor_config[k{i}]", f"h{i}", "True") for i in range(600))
+    seen = [
+        KeySeen("fx_graph", (None, i), f"{i}/0", False, f"key{i:06d}", "miss", (*parts, Component("gm", f"g{i}")), "x")
+        for i in range(MAX_INDEX_KEYS + 500)
+    ]
+    doc = json.loads(index_document(seen, "2.13.0", 0))
+    assert len(doc["keys"]) == MAX_INDEX_KEYS and doc["keys"][-1]["key"] == f"key{MAX_INDEX_KEYS + 499:06d}"
+    path = tmp_path / "keys-rank0.json"
+    path.write_text(json.dumps(doc))
+    back = KeyIndex(str(path)).load()
+    assert len(back) == MAX_INDEX_KEYS and {c.name for c in back[0].parts} == {c.name for c in seen[0].parts}
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("{not json", "cannot be read"),
+        ('{"format": "torch-otel cache key index", "version": 99}', "another torch-otel version"),
+        ('{"hello": 1}', "is not a torch-otel cache key index"),
+    ],
+)
+def test_a_corrupt_or_foreign_baseline_is_one_line_and_the_run_goes_on(runs, tmp_path, content, says):
+    bad = tmp_path / "keys-rank0.json"
+    bad.write_text(content)
+    out = tmp_path / "out"
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(runs["cache"]),
+        "TORCH_OTEL_CACHE_BASELINE": str(bad),
+        "TORCH_OTEL_CACHE_INDEX": "off",
+        "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
+        **spans_to_file(out / "spans.jsonl"),
+    }
+    res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "config"], timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln for ln in res.stderr.splitlines() if says in ln]
+    assert len(lines) == 1 and str(bad) in lines[0], res.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["compiles"] >= 1

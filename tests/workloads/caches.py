@@ -1,0 +1,71 @@
+"""A small model compiled with inductor, forward and backward, on the cache directory the caller names.
+
+Run with the bridge on (``torch_otel.auto``) and ``TORCH_TRACE`` set, once per scenario of tests/test_caches.py:
+
+    python caches.py OUT_DIR [cold|warm|config|shape|bypass]
+
+- ``config``: an inductor config that is part of the FX graph cache key flipped (``size_asserts``);
+- ``shape``: another batch size (a new input shape, no dynamic shapes);
+- ``bypass``: a post-grad custom pass torch cannot hash, so the FX graph cache is bypassed.
+Under torchrun, ``ODD_RANK`` names a rank that runs with another inductor config (``max_fusion_size``) than the
+others: a key part that changes no generated code, so the rank misses where the others hit.
+
+It writes ``OUT_DIR/counters-<rank>.json`` (torch's own cache counters) and ``OUT_DIR/metrics-<rank>.txt`` (this
+process's /metrics exposition), after the bridge processed every compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch  # noqa: E402
+
+import torch_otel.auto  # noqa: F401  (the bridge, as torch-otel run turns it on)
+
+out = Path(sys.argv[1])
+mode = sys.argv[2] if len(sys.argv) > 2 else "cold"
+rank = int(os.environ.get("RANK", "0"))
+if os.environ.get("WORLD_SIZE"):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+if mode == "config":
+    torch._inductor.config.size_asserts = not torch._inductor.config.size_asserts
+if os.environ.get("ODD_RANK") == str(rank):
+    torch._inductor.config.max_fusion_size -= 1
+if mode == "bypass":
+
+    def post_pass(graph: torch.fx.Graph) -> None:  # a plain function: torch cannot hash it into a key
+        return None
+
+    torch._inductor.config.post_grad_custom_post_pass = post_pass
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x)).sum()
+
+
+torch.manual_seed(0)
+model = torch.compile(Model(), backend="inductor", dynamic=False)
+x = torch.randn(8 if mode == "shape" else 4, 8, requires_grad=True)
+model(x).backward()
+
+from prometheus_client import REGISTRY, generate_latest  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
+
+import torch_otel  # noqa: E402
+
+torch_otel.force_flush()
+out.mkdir(parents=True, exist_ok=True)
+(out / f"counters-{rank}.json").write_text(json.dumps({k: dict(counters[k]) for k in ("inductor", "aot_autograd")}))
+(out / f"metrics-{rank}.txt").write_bytes(generate_latest(REGISTRY))
+if os.environ.get("WORLD_SIZE"):
+    dist.destroy_process_group()
