@@ -332,6 +332,7 @@ def test_a_corrupt_or_foreign_baseline_is_one_line_and_the_run_goes_on(runs, tmp
     bad = tmp_path / "keys-rank0.json"
     bad.write_text(content)
     out = tmp_path / "out"
+    out.mkdir()
     env = {
         "TORCHINDUCTOR_CACHE_DIR": str(runs["cache"]),
         "TORCH_OTEL_CACHE_BASELINE": str(bad),
@@ -344,3 +345,39 @@ def test_a_corrupt_or_foreign_baseline_is_one_line_and_the_run_goes_on(runs, tmp
     lines = [ln for ln in res.stderr.splitlines() if says in ln]
     assert len(lines) == 1 and str(bad) in lines[0], res.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["compiles"] >= 1
+
+
+BASELINE_2_13 = Path(__file__).parent / "data" / "cache-baseline-2.13"  # the cold run's lookups, recorded on torch 2.13.0
+
+
+@pytest.mark.release
+def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
+    """The same workload, cold, on whatever torch runs the test, explained against a committed 2.13.0 run's log.
+
+    On 2.13 the keys are the baseline's own (nothing changed, the entries are not in this new cache); on any
+    other release each miss names the torch version as its cause.
+    """
+    import torch
+
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "TORCH_OTEL_CACHE_BASELINE": str(BASELINE_2_13),
+        "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
+        **spans_to_file(out / "spans.jsonl"),
+    }
+    res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "cold"], timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    misses = [lk for lk in _lookups(read_otlp_json_spans(out / "spans.jsonl")) if lk["result"] == "miss"]
+    assert misses
+    version = torch.__version__.split("+")[0]
+    if version.startswith("2.13."):
+        assert {lk["miss_cause"] for lk in misses} == {"not_in_cache"}, misses
+        assert all("0/0 in the baseline run" in lk["miss_reason"] for lk in misses)
+    else:
+        fx = [lk for lk in misses if lk["name"] == "fx_graph"]
+        assert fx and {lk["miss_cause"] for lk in fx} == {"versions"}, fx
+        assert all(lk["miss_changes"][0] == f"torch 2.13.0 → {torch.__version__}" for lk in fx), fx
+        assert sum("is from torch 2.13.0 and this run is torch" in ln for ln in res.stderr.splitlines()) == 1, res.stderr
