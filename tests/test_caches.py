@@ -231,8 +231,8 @@ def test_replay_gives_the_same_lookups_and_causes_as_live(runs, scenario):
     key = lambda lk: (lk["id"], lk["name"], lk["result"], lk.get("key"), lk.get("backward"))  # noqa: E731
     assert sorted(map(key, live)) == sorted(map(key, back))
     assert _causes(live) == _causes(back)
-    assert replayed["json"]["summary"]["caches"]["hit_rate"] == runs[scenario]["summary"]["caches"]["hit_rate"]
-    assert replayed["json"]["summary"]["cache"] == runs[scenario]["summary"]["cache"]
+    assert replayed["json"]["caches"]["hit_rate"] == runs[scenario]["summary"]["caches"]["hit_rate"]
+    assert replayed["json"]["cache"] == runs[scenario]["summary"]["cache"]
 
 
 def test_replay_explains_misses_against_a_previous_runs_torch_trace(runs, tmp_path):
@@ -295,7 +295,7 @@ def test_a_rank_that_missed_what_the_others_hit_is_named_by_the_summary_replay_a
     out = runs["tmp"] / "replay-job"
     out.mkdir()
     replayed = _replay(job / "trace", out, None)
-    odd = replayed["json"]["summary"]["caches"]["odd_ranks"]
+    odd = replayed["json"]["caches"]["odd_ranks"]
     assert odd and {o["rank"] for o in odd} == {1} and all(o["hit_on"] == [0] for o in odd)
     assert any("max_fusion_size" in o["reason"] and "on rank 0" in o["reason"] for o in odd), odd
     assert "rank 1 missed" in replayed["out"]

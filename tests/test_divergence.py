@@ -307,7 +307,7 @@ def test_tlparse_warns_of_diverging_compile_ids_where_there_are_none(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["divergence"]["diverged"] == ["cache"] and doc["divergence"]["aspects"]["cache"]["minority"] == [1]
-    assert doc["lines_skipped"] == {}  # the C++ builds' phases were not dropped: they joined rank 1's compile
+    assert doc["replay"]["lines_skipped"] == {}  # the C++ builds' phases were not dropped: they joined rank 1's compile
     spans = read_otlp_json_spans(tmp_path / "s.jsonl")
     cpp = [s for s in spans if s["name"] == "compile_file"]
     assert any(s["attrs"].get("torch.compile.attributed") for s in cpp)  # the worker thread's, which carries no id

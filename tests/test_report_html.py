@@ -351,3 +351,53 @@ def test_a_replayed_gpu_logs_page_renders_its_chart(tmp_path: Path) -> None:
     assert _rendered(page) > 10
     for shown in ("forward (aot.py:28)", "async_compile.precompile", "frame 0/0"):
         assert shown in page.dom, shown
+
+
+NOWRAP_PROBE = """<script>
+(function () {
+  function lines(td) { var r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; }
+  var cell = document.querySelector("td.nw"), other = cell.parentElement.querySelector("td:not(.nw):not(.n)");
+  document.body.dataset.nowrap = JSON.stringify({id: cell.textContent, idLines: lines(cell), frameLines: lines(other)});
+})();
+</script></body>"""
+
+
+def test_cold_and_warm_starts_and_ids_that_never_wrap(tmp_path: Path) -> None:
+    """The page shows the caches' cold and warm facts and the ranks that missed alone; a compile id stays on one line
+    however long the frame beside it (at a narrow window, 0/0 used to wrap at its slash)."""
+    summary = _sample()
+    summary["slowest"][0]["function"] = "a_function_with_a_very_long_name_" * 6
+    summary["caches"] = {
+        "miss_cost_s": 12.5,
+        "load_s": 1.25,
+        "saved_s": 20.25,
+        "hit_rate": {"fx_graph": {"hits": 2, "misses": 2, "rate": 0.5}},
+        "misses": 2,
+        "misses_by_cause": {"config": 2},
+        "top_reasons": [
+            {"cache": "fx_graph", "reason": "inductor config max_fusion_size: 64 → 63, against 0/0 on rank 0", "count": 2}
+        ],
+        "odd_ranks": [
+            {
+                "rank": 1,
+                "cache": "fx_graph",
+                "graph": "0/0 forward",
+                "hit_on": [0],
+                "reason": "inductor config max_fusion_size: 64 → 63",
+            }
+        ],
+    }
+    page = _open(tmp_path, render_html(summary).replace("</body>", NOWRAP_PROBE))
+    _assert_clean(page)
+    for shown in (
+        "Cold and warm starts",
+        "12.500 s",
+        "20.250 s",
+        "50.0%",
+        "Ranks that missed what the others hit",
+        "max_fusion_size: 64",
+    ):
+        assert shown in html.unescape(page.dom), shown
+    probe = json.loads(page.body["data-nowrap"])
+    assert probe["id"] == summary["slowest"][0]["id"] and probe["frameLines"] > 1, probe
+    assert probe["idLines"] == 1, probe  # one line, beside a frame name that wraps

@@ -138,23 +138,24 @@ def _write_report(path: str, run: Any, err: IO[str]) -> None:
     print(f"compile time report written to {path}", file=err)
 
 
-def _write_json(path: str, stats: ReplayStats, divergence: dict[str, Any], err: IO[str]) -> None:
+def replay_document(stats: ReplayStats, divergence: dict[str, Any]) -> dict[str, Any]:
+    """``replay --json``: the run summary's document (its ``schema_version``, as TORCH_OTEL_SUMMARY writes it), with
+    what the replay itself met under ``replay`` and the cross-rank report under ``divergence``."""
     assert stats.run is not None
-    summary = stats.run.to_dict()
-    doc = {
+    doc = stats.run.to_dict()
+    doc["replay"] = {
         "files": stats.files,
         "records": stats.records,
-        # the keys from before the run summary, read from it: failures of torch's own types (not "Incomplete"),
-        # graph breaks as "code type"
-        "compiles": summary["by_kind"],
-        "failures": {k: n for k, n in summary["failures"]["by_type"].items() if k != "Incomplete"},
-        "recompile_limit_hits": summary["recompile_limit_hits"],
-        "graph_breaks": {f"{g['code']} {g['type']}".strip(): g["count"] for g in summary["graph_breaks"]["by_code"]},
         "lines_skipped": dict(stats.skipped),
+        "phase_events_unmatched": dict(stats.unmatched),
         "unknown_kinds": dict(stats.unknown_kinds),
-        "divergence": divergence,
-        "summary": summary,
     }
+    doc["divergence"] = divergence
+    return doc
+
+
+def _write_json(path: str, stats: ReplayStats, divergence: dict[str, Any], err: IO[str]) -> None:
+    doc = replay_document(stats, divergence)
     if path == "-":
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

@@ -24,6 +24,9 @@ from ._record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
 __all__ = ["RunSummary"]
 
+# The summary's JSON (TORCH_OTEL_SUMMARY=x.json, replay --json, demo --json): docs/replay.md lists its keys. A key
+# that changes meaning or goes away is a new version; new keys are not.
+SCHEMA_VERSION = 1
 MAX_TREE_COMPILES = 500  # compiles that keep their phase tree for the picture (the slowest)
 MAX_FRAMES = 1000  # distinct frames; past this, "(other frames)"
 MAX_PHASE_NAMES = 512  # distinct phase names; past this, "(other phases)"
@@ -251,6 +254,7 @@ class RunSummary(Sink):
         frames = sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns)
         reasons = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
         return {
+            "schema_version": SCHEMA_VERSION,
             "source": self.source,
             "compiles": compiles,
             "by_kind": dict(sorted(self.by_kind.items())),
@@ -404,11 +408,19 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
     out.append(f"recompiles: {rc['total']}" + (f" ({cats})" if cats else ""))
     for r in rc["top_reasons"][:3]:
         out.append(f"  {r['count']:>5}  {_cut(r['category'] + ': ' + r['reason'], w - 9)}")
+    rest = rc["top_reasons"][3:]
+    if rest:  # the reasons past the third: how many, and how many recompiles they account for
+        more = rc["total"] - sum(r["count"] for r in rc["top_reasons"][:3])
+        out.append(f"  {more:>5}  ({len(rest)} more reason{'s' if len(rest) > 1 else ''}: --json or the HTML page lists them)")
     gb = facts["graph_breaks"]
     codes = ", ".join(f"{g['code']} {g['count']}" for g in gb["by_code"][:6])
     out.append(f"graph breaks: {gb['total']}" + (f" ({codes})" if codes else ""))
     for g in gb["by_code"][:3]:
         out.append(f"  {g['count']:>5}  {_cut(g['code'] + ' ' + g['type'], w - 9)}")
+    if len(gb["by_code"]) > 3:
+        more = gb["total"] - sum(g["count"] for g in gb["by_code"][:3])
+        n = len(gb["by_code"]) - 3
+        out.append(f"  {more:>5}  ({n} more graph-break code{'s' if n > 1 else ''}: --json or the HTML page lists them)")
     caches: dict[str, list[str]] = {}
     for c in facts["cache"]:
         caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")

@@ -267,7 +267,7 @@
   }
 
   // -- tables --------------------------------------------------------------------
-  // cols: [header, cell(row) -> text, numeric?, bar(row) -> fraction 0..1]
+  // cols: [header, cell(row) -> text, numeric?, bar(row) -> fraction 0..1, class of a text cell ("nw": no wrap)]
   function table(rows, cols, rowClass) {
     var t = el("table"), head = el("tr");
     cols.forEach(function (c) { head.appendChild(el("th", c[2] ? "n" : null, c[0])); });
@@ -277,7 +277,7 @@
       r = obj(r);
       var tr = el("tr", rowClass ? rowClass(r) : null);
       cols.forEach(function (c) {
-        var td = el("td", c[2] ? "n" : null, c[1](r));
+        var td = el("td", c[2] ? "n" : (c[4] || null), c[1](r));
         if (c[3]) {
           var f = Math.max(0, Math.min(1, num(c[3](r))));
           td.className += " bar";
@@ -334,11 +334,11 @@
     if (!rows.length) return none(s, "no compiles");
     var ranks = rows.some(function (r) { return obj(r).rank !== undefined; });
     var cols = [
-      ["id", function (r) { return str(r.id); }],
-      ["kind", function (r) { return str(r.kind); }],
+      ["id", function (r) { return str(r.id); }, false, null, "nw"],
+      ["kind", function (r) { return str(r.kind); }, false, null, "nw"],
       ["frame", function (r) { return where(r.function, r.file, r.line); }],
       ["duration s", function (r) { return fix3(r.duration_s); }, true],
-      ["status", function (r) { return r.status === "error" ? "FAILED" : str(r.status); }]
+      ["status", function (r) { return r.status === "error" ? "FAILED" : str(r.status); }, false, null, "nw"]
     ];
     if (ranks) cols.splice(1, 0, ["rank", function (r) { return str(r.rank); }, true]);
     s.appendChild(table(rows, cols, function (r) { return r.status === "error" ? "err" : null; }));
@@ -387,6 +387,41 @@
     ]));
   }
 
+  function drawColdWarm() {
+    var c = obj(S.caches);
+    var rates = obj(c.hit_rate), causes = countsOf(c.misses_by_cause);
+    if (!Object.keys(rates).length && !causes.length) return;
+    var s = section("Cold and warm starts",
+      "cold work (the compiles of the lookups that missed) " + fix3(c.miss_cost_s) + " s; loading from caches " +
+      fix3(c.load_s) + " s; saved by hits " + fix3(c.saved_s) + " s (torch's record).");
+    s.appendChild(table(Object.keys(rates).map(function (k) { return { cache: k, r: obj(rates[k]) }; }), [
+      ["cache", function (r) { return r.cache; }],
+      ["hits", function (r) { return num(r.r.hits); }, true],
+      ["misses", function (r) { return num(r.r.misses); }, true],
+      ["hit rate", function (r) { return pct(r.r.hits, num(r.r.hits) + num(r.r.misses)); }, true,
+        function (r) { return num(r.r.rate); }]
+    ]));
+    if (causes.length) {
+      s.appendChild(el("h3", null, "Why lookups missed"));
+      s.appendChild(table(arr(c.top_reasons), [
+        ["cache", function (r) { return str(r.cache); }, false, null, "nw"],
+        ["reason", function (r) { return str(r.reason); }],
+        ["count", function (r) { return num(r.count); }, true]
+      ]));
+    }
+    var odd = arr(c.odd_ranks);
+    if (odd.length) {
+      s.appendChild(el("h3", null, "Ranks that missed what the others hit"));
+      s.appendChild(table(odd, [
+        ["rank", function (r) { return num(r.rank); }, true],
+        ["cache", function (r) { return str(r.cache); }, false, null, "nw"],
+        ["graph", function (r) { return str(r.graph); }, false, null, "nw"],
+        ["hit on ranks", function (r) { return arr(r.hit_on).join(", "); }],
+        ["why", function (r) { return str(r.reason); }]
+      ], function () { return "err"; }));
+    }
+  }
+
   function drawFailures() {
     var fl = obj(S.failures), types = countsOf(fl.by_type);
     var s = section("Failures",
@@ -404,6 +439,6 @@
   guard("the chart", initChart);
   [["time by phase", drawPhases], ["top frames", drawFrames], ["slowest compiles", drawSlowest],
    ["recompiles", drawRecompiles], ["graph breaks", drawGraphBreaks], ["cache lookups", drawCache],
-   ["failures", drawFailures]].forEach(function (p) { guard(p[0], p[1]); });
+   ["cold and warm starts", drawColdWarm], ["failures", drawFailures]].forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 })();

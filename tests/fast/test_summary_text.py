@@ -1,0 +1,44 @@
+"""The run summary's text and JSON shape, from records built by the assembler (no torch compile)."""
+
+from __future__ import annotations
+
+from fastkit import flatten, frame, metrics
+
+from torch_otel._assembler import Assembler
+from torch_otel._summary import SCHEMA_VERSION, RunSummary, format_text
+
+REASONS = [
+    "tensor 'x' size mismatch at index 0. expected 8, actual 16",
+    "tensor 'x' dtype mismatch. expected Float, actual Double",
+    "tensor 'y' size mismatch at index 1. expected 2, actual 3",
+    "tensor 'x' stride mismatch at index 0. expected 1, actual 2",
+    "tensor 'z' requires_grad mismatch. expected requires_grad=0",
+]
+
+
+def _summary() -> RunSummary:
+    run = RunSummary("replay")
+    asm = Assembler([run])
+    events = []
+    for i, reason in enumerate(REASONS):
+        cid = f"0/{i + 1}"
+        events += [frame(cid, i * 100, i * 100 + 50), metrics(cid, co_name="f", co_filename="/m.py", recompile_reason=reason)]
+    for ev in flatten(events):
+        asm.feed(ev)  # type: ignore[arg-type]
+    return run
+
+
+def test_the_text_says_how_many_recompile_reasons_it_leaves_out():
+    facts = _summary().to_dict()
+    assert facts["recompiles"]["total"] == 5 and len(facts["recompiles"]["top_reasons"]) == 5
+    lines = format_text(facts).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("recompiles: 5"))
+    shown = lines[at + 1 : at + 5]
+    assert len([ln for ln in shown[:3] if ": tensor" in ln]) == 3
+    assert shown[3] == "      2  (2 more reasons: --json or the HTML page lists them)", lines
+
+
+def test_the_json_carries_its_schema_version():
+    facts = _summary().to_dict()
+    assert facts["schema_version"] == SCHEMA_VERSION == 1
+    assert facts["caches"]["misses"] == 0 and facts["caches"]["odd_ranks"] == []
