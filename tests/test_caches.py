@@ -297,8 +297,11 @@ def test_a_rank_that_missed_what_the_others_hit_is_named_by_the_summary_replay_a
     replayed = _replay(job / "trace", out, None)
     odd = replayed["json"]["caches"]["odd_ranks"]
     assert odd and {o["rank"] for o in odd} == {1} and all(o["hit_on"] == [0] for o in odd)
-    assert any("max_fusion_size" in o["reason"] and "on rank 0" in o["reason"] for o in odd), odd
-    assert "rank 1 missed" in replayed["out"]
+    assert {o["reason"] for o in odd} == {"inductor config max_fusion_size: 64 → 63"}, odd
+    assert any(
+        "max_fusion_size: 64 → 63, against 0/0 on rank 0" in r["reason"] for r in replayed["json"]["caches"]["top_reasons"]
+    )
+    assert "rank 1 missed aot_autograd 0/0 (rank 0 hit it): inductor config max_fusion_size: 64 → 63" in replayed["out"]
 
 
 def test_the_key_index_is_bounded_and_keeps_only_hashes_of_the_graph(runs, tmp_path):

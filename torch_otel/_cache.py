@@ -234,6 +234,10 @@ class Explanation:
     more: int = 0  # changes not named
     components: tuple[str, ...] = ()  # each one's component name (``inductor_config[size_asserts]``)
 
+    def short(self) -> str:
+        """The changes alone, where there are some (the cause's words otherwise)."""
+        return "; ".join(self.changes) + (f" (and {self.more} more)" if self.more else "") if self.changes else self.text()
+
     def text(self) -> str:
         if self.cause == "first_seen":
             return "first seen" + (f" ({self.against})" if self.against else "")
@@ -479,7 +483,10 @@ def _torch_version(rec: CompileRecord) -> str | None:
 def _against(seen: KeySeen, rank: int | None, version: str | None = None) -> str:
     """The key compared with, in words: ``0/0 earlier in this run``, ``0/0 on rank 1``, ``0/0 in the previous run``
     (with its torch release where it is not this run's)."""
-    where = f"on rank {seen.rank}" if seen.rank is not None and rank is not None and seen.rank != rank else seen.where
+    elsewhere = seen.rank is not None and rank is not None and seen.rank != rank
+    where = seen.where
+    if elsewhere:  # another rank's key: of this run (replay of a job's directory), or of its previous run
+        where = f"on rank {seen.rank}" if seen.where == "earlier in this run" else f"{seen.where} on rank {seen.rank}"
     other = seen.torch_version and version and seen.torch_version != version
     return f"{seen.compile_id} {where}" + (f" (torch {seen.torch_version})" if other else "")
 

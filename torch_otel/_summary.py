@@ -504,7 +504,7 @@ class _Caches:
                 if ranks is None and len(self.slots) < MAX_CACHE_SLOTS:
                     ranks = self.slots[slot] = {}
                 if ranks is not None:
-                    ranks.setdefault(rec.rank, (lk.result, e.text() if e is not None else ""))
+                    ranks.setdefault(rec.rank, (lk.result, e.short() if e is not None else ""))
 
     def odd_ranks(self) -> list[dict[str, Any]]:
         """Per graph that some ranks hit and others missed: each rank that missed, with why."""
@@ -525,7 +525,7 @@ class _Caches:
                         "graph": graph,
                         "hit_on": hit,
                         "reason": why,
-                        "line": f"rank {r} missed {cache} {graph} that rank(s) {others} hit: {why}",
+                        "line": f"rank {r} missed {cache} {graph} (rank {others} hit it): {why}",
                     }
                 )
         return out
