@@ -424,6 +424,9 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
     caches: dict[str, list[str]] = {}
     for c in facts["cache"]:
         caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")
+    if not caches:  # torch's metrics have no counts (an older log): the lookups it logged events for
+        for c in (facts.get("caches") or {}).get("lookups") or []:
+            caches.setdefault(c["cache"], []).append(f"{c['result']} {c['count']}")
     out.append("cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups"))
     out.extend(_cache_lines(facts.get("caches") or {}, w))
     fl = facts["failures"]
@@ -474,6 +477,7 @@ class _Caches:
         self.load_ns = 0
         self.miss_cost_ns = 0
         self.saved_s = 0.0
+        self.lookups: Counter[tuple[str, str]] = Counter()  # (cache, result): the lookups torch logged events for
         self.causes: Counter[tuple[str, str]] = Counter()  # (cache, cause)
         self.reasons: Counter[tuple[str, str]] = Counter()  # (cache, explanation text)
         # (cache, compile id, pass) -> rank -> (result, cause text); compared across ranks
@@ -487,6 +491,7 @@ class _Caches:
             return
         aot_miss = [lk for lk in rec.cache_lookups if lk.cache == "aot_autograd" and lk.result == "miss"]
         for lk in rec.cache_lookups:
+            self.lookups[(lk.cache, lk.result)] += 1
             if lk.result == "hit" and lk.phase_ns:
                 self.load_ns += lk.phase_ns
             if lk.result == "miss" and lk.phase_ns and (lk.cache == "aot_autograd" or not aot_miss):
@@ -532,7 +537,11 @@ class _Caches:
 
     def to_dict(self, counts: Counter[tuple[str, str, str]]) -> dict[str, Any]:
         rates: dict[str, dict[str, Any]] = {}
-        for (cache, _loc, result), n in sorted(counts.items()):
+        counted = {cache for (cache, _loc, _r) in counts}
+        # torch's counts (its CompilationMetrics); a cache they lack (older logs) by the lookups' events
+        rows = [(cache, result, n) for (cache, _loc, result), n in sorted(counts.items())]
+        rows += [(cache, result, n) for (cache, result), n in sorted(self.lookups.items()) if cache not in counted]
+        for cache, result, n in rows:
             if result in ("hit", "miss"):
                 r = rates.setdefault(cache, {"hits": 0, "misses": 0})
                 r["hits" if result == "hit" else "misses"] += n
@@ -546,6 +555,7 @@ class _Caches:
             "load_s": _s(self.load_ns),
             "saved_s": round(self.saved_s, 6),
             "hit_rate": rates,
+            "lookups": [{"cache": c, "result": r, "count": n} for (c, r), n in sorted(self.lookups.items())],
             "misses": sum(self.causes.values()),
             "misses_by_cause": dict(by_cause.most_common()),
             "misses_by_cache_and_cause": [{"cache": c, "cause": k, "count": n} for (c, k), n in sorted(self.causes.items())],
