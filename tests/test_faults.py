@@ -224,6 +224,15 @@ def test_full_queue_is_bounded_and_counted(job):
     assert len(j.our_lines()) == 1, j.our_lines()
 
 
+def _sigint_as_an_interactive_shell_leaves_it() -> None:
+    """Run in the child before it execs: SIGINT to its default action.
+
+    A background job of a non-interactive shell (``pytest ... &`` in a script, ``nohup pytest &``) starts with SIGINT
+    ignored, and every child inherits that: the job would never see the test's SIGINT, however the test is started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
     log, spans_file = tmp_path / "job.log", tmp_path / "spans.jsonl"
@@ -241,6 +250,7 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=_sigint_as_an_interactive_shell_leaves_it,
         )
         try:
             wait_until(lambda: proc.poll() is None and "COMPILING" in log.read_text(), 240, "the second compile")

@@ -42,9 +42,9 @@ def test_demo_shows_traces_and_serves_metrics(tmp_path):
                 "--metrics-port",
                 str(port),
                 "--traces-file",
-                str(tmp_path / "d.jsonl"),
+                str(tmp_path / "out" / "d.jsonl"),  # missing parent directories are created (README, demo --help)
                 "--json",
-                str(tmp_path / "summary.json"),
+                str(tmp_path / "out" / "json" / "summary.json"),
             ],
             cwd=tmp_path,
         )
@@ -59,11 +59,11 @@ def test_demo_shows_traces_and_serves_metrics(tmp_path):
     assert "ERROR: recompile limit exceeded: shift now runs in eager" in out
     assert re.search(r"torch_compile_recompile_limit_hits_total\{rank=\"0\"\} 1\.0", out)
     assert re.search(r"torch_compile_graph_breaks_total\{rank=\"0\",reason=\"GB0025\"\} 2\.0", out)
-    spans = read_otlp_json_spans(tmp_path / "d.jsonl")
+    spans = read_otlp_json_spans(tmp_path / "out" / "d.jsonl")
     roots = [s for s in spans if "torch.compile.kind" in s["attrs"]]
     assert len(roots) == 13 and len({s["traceId"] for s in roots}) == 13
     # the run summary it prints is the sum of the spans it wrote, and fits one screen
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((tmp_path / "out" / "json" / "summary.json").read_text())
     assert_summary_is_the_spans(summary, spans)
     lines = out.splitlines()
     start = lines.index(next(ln for ln in lines if ln.startswith("torch.compile run summary (live): 13 compiles")))

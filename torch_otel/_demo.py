@@ -156,15 +156,26 @@ def run_demo(
     from ._exposition import start_prometheus_server
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._ids import UrandomIdGenerator
+    from ._paths import check_writable, write_error
     from ._ports import port_is_free
     from ._setup import job_resource
 
-    if os.path.exists(traces_file):
+    # Every output path is checked before the workload runs: one line each, exit 2 (missing directories are created).
+    outputs = [(traces_file, "--traces-file"), (html, "--html"), (json_path, "--json")]
+    problems = [line for path, option in outputs if path is not None and (line := check_writable(path, option))]
+    for line in problems:
+        print(f"torch-otel demo: {line}", file=sys.stderr)
+    if problems:
+        return 2
+    if os.path.dirname(traces_file):
+        os.makedirs(os.path.dirname(traces_file), exist_ok=True)
+    if os.path.isfile(traces_file):
         os.remove(traces_file)
     memory = InMemorySpanExporter()
+    spans_file = OTLPJsonFileSpanExporter(traces_file, setting="--traces-file")
     provider = TracerProvider(resource=job_resource(), id_generator=UrandomIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.add_span_processor(BatchSpanProcessor(OTLPJsonFileSpanExporter(traces_file)))
+    provider.add_span_processor(BatchSpanProcessor(spans_file))
     registry = CollectorRegistry()
     if port and not port_is_free(port):
         out.write(f"port {port} is busy: serving metrics on a free port instead (pass --metrics-port PORT to choose)\n")
@@ -189,13 +200,20 @@ def run_demo(
     spans = list(memory.get_finished_spans())
     roots = [s for s in spans if s.parent is None]
     _print_traces(spans, out, all_phases)
-    out.write(f"\n{len(roots)} compile traces, {len(spans)} spans in {elapsed:.1f} s; OTLP-JSON written to {traces_file}\n")
+    written = f"OTLP-JSON written to {traces_file}" if not spans_file.failed else f"not written to {traces_file} (see above)"
+    out.write(f"\n{len(roots)} compile traces, {len(spans)} spans in {elapsed:.1f} s; {written}\n")
     if not all_phases:
         out.write("(phases under 1 ms are folded; torch-otel demo --all-phases shows each)\n")
     out.write("\n" + summary.format_text())
-    for path in (html, json_path):
+    code = 1 if spans_file.failed else 0
+    for path, option in outputs[1:]:
         if path:
-            summary.write(path)
+            try:
+                summary.write(path)
+            except OSError as exc:  # checked above; a full disk, or a path changed since
+                print(f"torch-otel demo: {write_error(path, option, exc)}", file=sys.stderr)
+                code = 1
+                continue
             out.write(f"summary written to {path}\n")
     if started is not None:
         url = f"http://127.0.0.1:{started[1]}/metrics"
@@ -218,4 +236,4 @@ def run_demo(
                 pass
         started[0].shutdown()
     provider.shutdown()
-    return 0
+    return code

@@ -4,6 +4,10 @@ Each wrapper counts what it could not deliver (``dropped()``, served as
 ``torch_otel_dropped_total{signal}``) and reports the first failure per signal
 in one line. The OTLP exporters' own retry messages are folded into that line
 (a filter on their loggers, added only when the bridge built the exporters).
+
+When nothing got through, that line says why where the endpoint itself tells:
+it speaks plaintext and the exporter TLS (or the reverse), its certificate does
+not verify, or it is the other OTLP protocol's port (:func:`endpoint_problem`).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._internal import record_error, warn_once
+from ._internal import record_error, warn_once, warned
 
 _R = TypeVar("_R")  # an exporter's result type
 _lock = threading.Lock()
@@ -36,7 +41,21 @@ EXPORT_LOGGERS = (
 )
 
 
-_targets: dict[str, str | None] = {}  # endpoint -> the CA file its certificate is checked with
+@dataclass(frozen=True)
+class Target:
+    """An endpoint the bridge exports to, and how its exporter talks to it (what a mismatch is judged against)."""
+
+    endpoint: str  # as configured: the name every message gives it
+    cafile: str | None = None  # the CA file its certificate is checked with
+    protocol: str = "grpc"  # or http/protobuf
+    protocol_var: str = "OTEL_EXPORTER_OTLP_PROTOCOL"  # the variable that names the protocol
+    tls: bool = False  # whether the exporter speaks TLS to it
+    insecure_var: str | None = None  # gRPC without a scheme: the OTEL_EXPORTER_OTLP_*INSECURE variable that chose TLS
+
+
+_targets: dict[str, Target] = {}
+_delivered: set[str] = set()  # endpoints that took at least one export: their settings work
+_explained: dict[str, str] = {}  # endpoint -> the problem its printed line named
 
 
 def targets() -> set[str]:
@@ -46,27 +65,175 @@ def targets() -> set[str]:
 
 
 def tls_problem(endpoint: str, timeout_s: float = 1.0) -> str | None:
-    """For an https endpoint that accepts connections: why its certificate does not verify, if it does not."""
+    """For an endpoint the bridge speaks TLS to: why its certificate does not verify, if it does not."""
     import socket
     import ssl
-    from urllib.parse import urlsplit
 
     with _lock:
-        cafile = _targets.get(endpoint)
+        target = _targets.get(endpoint)
+    if not (endpoint.startswith("https://") or (target is not None and target.tls)):
+        return None
     try:
-        u = urlsplit(endpoint)
-        if u.scheme != "https" or not u.hostname:
-            return None
-        ctx = ssl.create_default_context(cafile=cafile)
-        with socket.create_connection((u.hostname, u.port or 443), timeout=timeout_s) as sock:
-            with ctx.wrap_socket(sock, server_hostname=u.hostname):
+        host, port, _ = _address(endpoint)
+        ctx = ssl.create_default_context(cafile=target.cafile if target else None)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            with ctx.wrap_socket(sock, server_hostname=host):
                 return None
     except ssl.SSLCertVerificationError as exc:
         return str(exc.verify_message or exc.reason or exc)
-    except ssl.SSLError as exc:
-        return str(exc.reason or exc)
     except (OSError, ValueError):
-        return None  # unreachable: reported as such by the caller
+        return None  # unreachable, or no TLS there: reported as such by the caller
+
+
+def _address(endpoint: str) -> tuple[str, int, str]:
+    """(host, port, netloc) of an endpoint, ``host:port`` (no scheme) included."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    host = u.hostname or "localhost"
+    return host, port, f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+_H2_SETTINGS = 4  # the frame type an HTTP/2 server's first bytes carry (its connection preface)
+
+
+def _tls_handshakes(host: str, port: int, timeout_s: float) -> bool:
+    """Whether a TLS handshake completes there (the certificate not checked)."""
+    import socket
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            with ctx.wrap_socket(sock, server_hostname=host):
+                return True
+    except (OSError, ValueError):
+        return False
+
+
+def _plain_answer(host: str, port: int, timeout_s: float) -> bytes:
+    """The first bytes the server answers a plaintext HTTP/1.1 ``GET /`` with (b"" if none)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode("ascii", "replace") + b"\r\nConnection: close\r\n\r\n")
+            head = b""
+            while len(head) < 12:
+                chunk = sock.recv(64)
+                if not chunk:
+                    break
+                head += chunk
+            return head
+    except (OSError, ValueError):
+        return b""
+
+
+def speaks(endpoint: str, tls_first: bool = False, timeout_s: float = 0.5) -> str:
+    """What the server at an endpoint speaks: "tls", "http/1.1", "h2" (HTTP/2 only: an OTLP/gRPC port) or "" (unknown).
+
+    Probes with a TLS handshake and a plaintext ``GET /``: neither exports anything.
+    """
+    host, port, _ = _address(endpoint)
+    if tls_first and _tls_handshakes(host, port, timeout_s):
+        return "tls"
+    head = _plain_answer(host, port, timeout_s)
+    if head.startswith(b"HTTP/"):
+        # a 400 is also how some TLS servers answer plaintext ("Client sent an HTTP request to an HTTPS server")
+        if head[9:12] == b"400" and not tls_first and _tls_handshakes(host, port, timeout_s):
+            return "tls"
+        return "http/1.1"
+    if len(head) >= 9 and head[3] == _H2_SETTINGS:
+        return "h2"
+    if not tls_first and _tls_handshakes(host, port, timeout_s):
+        return "tls"
+    return ""
+
+
+def endpoint_problem(endpoint: str, after_failure: bool = False) -> str | None:
+    """Why an endpoint that accepts connections cannot take what the bridge's exporter sends, and the fix: one line.
+
+    A TLS exporter at a plaintext collector (or the reverse), a certificate that
+    does not verify, or the other OTLP protocol's port. ``after_failure``: an
+    export failed, so a port that answers HTTP/1.1 is taken for an OTLP/HTTP one
+    (a proxy that serves gRPC too on one port would have taken the export).
+    """
+    with _lock:
+        t = _targets.get(endpoint)
+    if t is None:
+        return None
+    try:
+        netloc = _address(endpoint)[2]
+        found = speaks(endpoint, tls_first=t.tls)
+    except ValueError:
+        return None
+    if t.tls:
+        if found == "tls":
+            why = tls_problem(endpoint)
+            if why:
+                return (
+                    f"the TLS certificate of {endpoint} does not verify ({why}); "
+                    "set OTEL_EXPORTER_OTLP_CERTIFICATE to the CA file that signed it"
+                )
+            return None
+        if found not in ("h2", "http/1.1"):
+            return None
+        fix = f"set {t.insecure_var}=true or use http://{netloc}" if t.insecure_var else f"use http://{netloc}"
+        also = (
+            f" (it is also an OTLP/gRPC port: set {t.protocol_var}=grpc too)"
+            if found == "h2" and t.protocol == "http/protobuf"
+            else ""
+        )
+        return f"{endpoint} is a plaintext collector and the exporter speaks TLS to it; {fix}{also}"
+    if found == "tls":
+        fix = f"use https://{netloc}"
+        if t.protocol == "grpc" and "://" not in endpoint:
+            fix += " or set OTEL_EXPORTER_OTLP_INSECURE=false"
+        return (
+            f"{endpoint} speaks TLS and the exporter plaintext; {fix} "
+            "(and OTEL_EXPORTER_OTLP_CERTIFICATE if a private CA signed its certificate)"
+        )
+    if found == "h2" and t.protocol == "http/protobuf":
+        return (
+            f"{endpoint} is an OTLP/gRPC port and {t.protocol_var} is http/protobuf; set {t.protocol_var}=grpc, "
+            "or use the collector's OTLP/HTTP port (4318 by default)"
+        )
+    if found == "http/1.1" and t.protocol == "grpc" and after_failure:
+        return (
+            f"{endpoint} answers HTTP/1.1, not gRPC (an OTLP/HTTP port); set {t.protocol_var}=http/protobuf, "
+            "or use the collector's OTLP/gRPC port (4317 by default)"
+        )
+    return None
+
+
+def explained(endpoint: str) -> str | None:
+    """The problem (and fix) a line already named for ``endpoint``, if one did: a closing line need not guess."""
+    with _lock:
+        return _explained.get(endpoint)
+
+
+def problems_at_exit(endpoints: Sequence[str]) -> list[str]:
+    """Of the endpoints (each accepting connections) that took nothing yet, those with an :func:`endpoint_problem`.
+
+    Each problem is one line, unless the line about lost data already said it.
+    """
+    out = []
+    for t in endpoints:
+        with _lock:
+            if t in _delivered:
+                continue
+            said = t in _explained
+        why = None if said else endpoint_problem(t)
+        if said or why:
+            out.append(t)
+        if why:
+            with _lock:
+                _explained[t] = why
+            warn_once(f"endpoint-at-exit:{t}", "%s. What was not exported yet is dropped", why)
+    return out
 
 
 def reachable(endpoint: str, timeout_s: float = 0.5) -> bool:
@@ -95,16 +262,22 @@ def dropped() -> dict[str, int]:
 GOES_ON = {"tail": "Training goes on"}
 
 
-def _count(signal: str, n: int, target: object, why: str) -> None:
+def _count(signal: str, n: int, target: object, why: str, explain: bool = False) -> None:
+    """Count ``n`` dropped items; ``explain``: an export to ``target`` failed, so its line says why if the endpoint tells."""
     with _lock:
         _dropped[signal] += n
+        explain = explain and isinstance(target, str) and target not in _delivered
+    problem = endpoint_problem(str(target), after_failure=True) if explain and not warned(LOST_DATA) else None
+    if problem is not None:
+        with _lock:
+            _explained[str(target)] = problem
+        what = f"cannot export {signal}: {problem}. What"
+    else:
+        what = f"cannot export {signal} to {target} ({why}); what"
     warn_once(  # one line per process that lost data, whatever it lost next (torch_otel_dropped_total counts it all)
         LOST_DATA,
-        'cannot export %s to %s (%s); what cannot be exported is dropped and counted in torch_otel_dropped_total{signal="%s"}. '
-        "%s",
-        signal,
-        target,
-        why,
+        '%s cannot be exported is dropped and counted in torch_otel_dropped_total{signal="%s"}. %s',
+        what,
         signal,
         GOES_ON["tail"],
     )
@@ -154,9 +327,9 @@ def _points(data: Any) -> int:
         return 1
 
 
-def _register(target: str, cafile: str | None) -> None:
+def _register(target: Target) -> None:
     with _lock:
-        _targets[target] = cafile
+        _targets[target.endpoint] = target
 
 
 class _Guarded:
@@ -168,11 +341,11 @@ class _Guarded:
 
     signal = ""
 
-    def __init__(self, factory: Callable[[], Any], target: str, cafile: str | None = None) -> None:
+    def __init__(self, factory: Callable[[], Any], target: Target) -> None:
         self._factory = factory
         self.inner = factory()
-        self.target = target
-        _register(target, cafile)
+        self.target = target.endpoint
+        _register(target)
         weak = weakref.WeakMethod(self._renew)
 
         def after_in_child() -> None:
@@ -196,7 +369,10 @@ class _Guarded:
         except Exception as exc:  # noqa: BLE001
             result, why = failure, f"{type(exc).__name__}: {exc}"
         if getattr(result, "name", "") != "SUCCESS":
-            _count(self.signal, items(), self.target, why)
+            _count(self.signal, items(), self.target, why, explain=True)
+        else:
+            with _lock:
+                _delivered.add(self.target)
         return result
 
     def _shutdown(self, **kwargs: Any) -> None:
@@ -222,8 +398,8 @@ class GuardedSpanExporter(_Guarded, SpanExporter):
 class GuardedMetricExporter(_Guarded, MetricExporter):
     signal = "metrics"
 
-    def __init__(self, factory: Callable[[], MetricExporter], target: str, cafile: str | None = None) -> None:
-        _Guarded.__init__(self, factory, target, cafile)
+    def __init__(self, factory: Callable[[], MetricExporter], target: Target) -> None:
+        _Guarded.__init__(self, factory, target)
         MetricExporter.__init__(
             self,
             preferred_temporality=getattr(self.inner, "_preferred_temporality", None),
@@ -244,7 +420,7 @@ class GuardedMetricExporter(_Guarded, MetricExporter):
         return bool(self.inner.force_flush(timeout_millis=timeout_millis))
 
 
-def guarded_log_exporter(factory: Callable[[], Any], target: str, cafile: str | None = None) -> Any:
+def guarded_log_exporter(factory: Callable[[], Any], target: Target) -> Any:
     """The logs twin of the two above (the SDK's logs module is imported only when logs are on)."""
     from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
@@ -260,4 +436,4 @@ def guarded_log_exporter(factory: Callable[[], Any], target: str, cafile: str | 
         def force_flush(self, timeout_millis: int = 30000) -> bool:
             return bool(self.inner.force_flush(timeout_millis))
 
-    return GuardedLogExporter(factory, target, cafile)
+    return GuardedLogExporter(factory, target)

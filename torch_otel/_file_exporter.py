@@ -113,8 +113,10 @@ def encode_otlp_json(spans: Sequence[ReadableSpan]) -> str:
 class OTLPJsonFileSpanExporter(SpanExporter):
     """One ``ExportTraceServiceRequest`` as JSON per line, readable by the OTel Collector's ``otlpjsonfile`` receiver."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, setting: str = "TORCH_OTEL_TRACES_FILE") -> None:
         self.path = path
+        self.setting = setting  # what the user sets to choose another path (the line about a failed write names it)
+        self.failed = False  # a write failed: some spans are not in the file
         self._lock = threading.Lock()
         self._closed = False
 
@@ -127,11 +129,13 @@ class OTLPJsonFileSpanExporter(SpanExporter):
                 fh.write(line + "\n")
             return SpanExportResult.SUCCESS
         except OSError as exc:
+            self.failed = True
             warn_once(
                 f"file:{self.path}",
-                "cannot write spans to %s (%s); set TORCH_OTEL_TRACES_FILE to a writable path",
+                "cannot write spans to %s (%s); set %s to a writable path",
                 self.path,
-                exc,
+                exc.strerror or exc,
+                self.setting,
             )
             return SpanExportResult.FAILURE
 

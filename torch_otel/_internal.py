@@ -75,6 +75,12 @@ def not_sampled() -> dict[str, int]:
         return dict(_not_sampled)
 
 
+def warned(key: str) -> bool:
+    """Whether :func:`warn_once` has printed the line of ``key``."""
+    with _lock:
+        return key in _warned
+
+
 def warn_once(key: str, message: str, *args: object) -> None:
     with _lock:
         if key in _warned:

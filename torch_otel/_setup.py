@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from ._arm import sdk_disabled
-from ._config import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, is_http_url, load_settings
+from ._config import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, load_settings, url_problem
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
 from ._internal import warn_once
@@ -111,8 +111,11 @@ def otlp_problem(env: Mapping[str, str], signal: str) -> tuple[str, str] | tuple
     default = "http://localhost:4317" if proto == "grpc" else "http://localhost:4318"
     endpoint = (endpoint or default).strip()
     # a bare word ("notaurl") is no endpoint: a URL has a scheme, or at least a host and a port
-    if not is_http_url(endpoint) or " " in endpoint or ("://" not in endpoint and ":" not in endpoint):
-        return f"{name}={endpoint!r} is not a URL; use e.g. {default}", endpoint
+    why = url_problem(endpoint)
+    if why is None and (" " in endpoint or ("://" not in endpoint and ":" not in endpoint)):
+        why = "is not a URL"
+    if why is not None:
+        return f"{name}={endpoint!r} {why}; use e.g. {default}", endpoint
     name, headers = _var(env, signal, "HEADERS")
     for pair in (headers or "").split(","):
         if not pair.strip():
@@ -148,29 +151,95 @@ def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
     if problem is not None:
         warn_once(f"otlp:{problem}", "%s; not exporting over OTLP until it is fixed", problem)
         return None
-    proto = (_var(env, signal, "PROTOCOL")[1] or "grpc").strip().lower()
+    proto_var, proto = _var(env, signal, "PROTOCOL")
+    proto = (proto or "grpc").strip().lower()
     module, cls = _EXPORTER_CLASSES[(signal, proto)]
     cafile = _var(env, signal, "CERTIFICATE")[1] or None
+    target, kwargs = _transport(env, signal, proto, proto_var, endpoint, cafile)
     try:
-        factory = getattr(importlib.import_module(module), cls)
-        if cafile and proto == "http/protobuf":
-            exporter_class = factory
+        if proto == "grpc":
+            _import_grpc_quietly()
+        exporter_class = getattr(importlib.import_module(module), cls)
 
-            def factory() -> Any:  # a new session per exporter: a forked child must not share its parent's sockets
-                return exporter_class(session=_ca_respecting_session())
+        def factory() -> Any:  # a new session per exporter: a forked child must not share its parent's sockets
+            if cafile and proto == "http/protobuf":
+                return exporter_class(session=_ca_respecting_session(), **kwargs)
+            return exporter_class(**kwargs)
 
         exporter: Any
         if signal == "traces":
-            exporter = GuardedSpanExporter(factory, endpoint, cafile)
+            exporter = GuardedSpanExporter(factory, target)
         elif signal == "metrics":
-            exporter = GuardedMetricExporter(factory, endpoint, cafile)
+            exporter = GuardedMetricExporter(factory, target)
         else:
-            exporter = guarded_log_exporter(factory, endpoint, cafile)
+            exporter = guarded_log_exporter(factory, target)
     except Exception as exc:  # noqa: BLE001 - anything the exporter itself rejects: one line, go on
         warn_once(f"otlp:{signal}:{exc}", "cannot set up the OTLP %s exporter (%s); check OTEL_EXPORTER_OTLP_*", signal, exc)
         return None
     quiet_exporter_logs()
     return exporter
+
+
+_SIGNAL_PATHS = {"traces": "v1/traces", "metrics": "v1/metrics", "logs": "v1/logs"}
+
+
+def _transport(
+    env: Mapping[str, str], signal: str, proto: str, proto_var: str, endpoint: str, cafile: str | None
+) -> tuple[Any, dict[str, Any]]:
+    """How the exporter reaches ``endpoint``: its :class:`Target`, and the arguments the exporter needs for it.
+
+    ``host:port`` (no scheme) means plaintext, as ``http://host:port`` (docs/configuration.md). The OTLP gRPC
+    exporter alone would speak TLS to it, so it gets ``insecure=True``, unless an ``OTEL_EXPORTER_OTLP_*INSECURE``
+    variable says otherwise or a CA file is given (both ask for TLS); the OTLP/HTTP exporter gets the ``http://``
+    URL (alone it could not send to an address without a scheme).
+    """
+    from ._export_guard import Target
+
+    kwargs: dict[str, Any] = {}
+    scheme = endpoint.split("://", 1)[0].lower() if "://" in endpoint else ""
+    insecure_var = None
+    if proto == "grpc":
+        tls = scheme == "https"
+        if not scheme:
+            insecure_var, insecure = _var(env, signal, "INSECURE")
+            if insecure is not None and insecure.strip():
+                tls = insecure.strip().lower() != "true"
+            elif cafile:
+                tls = True
+            else:
+                kwargs["insecure"] = True
+            if not tls or insecure is None or not insecure.strip():
+                insecure_var = None  # the fix to name is http://, not the variable
+    else:
+        tls = scheme == "https"
+        if not scheme:
+            name = _var(env, signal, "ENDPOINT")[0]
+            base = f"http://{endpoint}"
+            kwargs["endpoint"] = (
+                base if name != "OTEL_EXPORTER_OTLP_ENDPOINT" else f"{base.removesuffix('/')}/{_SIGNAL_PATHS[signal]}"
+            )
+    return Target(endpoint, cafile, proto, proto_var, tls, insecure_var), kwargs
+
+
+def _import_grpc_quietly() -> None:
+    """Import grpc with its C core's own log lines off, unless the application imported it or set GRPC_VERBOSITY.
+
+    gRPC's C core prints each failed connection attempt to stderr itself (a TLS handshake with a plaintext
+    collector: a ``Handshake failed`` line per retry), unless ``GRPC_VERBOSITY`` says otherwise, and reads that
+    variable once, as grpc is first imported. The bridge reports a failed export in one line, so when it is the one
+    importing grpc it does so with ``GRPC_VERBOSITY=NONE``, then removes the variable again (the processes the
+    application starts get its environment as it was).
+    """
+    import importlib
+    import sys
+
+    if "grpc" in sys.modules or "GRPC_VERBOSITY" in os.environ:
+        return
+    os.environ["GRPC_VERBOSITY"] = "NONE"
+    try:
+        importlib.import_module("grpc")
+    finally:
+        os.environ.pop("GRPC_VERBOSITY", None)
 
 
 def _ca_respecting_session() -> Any:

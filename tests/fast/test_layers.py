@@ -31,6 +31,8 @@ LAYERS: dict[str, int] = {
             "_html",
             "_export_guard",
             "_file_exporter",
+            "_paths",
+            "_cpu",
         ],
         0,
     ),

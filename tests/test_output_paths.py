@@ -1,0 +1,80 @@
+"""``torch-otel demo``'s output paths: one that cannot be written is one line naming its option and why, before the run.
+
+Each case runs the real command. "Permission denied" needs a user the file
+system refuses: as root (who may write anywhere) the demo runs as ``nobody``
+through ``setpriv``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from helpers import clean_env
+
+
+def _demo(args: list[str], cwd: Path, as_nobody: bool = False) -> tuple[subprocess.CompletedProcess[str], float]:
+    cmd = [sys.executable, "-m", "torch_otel", "demo", "--metrics-port", "0", *args]
+    if as_nobody:
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return r, time.monotonic() - t0
+
+
+# option, the path given (under the test's directory, which holds a file "afile" and a directory "adir"), the reason
+CASES = {
+    "html-under-a-file": ("--html", "afile/report.html", "{d}/afile is a file, not a directory"),
+    "json-under-a-file-two-deep": ("--json", "afile/new/summary.json", "{d}/afile is a file, not a directory"),
+    "traces-file-under-a-file": ("--traces-file", "afile/spans.jsonl", "{d}/afile is a file, not a directory"),
+    "html-is-a-directory": ("--html", "adir", "it is a directory"),
+    "traces-file-is-a-directory": ("--traces-file", "adir", "it is a directory"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_demo_output_path_that_cannot_be_written_is_one_line_before_the_workload(tmp_path, case):
+    option, path, why = CASES[case]
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    r, _ = _demo([option, path], tmp_path)
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+    want = f"torch-otel demo: cannot write {option} {path} ({why.format(d=tmp_path)}); pass a writable path"
+    assert r.stderr.splitlines() == [want], r.stderr[-3000:]
+    assert "compiling a small workload" not in r.stdout  # checked before the workload, not after it
+    assert "written to" not in r.stdout
+
+
+def test_each_unwritable_demo_output_is_its_own_line_and_permission_denied_says_so(tmp_path):
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no user the file system refuses")
+    as_nobody = os.geteuid() == 0
+    # a directory nobody may read but not write (pytest's own temporary directories are private to their owner)
+    base = Path(tempfile.mkdtemp(prefix="torch-otel-paths-"))
+    try:
+        base.chmod(0o755)
+        locked = base / "locked"
+        locked.mkdir(mode=0o555)
+        locked.chmod(0o555)
+        (base / "afile").write_text("")
+        args = ["--traces-file", f"{locked}/spans.jsonl", "--html", f"{locked}/new/page.html", "--json", f"{base}/afile/s.json"]
+        r, took = _demo(args, base, as_nobody=as_nobody)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stderr.splitlines() == [
+        f"torch-otel demo: cannot write --traces-file {locked}/spans.jsonl (permission denied: {locked} is not writable); "
+        "pass a writable path",
+        f"torch-otel demo: cannot write --html {locked}/new/page.html (permission denied: {locked} is not writable); "
+        "pass a writable path",
+        f"torch-otel demo: cannot write --json {base}/afile/s.json ({base}/afile is a file, not a directory); "
+        "pass a writable path",
+    ], r.stderr[-3000:]
+    assert "compiling a small workload" not in r.stdout
+    assert took < 30, took  # no workload ran
