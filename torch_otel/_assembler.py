@@ -50,6 +50,7 @@ MAX_ARTIFACTS = 512
 MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
+MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
 MAX_CACHE_LOOKUPS = 256  # cache lookups per compile (two per inductor graph)
 # Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
 # recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
@@ -149,6 +150,7 @@ class Assembler:
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
+        self._early_starts: dict[CompileId, StartEvent] = {}  # dynamo_start logged before its compile's root
         # What later compiles inherit, bounded whatever the job's length: a frame's code by (autograd id,
         # frame id); forwards by compile id (a lazy backward's); compiled-autograd graphs by their id
         self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
@@ -212,7 +214,11 @@ class Assembler:
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")
         if rec is None:
-            self.stats["orphan_starts"] += 1
+            # older logs write dynamo_start before the compile's root event: it waits for its compile (bounded)
+            if event.compile_id is not None and len(self._early_starts) < MAX_EARLY_STARTS:
+                self._early_starts[event.compile_id] = event
+            else:
+                self.stats["orphan_starts"] += 1
         else:
             if rec.start_stack is None:
                 rec.start_stack = event.stack
@@ -231,6 +237,8 @@ class Assembler:
                     if cut_ns is not None:
                         self._cut(rec, cut_ns)
                 self._finish(rec)
+            self.stats["orphan_starts"] += len(self._early_starts)  # their compile never began
+            self._early_starts.clear()
 
     @staticmethod
     def _cut(rec: CompileRecord, cut_ns: int) -> None:
@@ -336,6 +344,9 @@ class Assembler:
             )
             rec._stack.append(rec.root)
             self._place(rec, (ev.compile_id, kind))
+            early = self._early_starts.pop(ev.compile_id, None) if self._early_starts and kind == "frame" else None
+            if early is not None:
+                self._start(early)
             reasons = self._next_reasons.pop(kind, None) if self._next_reasons else None
             if reasons:
                 self._set_reasons(rec, reasons)
@@ -362,6 +373,9 @@ class Assembler:
             began = ending.origin.cpu_ns if ending.origin is not None else None
             if ev.cpu_ns is not None and began is not None:
                 ending.cpu_ns = max(0, ev.cpu_ns - began)
+                child_began = ending.origin.child_cpu_ns if ending.origin is not None else None
+                if ev.child_cpu_ns is not None and child_began is not None:
+                    ending.child_cpu_ns = min(ending.cpu_ns, max(0, ev.child_cpu_ns - child_began))
             ending.root.args.update(ev.args)
             ending.attempt = max(ending.attempt, ev.attempt)
             if ev.rank is not None:
@@ -540,6 +554,9 @@ class Assembler:
         rec._ended = True
         self.stats["synthesized"] += 1
         self._place(rec, (ev.compile_id, kind))
+        early = self._early_starts.pop(ev.compile_id, None) if self._early_starts and kind == "frame" else None
+        if early is not None:
+            self._start(early)
         self._began(rec)
         return rec
 

@@ -28,6 +28,7 @@ from ._internal import logger, record_error, set_live_stats, warn_once
 from ._live import LiveCapture
 from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
+from ._paths import path_problem
 from ._ranks import env_rank
 from ._record import Sink
 from ._spans import SpanMapper
@@ -215,7 +216,7 @@ def _write_summary(summary: RunSummary, destinations: tuple[str, ...]) -> None:
                 f"summary:{path}",
                 "cannot write the run summary to %s (%s); set TORCH_OTEL_SUMMARY to a writable path or to stderr",
                 path,
-                getattr(exc, "strerror", None) or exc,
+                (path_problem(path) if d not in ("stderr", "stdout") else None) or getattr(exc, "strerror", None) or exc,
             )
 
 

@@ -21,6 +21,7 @@ from typing import IO, Any
 from ._baseline import baseline_keys
 from ._cache import KeyHistory
 from ._config import Settings, load_settings, url_setting
+from ._paths import check_writable, write_error
 from ._record import CompileRecord, Sink
 from ._replay import ReplayStats, replay_paths
 
@@ -133,7 +134,7 @@ def _write_report(path: str, run: Any, err: IO[str]) -> None:
     try:
         run.write(path)
     except OSError as exc:
-        print(f"torch-otel replay: cannot write --html {path} ({exc.strerror or exc}); pass a writable path", file=err)
+        print(f"torch-otel replay: {write_error(path, '--html', exc)}", file=err)
         return
     print(f"compile time report written to {path}", file=err)
 
@@ -165,7 +166,7 @@ def _write_json(path: str, stats: ReplayStats, divergence: dict[str, Any], err: 
             json.dump(doc, fh, indent=2, sort_keys=True)
             fh.write("\n")
     except OSError as exc:
-        print(f"torch-otel replay: cannot write --json {path} ({exc.strerror or exc}); pass a writable path", file=err)
+        print(f"torch-otel replay: {write_error(path, '--json', exc)}", file=err)
 
 
 def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int:
@@ -175,7 +176,7 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
 
     from ._arm import sdk_disabled
     from ._divergence import DivergenceReport
-    from ._export_guard import GOES_ON, dropped, targets
+    from ._export_guard import GOES_ON, dropped, explained, problems_at_exit, targets
     from ._file_exporter import OTLPJsonFileSpanExporter
     from ._replay_identity import ReplayTracers
     from ._setup import build_span_processors
@@ -183,6 +184,12 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
 
     env = os.environ if env is None else env
     err = sys.stderr
+    # every output path checked before the replay: one line and exit 2, not an error after the whole run
+    for option, path in (("--output", opts.output), ("--json", opts.json_path), ("--html", opts.html)):
+        line = check_writable(path, option) if path and path != "-" else None
+        if line:
+            print(f"torch-otel replay: {line}", file=err)
+            return EXIT_MISSING_PATH
     settings = load_settings(env)
     if opts.payloads:
         settings = dataclasses.replace(settings, capture_payloads=True)
@@ -191,7 +198,8 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     if opts.output:
         if os.path.isfile(opts.output):
             open(opts.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
-        processors = [BatchSpanProcessor(OTLPJsonFileSpanExporter(opts.output), max_queue_size=65536)]
+        exporter = OTLPJsonFileSpanExporter(opts.output, setting="--output")
+        processors = [BatchSpanProcessor(exporter, max_queue_size=65536)]
     elif not sdk_disabled(env):
         processors = build_span_processors(env)
     # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
@@ -233,6 +241,7 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     if opts.html and stats.run is not None:
         _write_report(opts.html, stats.run, err)
     if provider is not None:
+        problems_at_exit(sorted(targets()))  # a TLS or protocol mix-up: one line now, not after the retries
         provider.shutdown()
     if metrics is not None:
         _finish_replay_metrics(metrics, code, sys.stdout, err)
@@ -240,11 +249,17 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     if lost and code == EXIT_OK:
         made = backpressure.spans if backpressure is not None else lost
         what = "nothing was exported" if lost >= made else f"{lost} of {made} spans were not exported"
-        print(
-            f"torch-otel replay: {what}: the spans could not be delivered to {', '.join(sorted(targets())) or 'the collector'}; "
-            "start a collector there, point OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE",
-            file=err,
-        )
+        known = [explained(t) for t in sorted(targets())]
+        if any(known):  # the cause is known: say it, not a guess
+            cause = "; ".join(k for k in known if k)
+            print(f"torch-otel replay: {what}: {cause}", file=err)
+        else:
+            print(
+                f"torch-otel replay: {what}: the spans could not be delivered to "
+                f"{', '.join(sorted(targets())) or 'the collector'}; start a collector there, point "
+                "OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE",
+                file=err,
+            )
         code = EXIT_NOT_EXPORTED
     if opts.output and code == EXIT_OK:
         print(f"spans written to {opts.output}", file=text)
