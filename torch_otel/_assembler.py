@@ -237,8 +237,9 @@ class Assembler:
                     if cut_ns is not None:
                         self._cut(rec, cut_ns)
                 self._finish(rec)
-            self.stats["orphan_starts"] += len(self._early_starts)  # their compile never began
-            self._early_starts.clear()
+            if self._early_starts:  # their compile never began
+                self.stats["orphan_starts"] += len(self._early_starts)
+                self._early_starts.clear()
 
     @staticmethod
     def _cut(rec: CompileRecord, cut_ns: int) -> None:
