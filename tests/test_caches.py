@@ -275,6 +275,11 @@ def test_cache_counts_equal_tlparse_on_the_same_log(runs, scenario, tmp_path):
 
 def test_a_rank_that_missed_what_the_others_hit_is_named_by_the_summary_replay_and_a_metric(runs):
     job = runs["job"]["out"]
+    # TORCH_OTEL_TRACES_FILE=spans-{rank}.jsonl: each rank wrote its own file, with its own compiles
+    for rank in (0, 1):
+        roots = [sp for sp in read_otlp_json_spans(job / f"spans-{rank}.jsonl") if "torch.compile.kind" in sp["attrs"]]
+        assert roots and {sp["attrs"]["torch.distributed.rank"] for sp in roots} == {rank}
+    assert not (job / "spans-{rank}.jsonl").exists()
     rank1 = json.loads((job / "summary-1.json").read_text())["caches"]
     rank0 = json.loads((job / "summary-0.json").read_text())["caches"]
     assert rank0["misses"] == 0 and rank1["misses_by_cause"] == {"config": rank1["misses"]}

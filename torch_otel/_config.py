@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ._internal import warn_once
-from ._ranks import DEFAULT_DETAIL_RANKS, RankSet
+from ._ranks import DEFAULT_DETAIL_RANKS, RankSet, env_rank
 
 CAPTURE_LEVELS = ("off", "default", "full")
 _TRUE = {"1", "true", "yes", "on"}
@@ -164,6 +164,21 @@ def capture_level(raw: str, name: str, problems: list[str]) -> str:
     return "default"
 
 
+def _per_process_path(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
+    """A file path in which ``{rank}`` and ``{pid}`` are this process's (torchrun's ranks each write their own)."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        return raw.format(rank=env_rank(env), pid=os.getpid())
+    except (KeyError, IndexError, ValueError):
+        problems.append(
+            f"{name}={raw!r}: a path may hold only {{rank}} and {{pid}} placeholders; use e.g. spans-{{rank}}.jsonl "
+            "(writing no spans file)"
+        )
+        return None
+
+
 def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
     env = os.environ if env is None else env
@@ -175,7 +190,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         attribute_max_length=_int(env, "TORCH_OTEL_ATTRIBUTE_MAX_LENGTH", 4096, 64, 1_000_000, problems),
         redact_paths=_bool(env, "TORCH_OTEL_REDACT_PATHS", False, problems),
         max_open_compiles=_int(env, "TORCH_OTEL_MAX_OPEN_COMPILES", 256, 1, 100_000, problems),
-        traces_file=(env.get("TORCH_OTEL_TRACES_FILE") or None),
+        traces_file=_per_process_path(env, "TORCH_OTEL_TRACES_FILE", problems),
         metrics=_bool(env, "TORCH_OTEL_METRICS", True, problems),
         pushgateway_url=url_setting(env, "TORCH_OTEL_PUSHGATEWAY_URL", problems),
         flush_on_sigterm=_bool(env, "TORCH_OTEL_FLUSH_ON_SIGTERM", True, problems),

@@ -42,3 +42,15 @@ def test_the_json_carries_its_schema_version():
     facts = _summary().to_dict()
     assert facts["schema_version"] == SCHEMA_VERSION == 1
     assert facts["caches"]["misses"] == 0 and facts["caches"]["odd_ranks"] == []
+
+
+def test_a_traces_file_path_holds_the_rank_and_pid():
+    import os
+
+    from torch_otel._config import load_settings
+
+    s = load_settings({"TORCH_OTEL_TRACES_FILE": "/t/spans-{rank}-{pid}.jsonl", "RANK": "3"}, report=False)
+    assert s.traces_file == f"/t/spans-3-{os.getpid()}.jsonl"
+    bad = load_settings({"TORCH_OTEL_TRACES_FILE": "/t/spans-{host}.jsonl"}, report=False)
+    assert bad.traces_file is None and any("{rank} and {pid}" in p for p in bad.problems)
+    assert load_settings({"TORCH_OTEL_TRACES_FILE": "/t/plain.jsonl"}, report=False).traces_file == "/t/plain.jsonl"
