@@ -140,15 +140,9 @@ def test_guard_failure_kinds(cap, first, second, category, needle):
 
 
 def test_recompile_limit_is_impossible_to_miss(cap):
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    torch._dynamo.config.recompile_limit = 2
+    from torch_otel._demo import hit_recompile_limit
 
-    def shift(x):
-        return x + 1
-
-    fn = torch.compile(shift, backend="eager")
-    for n in range(1, 5):
-        fn(torch.randn(n))
+    hit_recompile_limit("eager")  # the demo's: shapes static, the limit 2, four shapes
     r = cap.root("0/2")
     assert r.status.status_code is StatusCode.ERROR
     assert r.status.description.startswith("recompile limit exceeded: shift now runs in eager")

@@ -63,11 +63,11 @@ class RankSet:
         return f"RankSet({self.text!r})"
 
 
-def env_rank(env: Mapping[str, str] | None = None) -> int:
-    """This process's rank as its launcher gives it (torchrun's ``RANK``); 0 when unset or not a whole number.
+def env_rank(env: Mapping[str, str] | None = None, default: int = 0) -> int:
+    """This process's rank as its launcher gives it (torchrun's ``RANK``); ``default`` when unset or not a whole number.
 
     The one place the bridge reads ``RANK``: a rank label, a summary's ``{rank}``, the Pushgateway's grouping key
     and the rank sampler's fallback all agree, before torch.distributed is initialised as after.
     """
-    raw = (os.environ if env is None else env).get("RANK", "0").strip()
-    return int(raw) if raw.isdigit() else 0
+    raw = (os.environ if env is None else env).get("RANK", "").strip()
+    return int(raw) if raw.isdigit() else default

@@ -23,6 +23,7 @@ from ._config import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, load_setting
 from ._file_exporter import OTLPJsonFileSpanExporter
 from ._ids import UrandomIdGenerator
 from ._internal import warn_once
+from ._ranks import env_rank
 from ._version import __version__, torch_version
 
 TRACE_EXPORTERS = ("otlp", "console", "none")
@@ -55,8 +56,10 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
     found = torch_version()
     if found != "unknown":  # torch not installed: replay needs none
         attrs["torch.version"] = found
+    rank = env_rank(env, default=-1)
+    if rank >= 0:
+        attrs["torch.distributed.rank"] = rank
     for var, key in (
-        ("RANK", "torch.distributed.rank"),
         ("LOCAL_RANK", "torch.distributed.local_rank"),
         ("WORLD_SIZE", "torch.distributed.world_size"),
     ):
