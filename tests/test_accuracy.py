@@ -42,29 +42,27 @@ for n in (4, 8):
 """
 
 
-def _covered(stretches: list[tuple[int, int]]) -> int:
-    """Independent of the bridge's own code: mark each ns range on a merged list."""
-    merged: list[list[int]] = []
-    for start, end in sorted(stretches):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return sum(end - start for start, end in merged)
+def _phase_of(s) -> str | None:  # type: ignore[no-untyped-def]
+    phase = PHASES.get(s.name)
+    if phase is None and s.attributes and s.attributes.get("torch.compile.kind") in ("backward", "compiled_autograd"):
+        phase = {"backward": "backward_compile", "compiled_autograd": "compiled_autograd"}[s.attributes["torch.compile.kind"]]
+    return phase
 
 
 def _phase_time_in_spans(spans: list) -> dict[str, float]:  # type: ignore[type-arg]
-    """Per phase label: the time its spans cover, compile by compile (trace by trace), summed."""
-    per_trace: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    for s in spans:
-        phase = PHASES.get(s.name)
-        if phase is None and s.attributes and s.attributes.get("torch.compile.kind") in ("backward", "compiled_autograd"):
-            phase = {"backward": "backward_compile", "compiled_autograd": "compiled_autograd"}[s.attributes["torch.compile.kind"]]
-        if phase is not None:
-            per_trace.setdefault((s.context.trace_id, phase), []).append((s.start_time, s.end_time))
+    """Per phase label: its spans' durations summed, compile by compile, a span inside another of its label (an
+    ancestor) not counted again. Independent of the bridge's own code: read from the spans' parents alone."""
+    by_id = {s.context.span_id: s for s in spans}
     out: dict[str, float] = {}
-    for (_, phase), stretches in per_trace.items():
-        out[phase] = out.get(phase, 0.0) + _covered(stretches) / 1e9
+    for s in spans:
+        phase = _phase_of(s)
+        if phase is None:
+            continue
+        parent = by_id.get(s.parent.span_id) if s.parent is not None else None
+        while parent is not None and _phase_of(parent) != phase:
+            parent = by_id.get(parent.parent.span_id) if parent.parent is not None else None
+        if parent is None:  # no ancestor of the same label
+            out[phase] = out.get(phase, 0.0) + (s.end_time - s.start_time) / 1e9
     return out
 
 

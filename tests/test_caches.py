@@ -278,7 +278,7 @@ def test_a_rank_that_missed_what_the_others_hit_is_named_by_the_summary_replay_a
     # TORCH_OTEL_TRACES_FILE=spans-{rank}.jsonl: each rank wrote its own file, with its own compiles
     for rank in (0, 1):
         roots = [sp for sp in read_otlp_json_spans(job / f"spans-{rank}.jsonl") if "torch.compile.kind" in sp["attrs"]]
-        assert roots and {sp["attrs"]["torch.distributed.rank"] for sp in roots} == {rank}
+        assert roots and {int(sp["attrs"]["torch.distributed.rank"]) for sp in roots} == {rank}
     assert not (job / "spans-{rank}.jsonl").exists()
     rank1 = json.loads((job / "summary-1.json").read_text())["caches"]
     rank0 = json.loads((job / "summary-0.json").read_text())["caches"]

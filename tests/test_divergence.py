@@ -131,6 +131,15 @@ def test_the_alert_names_each_odd_rank_and_never_the_control(jobs):
     assert alert["annotations"]["summary"].startswith("Rank 0 of torch compiled differently from the other ranks: collectives")
     assert "shares its collectives fingerprint with 1 rank(s) in all" in alert["annotations"]["description"]
     assert "torch.compile.collectives.digest" in alert["annotations"]["runbook"]
+    # The cache aspect names the odd rank's latest miss: the cache, the graph, why (torch_compile_cache_last_miss)
+    cache_alert = next(
+        a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == ALERT and a["labels"]["aspect"] == "cache"
+    )
+    assert re.search(
+        r"Its latest cache miss: (fx_graph|aot_autograd) graph \d+/\d+( forward| backward)?, cause "
+        r"(first_seen|not_in_cache|versions|system|config|inputs|graph|other)",
+        cache_alert["annotations"]["description"],
+    ), cache_alert["annotations"]["description"]
     # Each job's ranks are told apart by torchrun's run id, and the ranks' fingerprints disagree only where expected.
     runs = {r["metric"]["run_id"] for r in prom.query("torch_compile_rank_fingerprint")}
     assert len(runs) == len(JOBS) and "" not in runs

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from torch_otel._categories import PHASE_LABELS
 from torch_otel._metrics import CompileMetrics, PrometheusBackend
 from torch_otel._replay import ReplayStats, replay_file
+from torch_otel._summary import RunSummary
 
 WORKLOADS = Path(__file__).parent / "workloads"
 CORPUS = Path(__file__).parent / "data" / "tlparse-corpus"
@@ -71,7 +72,8 @@ def torch_record(log: Path) -> tuple[dict[str, list[tuple[int, int]]], dict[str,
     """torch's own record in a TORCH_TRACE log, read here without the bridge.
 
     -> (per chromium event name: its begins and ends, in ns, as two sorted lists), the sum of each CompilationMetrics
-    field of ``FIELD_LABELS`` over the log's frame and backward records (in seconds), and the number of such records.
+    field of ``FIELD_LABELS`` and of ``duration_us`` over the log's frame and backward records (in seconds), and the
+    number of such records.
     """
     opener: Any = gzip.open if log.suffix == ".gz" else open
     with opener(log, "rt") as f:
@@ -96,7 +98,7 @@ def torch_record(log: Path) -> tuple[dict[str, list[tuple[int, int]]], dict[str,
         for kind in ("compilation_metrics", "bwd_compilation_metrics"):
             if kind in md:
                 records += 1
-                for name, (_, scale) in FIELD_LABELS.items():
+                for name, (_, scale) in (*FIELD_LABELS.items(), ("duration_us", ("", 1e-6))):
                     value = md[kind].get(name)
                     if isinstance(value, (int, float)):
                         fields[name] += value * scale
@@ -104,7 +106,8 @@ def torch_record(log: Path) -> tuple[dict[str, list[tuple[int, int]]], dict[str,
 
 
 def covered_s(marks: tuple[list[int], list[int]]) -> float:
-    """Time covered by one event name, whatever begin pairs with whatever end: sum of ends minus sum of begins."""
+    """The durations of one event name's events, summed (whatever begin pairs with whatever end: the sum of the ends
+    less the sum of the begins). Events that ran at the same time each count, as in torch's ``compile_times()``."""
     begins, ends = marks
     assert len(begins) == len(ends)
     return (sum(ends) - sum(begins)) / 1e9
@@ -125,13 +128,50 @@ def _otlp_to_plain(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _replayed_phase_sums(log: Path) -> dict[str, float | None]:
-    """The phase metric's sums after replaying ``log``, per label."""
-    registry = CollectorRegistry()
-    replay_file(log, [CompileMetrics([PrometheusBackend(registry)], run_id="replay")], ReplayStats())
-    return {
+def _replayed(log: Path) -> tuple[dict[str, float | None], dict[str, float | None], dict[str, Any]]:
+    """After replaying ``log``: the phase metric's sums per label, the compile seconds per kind, and the run summary."""
+    registry, summary = CollectorRegistry(), RunSummary("replay")
+    replay_file(log, [CompileMetrics([PrometheusBackend(registry)], run_id="replay"), summary], ReplayStats())
+    phases = {
         p: registry.get_sample_value("torch_compile_phase_duration_seconds_sum", {"rank": "0", "phase": p}) for p in PHASE_LABELS
     }
+    seconds = {
+        k: registry.get_sample_value("torch_compile_seconds_total", {"rank": "0", "kind": k, "status": "ok"})
+        for k in ("frame", "backward")
+    }
+    return phases, seconds, summary.to_dict()
+
+
+def _replayed_phase_sums(log: Path) -> dict[str, float | None]:
+    """The phase metric's sums after replaying ``log``, per label."""
+    return _replayed(log)[0]
+
+
+def _union_s(spans: list[dict[str, Any]]) -> float:
+    """The wall time a set of spans covers (overlapping ones once)."""
+    total, reach = 0, None
+    for s in sorted(spans, key=lambda s: s["start_ns"]):
+        start, end = s["start_ns"], s["end_ns"]
+        if reach is None or start >= reach:
+            total, reach = total + end - start, end
+        elif end > reach:
+            total, reach = total + end - reach, end
+    return total / 1e9
+
+
+def _check_one_meaning(
+    how: str, phases: dict[str, float | None], seconds: dict[str, float | None], summary: dict[str, Any], fields: Any, marks: Any
+) -> None:
+    """The numbers a user compares, the same on /metrics, in the spans, in the summary and in torch's record: the
+    builds' time (cpp_compile) is each build's time summed, as torch's events (and compile_times()) sum it, although
+    they ran in parallel; a compile's time is torch's duration_us."""
+    builds = covered_s(marks["compile_file"])
+    assert phases["cpp_compile"] == pytest.approx(builds, abs=1e-4), how
+    by_name = {p["name"]: p for p in summary["phases"]}
+    assert by_name["compile_file"]["total_s"] == pytest.approx(builds, abs=1e-4), how
+    assert by_name["compile_file"]["count"] == len(marks["compile_file"][0]), how
+    assert (seconds["frame"] or 0) + (seconds["backward"] or 0) == pytest.approx(fields["duration_us"], abs=1e-5), how
+    assert summary["wall_s"] == pytest.approx(fields["duration_us"], abs=1e-5), how
 
 
 def _check_parallel_builds(how: str, spans: list[dict[str, Any]], phases: dict[str, float | None], marks: Any) -> None:
@@ -168,8 +208,10 @@ def test_parallel_kernel_builds_and_phase_labels_agree_with_torch_live_and_on_re
     """A cold inductor compile of a small transformer builds its C++ kernels on parallel worker threads, while the
     compile waits in ``async_compile.wait``. Checked against torch's own events and CompilationMetrics in the same
     run's TORCH_TRACE, live and on replay: the wait's time, builds beside (never inside) one another, no phase end
-    lost, and each phase label named like a CompilationMetrics field equal to the sum of that field. About 30 s:
-    only a cold kernel cache builds kernels, so it runs in its own process.
+    lost, and each phase label named like a CompilationMetrics field equal to the sum of that field. The builds'
+    time (``cpp_compile``) is one number on /metrics, in the spans, in the summary and in torch's record (each build
+    counts, though they overlap); the compile seconds are torch's ``duration_us``; the compile's CPU counts the
+    compiler processes. About 30 s: only a cold kernel cache builds kernels, so it runs in its own process.
     """
     out, trace = tmp_path / "live.json", tmp_path / "trace"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cold-cache"), "TORCH_TRACE": str(trace)}
@@ -182,8 +224,20 @@ def test_parallel_kernel_builds_and_phase_labels_agree_with_torch_live_and_on_re
     _check_parallel_builds("live", live["spans"], live["phases"], marks)
     assert live["unmatched"] == {"begin": 0.0, "end": 0.0}  # no phase end lost
     _check_labels("live", live["phases"], fields, records)
+    _check_one_meaning("live", live["phases"], live["seconds"], live["summary"], fields, marks)
+    # torch's compile_times() sums each build's time too; the builds overlapped, so that is more than the wall time
+    # they covered (the wall time the compile lost to them is kernel_compile_wait's)
+    builds = [s for s in live["spans"] if s["name"] == "compile_file"]
+    assert live["torch"]["compile_file_s"] == pytest.approx(live["phases"]["cpp_compile"], abs=1e-4)
+    assert live["phases"]["cpp_compile"] > _union_s(builds) + 0.01
+    # the compile's CPU counts the compilers the builds ran (child processes, all of them inside the compiles)
+    summary = live["summary"]
+    assert live["torch"]["children_cpu_s"] > 0.5
+    assert summary["cpu_child_processes_s"] == pytest.approx(live["torch"]["children_cpu_s"], abs=0.05)
+    assert summary["cpu_s"] > summary["cpu_child_processes_s"]
 
-    phases = _replayed_phase_sums(log)
+    phases, seconds, summary = _replayed(log)
+    _check_one_meaning("replay", phases, seconds, summary, fields, marks)
     proc = subprocess.run(
         [sys.executable, "-m", "torch_otel", "replay", str(log), "--output", str(tmp_path / "spans.jsonl")],
         capture_output=True,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from helpers import WORKLOADS, read_otlp_json_spans, run_python, start_python
+from helpers import WORKLOADS, bridge_lines, read_otlp_json_spans, run_python, start_python
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -160,7 +160,7 @@ def test_short_job_pushes_to_the_pushgateway_at_exit():
         }
         r = run_python(MIXED, env)
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "torch-otel" not in r.stderr
+        assert not bridge_lines(r.stderr), r.stderr[-3000:]  # mixed.py's frame near the recompile limit aside
         families = {f.name: f for f in text_string_to_metric_families(gw.metrics())}
     samples = {
         (s.labels.get("kind"), s.labels.get("status")): s.value

@@ -76,7 +76,7 @@ def test_a_registry_that_saw_no_compile_already_knows_every_name_compiles_add(ca
     [
         lambda r: Counter("torch_otel_dropped", "again", registry=r),
         lambda r: Counter("torch_otel_internal_errors", "again", registry=r),
-        lambda r: Gauge("torch_compile_compiled_autograd_compiles_total", "again", registry=r),
+        lambda r: Gauge("torch_compile_compiled_autograd_captures_total", "again", registry=r),
         lambda r: Counter("torch_compile_compiles", "again", ["rank"], registry=r),
         lambda r: Gauge("torch_compile_in_progress", "again", registry=r),
         lambda r: r.register(SelfMetrics()),

@@ -39,6 +39,7 @@ from ._events import (
     StartEvent,
 )
 from ._internal import record_error
+from ._recompiles import NEAR, recompile_limit_of
 from ._record import ROOTS, RUNTIME, STANDALONE, CodeLocation, CompileRecord, Linked, PhaseNode, Recent, Sink
 
 # torch's functions on a standalone compile's stack that say what it is
@@ -139,6 +140,7 @@ class Assembler:
         cache_keys: CacheKeys | None = None,
         stamp: Callable[[CompileRecord, bool], None] | None = None,
         recent: int | None = None,
+        recompile_limit: Callable[[], int | None] | None = None,
     ) -> None:
         recent = RECENT if recent is None else recent
         self.sinks: list[Sink] = list(sinks)
@@ -147,6 +149,8 @@ class Assembler:
         self.cache_loads = cache_loads
         self.cache_keys = cache_keys
         self.stamp = stamp
+        # live: torch._dynamo.config.recompile_limit, for a compile whose metrics do not say it
+        self.recompile_limit = recompile_limit
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
@@ -156,6 +160,9 @@ class Assembler:
         self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
         self._forwards: Recent[str, Linked] = Recent(recent)
         self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
+        # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
+        self._frame_compiles: Recent[tuple[int | None, int | None], int] = Recent(recent)
+        self._near_limit: Recent[tuple[int | None, int | None], bool] = Recent(recent)
         self._lock = threading.RLock()
         self.stats: Counter[str] = Counter()
         # One handler per event type.
@@ -210,6 +217,13 @@ class Assembler:
             return  # the first compiled-autograd graph: a cache miss on an empty cache is no recompile
         rec.recompile_reasons = reasons[:MAX_RECOMPILE_REASONS]
         rec.dropped += max(0, len(reasons) - MAX_RECOMPILE_REASONS)
+
+    def _join_early_start(self, rec: CompileRecord) -> None:
+        """A frame compile whose dynamo_start came before it (older logs) takes it now."""
+        if self._early_starts and rec.kind == "frame" and rec.compile_id is not None:
+            early = self._early_starts.pop(rec.compile_id, None)
+            if early is not None:
+                self._start(early)
 
     def _start(self, event: StartEvent) -> None:
         rec = self._find(event.compile_id, prefer="frame")
@@ -345,9 +359,7 @@ class Assembler:
             )
             rec._stack.append(rec.root)
             self._place(rec, (ev.compile_id, kind))
-            early = self._early_starts.pop(ev.compile_id, None) if self._early_starts and kind == "frame" else None
-            if early is not None:
-                self._start(early)
+            self._join_early_start(rec)
             reasons = self._next_reasons.pop(kind, None) if self._next_reasons else None
             if reasons:
                 self._set_reasons(rec, reasons)
@@ -555,9 +567,7 @@ class Assembler:
         rec._ended = True
         self.stats["synthesized"] += 1
         self._place(rec, (ev.compile_id, kind))
-        early = self._early_starts.pop(ev.compile_id, None) if self._early_starts and kind == "frame" else None
-        if early is not None:
-            self._start(early)
+        self._join_early_start(rec)
         self._began(rec)
         return rec
 
@@ -607,6 +617,7 @@ class Assembler:
                 self._frame_code.remember(key, code)
             else:
                 code = self._frame_code.get(key, code)
+            self._recompile_facts(rec, key)
         if rec.kind == "backward":
             rec.forward = self._forwards.get(rec.id_str)
             if rec.forward is not None and not code.function:
@@ -626,6 +637,27 @@ class Assembler:
             self._forwards.remember(rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code))
         elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
             self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
+
+    def _recompile_facts(self, rec: CompileRecord, key: tuple[int | None, int | None]) -> None:
+        """A frame compile's place against the recompile limit: its frame's compiles so far, the limit, near it or not."""
+        m = rec.metrics or {}
+        before = self._frame_compiles.get(key, 0)
+        self._frame_compiles.remember(key, before + 1)
+        size = m.get("cache_size")
+        rec.frame_recompiles = size if isinstance(size, int) and not isinstance(size, bool) else before
+        limit = recompile_limit_of(m)
+        if limit is None and self.recompile_limit is not None:
+            limit = self._guard("recompile limit", self.recompile_limit)
+        rec.recompile_limit = limit
+        if (
+            limit is not None
+            and rec.frame_recompiles >= 1
+            and not rec.recompile_limit_hit
+            and limit - rec.frame_recompiles - 1 <= NEAR
+            and key not in self._near_limit
+        ):
+            rec.recompile_limit_near = True
+            self._near_limit.remember(key, True)
 
     @staticmethod
     def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:

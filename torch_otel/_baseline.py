@@ -102,7 +102,7 @@ def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]
             warn_once(f"cache-baseline:{p}", "%s", p)
         return keys
 
-    history = KeyHistory(load)
+    history = KeyHistory(load, torch_version=version)
 
     pid = os.getpid()
 

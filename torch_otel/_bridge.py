@@ -30,6 +30,7 @@ from ._logs import LogSink
 from ._metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
 from ._paths import path_problem
 from ._ranks import env_rank
+from ._recompiles import NearLimitWarning, live_recompile_limit
 from ._record import Sink
 from ._spans import SpanMapper
 from ._summary import RunSummary
@@ -134,6 +135,7 @@ def instrument(
             summary = RunSummary("live", settings.capture_payloads)
         if summary is not None:
             sinks.append(summary)
+        sinks.append(NearLimitWarning())  # one line per frame near the recompile limit
         cache_keys, save_cache_index = live_key_history(settings)
         assembler = Assembler(
             sinks,
@@ -141,6 +143,7 @@ def instrument(
             tracing=SpanMapper(tracer, settings, live=True),
             cache_loads=mega_cache.LOADED,
             cache_keys=cache_keys,
+            recompile_limit=live_recompile_limit,
         )
         cap = LiveCapture(
             assembler,

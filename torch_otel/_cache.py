@@ -336,9 +336,12 @@ class KeyHistory:
         baseline: Iterable[KeySeen] | Callable[[], Iterable[KeySeen]] = (),
         max_keys: int = 4096,
         where: str = "earlier in this run",
+        torch_version: str | None = None,
     ) -> None:
         self.max_keys = max_keys
         self.where = where
+        # this run's torch, where its records do not say (live: torch.__version__; 2.10's metrics lack it)
+        self.torch_version = torch_version
         self._lock = threading.Lock()
         # a callable is read at the first lookup (live: the key index, only once something looks up a cache)
         self._load: Callable[[], Iterable[KeySeen]] | None = baseline if callable(baseline) else None
@@ -373,7 +376,7 @@ class KeyHistory:
             if self._load is not None:
                 load, self._load = self._load, None
                 self._add_baseline(load())
-            version = _torch_version(rec)
+            version = _torch_version(rec) or self.torch_version
             for lk in rec.cache_lookups:
                 if lk.result == "miss" and lk.explanation is None:
                     lk.explanation = self._explain(lk, rec, version)

@@ -102,6 +102,30 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         help="explain cache misses against this earlier run: its TORCH_TRACE log or directory, or a cache key index "
         "(keys-rank<R>.json, or the directory of them)",
     )
+    dif = sub.add_parser(
+        "diff",
+        help="what changed between two runs' compiles; with --fail-on, a CI gate",
+        description="Compares two runs on one screen: compile time in total, per frame (matched by function and "
+        "file:line) and per phase; graph breaks, recompile categories, failures and recompile-limit hits new or gone; "
+        "cache hit rates and the cause of each new miss; each rank of a job; and the frames that keep recompiling, "
+        "with the fix. Each side is a TORCH_TRACE log or directory, a run summary's JSON, or an OTLP-JSON traces file "
+        "(docs/diff.md). Exit: 0 done (the gate passed), 1 a side could not be read, 2 a missing path or a bad "
+        "--fail-on, 4 the gate failed.",
+    )
+    dif.add_argument("base", metavar="BASE", help="the run to compare against (e.g. the main branch's)")
+    dif.add_argument("new", metavar="NEW", help="the run to compare")
+    dif.add_argument("--json", metavar="PATH", help="also write every fact as JSON to PATH; - writes it to stdout")
+    dif.add_argument("--html", metavar="PATH", help="write a self-contained side-by-side page to PATH")
+    dif.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="CONDITIONS",
+        help="exit 4 when one of these changed (comma-separated; repeatable): time[:50%%][:4s] (the run's compile "
+        "time grew past every threshold given; default 50%%:4s), frame-time[:100%%][:3s] (one frame's), "
+        "graph-breaks (a new one), recompiles (a new category on a frame), failures (a new failure or recompile-limit "
+        "hit), cache[:0%%] (a hit rate fell by more than these points), or all",
+    )
     run = sub.add_parser(
         "run",
         help="run a command with the bridge on in every Python process it starts",
@@ -119,6 +143,10 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         return _run(args.cmd)
     if args.command == "replay":
         return _replay(args)
+    if args.command == "diff":
+        from ._diff_inputs import DiffOptions, run_diff
+
+        return run_diff(DiffOptions(args.base, args.new, args.json, args.html, tuple(args.fail_on)))
     if args.command == "doctor":
         return _doctor(args.json)
     if args.command == "demo":

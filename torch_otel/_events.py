@@ -28,7 +28,10 @@ class Origin:
     stack: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
     aot_graph: str | None = None  # a lazy backward's AOTAutograd graph, as torch names it ("5_backward")
     root_kind: str | None = None  # a standalone compile's kind when the live hook knows it ("precompile")
-    cpu_ns: int | None = None  # the process's CPU time when the compile began (time.process_time_ns)
+    # CPU time when the compile began, of the process and the processes working for it (torch_otel._cpu), and of
+    # those other processes alone
+    cpu_ns: int | None = None
+    child_cpu_ns: int | None = None
 
 
 @dataclass(slots=True)
@@ -45,7 +48,8 @@ class PhaseEvent:
     origin: Origin | None = None
     final: bool = False  # a root's end after which torch logs nothing more of its compile (the live export hook)
     thread: int | None = None  # live: the thread torch logged it on; replay: unknown (torch's log writes tid 0)
-    cpu_ns: int | None = None  # live, a root's end: the process's CPU time then (time.process_time_ns)
+    cpu_ns: int | None = None  # live, a root's end: the CPU time then, as Origin.cpu_ns
+    child_cpu_ns: int | None = None  # and of it, as Origin.child_cpu_ns
 
 
 @dataclass(slots=True)

@@ -11,6 +11,9 @@ from pathlib import Path
 _AT_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.M)
 _REASON_RE = re.compile(r"^Graph Break Reason: ", re.M)
 _SKIP_RE = re.compile(r"torch\.compile will skip tracing the frame (?P<frame>.+?) and fall back to eager")
+# How dynamo's root tracer words a graph break it could not handle (torch 2.10 to 2.13): it skips the frame, which
+# runs in eager, and the compile fails. convert_frame words the same outcome as _SKIP_RE.
+_UNHANDLED = "Failed to handle graph break gracefully"
 _GB_URL_RE = re.compile(r"/gb/gb(\d{4})\.html")
 
 
@@ -20,7 +23,7 @@ class ParsedGraphBreak:
     gb_type: str | None
     filename: str | None
     lineno: int | None
-    skipped_frame: bool
+    skipped_frame: bool  # torch could not handle it: it skipped the frame (eager), and the compile failed
 
 
 def parse_graph_break(text: str) -> ParsedGraphBreak:
@@ -47,6 +50,7 @@ def parse_graph_break(text: str) -> ParsedGraphBreak:
             if idx >= 0:
                 body = body[:idx]
         reason = body.strip()
+        skipped = reason.startswith(_UNHANDLED) or _SKIP_RE.search(text) is not None
     else:
         sm = _SKIP_RE.search(text)
         skipped = sm is not None

@@ -23,7 +23,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from threading import get_ident
@@ -33,6 +32,7 @@ from opentelemetry import context as otel_context
 
 from ._assembler import Assembler
 from ._compile_id import CompileId, current_compile_id
+from ._cpu import compile_cpu_ns
 from ._events import (
     ArtifactEvent,
     DebugDirEvent,
@@ -236,10 +236,12 @@ class LiveCapture:
         ``transformers``). Failing that, the nearest frame outside torch and the bridge's hooks. The
         frames on the way, at most ``MAX_STACK``, are kept for ``code.stacktrace``.
         """
+        cpu_ns, child_cpu_ns = compile_cpu_ns()
         origin = Origin(
             parent_context=otel_context.get_current(),
             thread=threading.current_thread().name,
-            cpu_ns=time.process_time_ns(),
+            cpu_ns=cpu_ns,
+            child_cpu_ns=child_cpu_ns,
         )
         find_code_and_caller(origin, sys._getframe(1), self._skip, self._libraries)
         return origin
@@ -393,7 +395,7 @@ class LiveCapture:
                     self._run_first_compile()
                 return
             if ph == "E":
-                self._pending.append((self._process_root_end, event, None, time.process_time_ns()))
+                self._pending.append((self._process_root_end, event, None, compile_cpu_ns()))
                 self._compile_ended()
             else:
                 self._pending.append((self._process_chromium, event, None, None))
@@ -508,10 +510,10 @@ class LiveCapture:
         if ev is not None:
             self._process_event(ev, origin, rank)
 
-    def _process_root_end(self, event: Any, _origin: None, cpu_ns: int) -> None:
+    def _process_root_end(self, event: Any, _origin: None, cpu: tuple[int, int]) -> None:
         ev = self._event(event)
         if ev is not None:
-            ev.cpu_ns = cpu_ns
+            ev.cpu_ns, ev.child_cpu_ns = cpu
             self._process_event(ev, None, None)
 
     def _process_phase(self, event: Any, _origin: None, thread: int) -> None:

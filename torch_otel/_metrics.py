@@ -30,7 +30,7 @@ from ._divergence import RankFingerprints
 from ._graph_breaks import graph_break_code
 from ._internal import record_error
 from ._ranks import RankSet, env_rank
-from ._record import RUNTIME, CompileRecord, Sink
+from ._record import RUNTIME, CompileRecord, PhaseNode, Sink
 from ._version import __version__, torch_version
 
 # A further rank (not a detail rank): its failures and graph breaks by their first few kinds, the rest as ``other``
@@ -62,7 +62,7 @@ SERIES: dict[str, Series] = {
         Series(
             "torch_compile_frame_duration_seconds",
             "histogram",
-            "Whole compile time of a frame (or compiled-autograd graph / lazy backward).",
+            "A compile's time: torch's duration_us for a frame or a lazy backward, else its root span's (docs/metrics.md).",
             ("rank", "kind", "status"),
             "s",
             DURATION_BUCKETS,
@@ -70,7 +70,7 @@ SERIES: dict[str, Series] = {
         Series(
             "torch_compile_phase_duration_seconds",
             "histogram",
-            "Time one compile spent in a phase: all its stretches summed, nested ones counted once (docs/metrics.md).",
+            "Time one compile spent in a phase: its stretches summed, parallel ones each, nested ones once (docs/metrics.md).",
             ("rank", "phase"),
             "s",
             DURATION_BUCKETS,
@@ -79,7 +79,7 @@ SERIES: dict[str, Series] = {
         Series(
             "torch_compile_seconds",
             "counter",
-            "Seconds spent compiling, on every rank (the duration histograms are on the detail ranks only).",
+            "Seconds spent compiling, as torch records them (duration_us), on every rank (docs/metrics.md).",
             ("rank", "kind", "status"),
             "s",
         ),
@@ -320,11 +320,13 @@ class SelfMetrics(_Families):
 
 
 class TorchCounters(_Families):
-    """torch's own compiled-autograd counters (``torch._dynamo.utils.counters["compiled_autograd"]``), read at scrape.
+    """torch's own compiled-autograd counter (``torch._dynamo.utils.counters["compiled_autograd"]``), read at scrape.
 
-    ``captures`` counts the autograd graphs compiled autograd traced (each cache miss: a new graph or shape);
-    ``compiles`` the graphs it then compiled. torch's tests assert on them. Nothing is read before torch's
-    dynamo is loaded, and nothing is hooked: the scrape reads the two numbers.
+    ``captures`` counts the autograd graphs compiled autograd traced (each cache miss: a new graph or shape).
+    Nothing is read before torch's dynamo is loaded, and nothing is hooked: the scrape reads the number.
+    torch's other key there, ``compiles``, is not served: only a helper of torch's own tests adds to it, so it
+    reads 0 in a user's run. The graphs compiled autograd compiled are the records of kind ``compiled_autograd``,
+    counted in ``torch_compile_compiles_total{kind="compiled_autograd"}`` (live and on replay).
     """
 
     PREFIX = "torch_compile_compiled_autograd_"  # then torch's key
@@ -335,7 +337,6 @@ class TorchCounters(_Families):
             "Autograd graphs compiled autograd captured (torch's counter: one per cache miss).",
             ("rank",),
         ),
-        Series(PREFIX + "compiles", "counter", "Graphs compiled autograd compiled (torch's counter).", ("rank",)),
     )
 
     def rows(self) -> dict[str, list[tuple[list[str], float]]]:
@@ -407,17 +408,28 @@ class OTelBackend:
         self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
 
 
-def covered_ns(spans: list[tuple[int, int]]) -> int:
-    """The time a set of (start, end) stretches covers: siblings add up, overlapping or nested ones count once."""
-    total, reach = 0, None
-    for start, end in sorted(spans):
-        if reach is None or start >= reach:
-            total += max(0, end - start)
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
+def phase_times(root: PhaseNode) -> dict[str, int]:
+    """Per phase label, the time one compile spent in it (ns): the durations of its phases' stretches, summed.
+
+    Every stretch counts once, however many run at the same time (inductor's parallel kernel builds, each
+    ``compile_file``, as torch's ``compile_times()`` sums them). A stretch inside another of the same label (on
+    its path from the root) is already in that one's time, and is not added again.
+    """
+    out: dict[str, int] = {}
+    stack: list[tuple[PhaseNode, frozenset[str]]] = [(root, frozenset())]
+    while stack:
+        node, inside = stack.pop()
+        labels: tuple[str, ...] = ()
+        if node.end_ns is not None:
+            phase = PHASES.get(node.name)
+            if phase is not None:
+                labels = (phase, *PHASES_ALSO.get(node.name, ()))
+        fresh = [label for label in labels if label not in inside]
+        for label in fresh:
+            out[label] = out.get(label, 0) + max(0, (node.end_ns or node.start_ns) - node.start_ns)
+        below = inside.union(fresh) if fresh else inside
+        stack.extend((child, below) for child in node.children)
+    return out
 
 
 @functools.lru_cache(maxsize=4)  # one compile's observations share it
@@ -490,15 +502,8 @@ class CompileMetrics(Sink):
 
     @staticmethod
     def _phases(rec: CompileRecord, rank: str, ex: tuple[int, int] | None) -> Iterator[Observation]:
-        stretches: dict[str, list[tuple[int, int]]] = {}
-        for node, _ in rec.root.walk():
-            phase = PHASES.get(node.name)
-            if phase is not None and node.end_ns is not None:
-                stretches.setdefault(phase, []).append((node.start_ns, node.end_ns))
-                for also in PHASES_ALSO.get(node.name, ()):
-                    stretches.setdefault(also, []).append((node.start_ns, node.end_ns))
-        for phase, spans in stretches.items():  # one observation per phase per compile: the time it covered
-            yield "torch_compile_phase_duration_seconds", (rank, phase), covered_ns(spans) / 1e9, ex
+        for phase, ns in phase_times(rec.root).items():  # one observation per phase per compile: the time spent in it
+            yield "torch_compile_phase_duration_seconds", (rank, phase), ns / 1e9, ex
 
     @staticmethod
     def _cache_lookups(rec: CompileRecord, rank: str) -> Iterator[Observation]:
@@ -539,7 +544,7 @@ class CompileMetrics(Sink):
         if rec.recompile_reason:
             yield "torch_compile_recompiles", (rank, recompile_category(rec.recompile_reason)), 1, None
         gb_codes = self._gb_codes if detail else self._few_gb_codes
-        for gb in rec.graph_breaks:
+        for gb in rec.handled_graph_breaks:  # one torch could not handle is the compile's failure, counted there
             yield "torch_compile_graph_breaks", (rank, gb_codes(graph_break_code(gb.gb_type, gb.reason))), 1, None
         if fail_type:
             yield "torch_compile_failures", (rank, (self._fail_types if detail else self._few_fail_types)(fail_type)), 1, None

@@ -25,6 +25,7 @@ from ._events import ArtifactEvent, CacheLookupEvent, GraphBreakEvent, GraphSche
 __all__ = [
     "BYPASS_PHASES",
     "CACHE_METRIC_PREFIXES",
+    "DURATION_KINDS",
     "ROOTS",
     "ROOT_NAMES",
     "RUNTIME",
@@ -64,6 +65,9 @@ ROOT_NAMES = {
 # cache -> the prefix of its counts in torch's CompilationMetrics; the phase that reports its bypass
 CACHE_METRIC_PREFIXES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd"))
 BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
+# The kinds whose duration is torch's CompilationMetrics.duration_us (CompileRecord.duration_ns); the others' root
+# covers more than torch's record (an export's: the whole call) or torch logs no record for them
+DURATION_KINDS = frozenset({"frame", "backward"})
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -151,8 +155,11 @@ class CompileRecord:
     # Replay: the process that wrote the log (from its lines) and its torch version (torch_version artifact)
     process_id: int | None = None
     torch_version: str | None = None
-    # live: the process's CPU time from the compile's start to its end (every thread's: inductor's workers too)
+    # live: the CPU time from the compile's start to its end of this process (every thread's: inductor's compile
+    # threads too) and of the processes working for it (torch_otel._cpu: the C++ compilers inductor ran, its compile
+    # worker processes); ``child_cpu_ns`` is the part in those other processes
     cpu_ns: int | None = None
+    child_cpu_ns: int | None = None
     # -- Derived by the assembler, once, before any sink sees the record (Assembler._derive) --
     # the compiled code: its own, else its frame's earlier compile's (a compile that stops before dynamo reports
     # its code: the recompile-limit check), else (a lazy backward) its forward's
@@ -163,6 +170,12 @@ class CompileRecord:
     # the trace identity of the compile's root span (None: not traced); exemplars and log records name it
     trace_id: int | None = None
     span_id: int | None = None
+    # a frame compile: the frame's compiles before this one (torch's cache_size, the entries its recompile limit
+    # counts; else those the assembler saw), the limit in effect (the compile's dynamo_config, else live config; None:
+    # unknown), and whether this is its frame's first compile within two recompiles of that limit
+    frame_recompiles: int | None = None
+    recompile_limit: int | None = None
+    recompile_limit_near: bool = False
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)
     # Phases open on inductor's compile workers, apart from the compile's own stack: worker thread -> its open
@@ -266,9 +279,38 @@ class CompileRecord:
         return CodeLocation()
 
     @property
-    def duration_s(self) -> float:
+    def span_ns(self) -> int:
+        """The root span's duration: torch's outer event (a frame's ``dynamo``), or the live hook's."""
         end = self.root.end_ns if self.root.end_ns is not None else self.root.start_ns
-        return max(0.0, (end - self.root.start_ns) / 1e9)
+        return max(0, end - self.root.start_ns)
+
+    @property
+    def duration_ns(self) -> int:
+        """The compile's duration, as torch records it (docs/metrics.md, "Compile time").
+
+        A frame compile or a lazy backward: torch's ``CompilationMetrics.duration_us``, which is its
+        ``entire_frame_compile`` (``entire_backward_compile``). The root span is torch's outer event, which also
+        covers torch recording and logging that record (a frame's ``dynamo``: a few ms more). Any other
+        compile, or one torch logged no metrics for: the root span's.
+        """
+        if self.kind in DURATION_KINDS:
+            us = (self.metrics or {}).get("duration_us")
+            if isinstance(us, (int, float)) and not isinstance(us, bool) and us >= 0:
+                return int(us * 1000)
+        return self.span_ns
+
+    @property
+    def duration_s(self) -> float:
+        return self.duration_ns / 1e9
+
+    @property
+    def handled_graph_breaks(self) -> list[GraphBreakEvent]:
+        """The graph breaks torch handled (it split the graph and went on): torch's ``counters["graph_break"]``.
+
+        A graph break torch could not handle (``skipped_frame``: the frame is skipped and runs in eager) is not
+        one of them: torch counts it once, as the compile's failure (``counters["unimplemented"]``).
+        """
+        return [gb for gb in self.graph_breaks if not gb.skipped_frame]
 
 
 class Sink(abc.ABC):

@@ -24,6 +24,8 @@ from ._internal import count_not_sampled
 from ._record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
+# A graph break torch could not handle: not a graph break (torch counts it as the compile's failure), but where it failed
+UNHANDLED_GRAPH_BREAK = "torch.compile.unhandled_graph_break"
 SHORT_KEY = 12  # characters of a cache key on a span (torch's keys are 52)
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
@@ -122,7 +124,9 @@ class SpanMapper:
             a["torch.compile.runtime.phases"] = [n.name for n in rec.root.children][:64]
             return a
         a["torch.compile.attempt"] = rec.attempt
-        a["torch.compile.duration_s"] = round(rec.duration_s, 6)  # for samplers, which see attributes only
+        # torch's duration (a frame's CompilationMetrics.duration_us), as the metrics and the summary count it; its
+        # outer event, the span, is a few ms longer (docs/metrics.md). Samplers, which see attributes only, read it too
+        a["torch.compile.duration_s"] = round(rec.duration_s, 9)
         if self.live and os.getpid() != self._pid:
             a["process.pid"] = os.getpid()
             a["process.parent_pid"] = self._pid
@@ -154,12 +158,14 @@ class SpanMapper:
             a["torch.compile.recompile_reasons"] = [self._str(t) for t in texts]
             a["torch.compile.recompile_reasons.categories"] = [recompile_category(r) for r in rec.recompile_reasons]
         a["torch.compile.is_recompile"] = bool(reason or rec.recompile_reasons or (cid is not None and cid.frame_compile_id))
+        if rec.recompile_limit is not None and a["torch.compile.is_recompile"]:  # torch._dynamo.config's, as it compiled
+            a["torch.compile.recompile_limit"] = rec.recompile_limit
         if isinstance(m.get("has_guarded_code"), bool):
             a["torch.compile.has_guarded_code"] = m["has_guarded_code"]
         restarts = m.get("restart_reasons")
         if isinstance(restarts, (list, set, tuple)):
             a["torch.compile.restart_count"] = len(restarts)
-        a["torch.compile.graph_break_count"] = len(rec.graph_breaks)
+        a["torch.compile.graph_break_count"] = len(rec.handled_graph_breaks)
         if rec.recompile_limit_hit:
             a["torch.compile.recompile_limit_exceeded"] = True
         if rec.eager_fallback:
@@ -274,6 +280,8 @@ class SpanMapper:
             for child in rec.root.children:
                 self._phase_span(tracer, child, parent_ctx)
             self._events(rec, root, m, tracer)
+            if rec.recompile_limit_near:
+                self._near_limit_event(rec, root)
             self._status(rec, root, m, attrs)
             root.end(end_time=rec.root.end_ns)
         return ctx.trace_id, ctx.span_id
@@ -376,9 +384,9 @@ class SpanMapper:
                 ga["code.file.path"] = p
             if gb.lineno is not None:
                 ga["code.line.number"] = gb.lineno
-            if gb.skipped_frame:
+            if gb.skipped_frame:  # torch could not handle it: the compile failed, and its frame runs in eager
                 ga["torch.compile.eager_fallback"] = True
-            root.add_event("torch.compile.graph_break", ga, timestamp=at(gb.ts_ns))
+            root.add_event(UNHANDLED_GRAPH_BREAK if gb.skipped_frame else "torch.compile.graph_break", ga, timestamp=at(gb.ts_ns))
         failures = rec.root.args.get("draft_failures") if rec.kind == "export" else None
         if isinstance(failures, dict):  # draft export's report: one event per kind of failure it found
             for ftype, count in sorted(failures.items()):
@@ -418,6 +426,18 @@ class SpanMapper:
             if e.changes:
                 a["torch.compile.cache.miss_changes"] = [self._str(c) for c in e.changes]
         return a
+
+    def _near_limit_event(self, rec: CompileRecord, root: trace.Span) -> None:
+        """Once per frame: its first compile within two recompiles of ``torch._dynamo.config.recompile_limit``."""
+        limit, so_far = rec.recompile_limit or 0, rec.frame_recompiles or 0
+        attrs: dict[str, Any] = {
+            "torch.compile.recompile_limit": limit,
+            "torch.compile.frame_recompiles": so_far,
+            "torch.compile.recompiles_left": max(0, limit - so_far - 1),
+        }
+        if rec.code.function:
+            attrs["code.function.name"] = self._str(rec.code.function)
+        root.add_event("torch.compile.recompile_limit_near", attrs, timestamp=rec.root.end_ns)
 
     def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         fail_type = rec.fail_type

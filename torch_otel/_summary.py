@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from ._categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from ._graph_breaks import graph_break_code
+from ._recompiles import RecompilingFrames, frame_lines
 from ._record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
 __all__ = ["RunSummary"]
@@ -33,6 +34,7 @@ MAX_PHASE_NAMES = 512  # distinct phase names; past this, "(other phases)"
 MAX_REASONS = 1000  # distinct recompile reasons kept as text
 MAX_TREE_CHILDREN = 200  # distinct phase names under one phase of the picture
 SLOWEST = 10
+MAX_LINES = 45  # the text summary's lines: one terminal screen
 OTHER_FRAMES = ("(other frames)", None, None)
 
 FrameKey = tuple[str, str | None, int | None]
@@ -96,6 +98,7 @@ class RunSummary(Sink):
         self.by_kind: Counter[str] = Counter()
         self.wall_ns = 0
         self.cpu_ns = 0
+        self.child_cpu_ns = 0  # of it, in the processes working for the compiles (compilers, compile workers)
         self.cpu_known = 0  # compiles whose CPU time is known (live)
         self.phase_total: Counter[str] = Counter()
         self.phase_self: Counter[str] = Counter()
@@ -104,6 +107,7 @@ class RunSummary(Sink):
         self.recompiles: Counter[str] = Counter()  # by category
         self.reasons: Counter[tuple[str, str]] = Counter()  # (category, text)
         self.graph_breaks: Counter[tuple[str, str]] = Counter()  # (code, type)
+        self.unhandled_graph_breaks = 0  # graph breaks torch could not handle: each is its compile's failure
         self.cache: Counter[tuple[str, str, str]] = Counter()
         self.failures: Counter[str] = Counter()
         self.recompile_limit_hits = 0
@@ -113,6 +117,8 @@ class RunSummary(Sink):
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.caches = _Caches()
+        # graph breaks by location, failures by frame, the frames that recompile: what torch-otel diff compares
+        self.extra = _Extra(capture_payloads, source == "live")
         # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
         self._slowest: list[tuple[int, int, dict[str, Any]]] = []
         self._trees: list[tuple[int, int, FrameKey, dict[str, Any], _Tree]] = []
@@ -124,21 +130,22 @@ class RunSummary(Sink):
             self._add(record)
 
     def _add(self, rec: CompileRecord) -> None:
-        dur = _dur(rec.root)
         if rec.kind == RUNTIME:
             self.runtime_records += 1
-            self.runtime_ns += dur
+            self.runtime_ns += _dur(rec.root)
             return
+        dur = rec.duration_ns  # torch's duration_us where it has one, as the metrics and the root's attribute say
         self.by_kind[rec.kind] += 1
         self.wall_ns += dur
         if rec.cpu_ns is not None:
             self.cpu_ns += rec.cpu_ns
+            self.child_cpu_ns += rec.child_cpu_ns or 0
             self.cpu_known += 1
         start = rec.root.start_ns
         self.first_ns = start if self.first_ns is None else min(self.first_ns, start)
         end = start + dur
         self.last_ns = end if self.last_ns is None else max(self.last_ns, end)
-        tree = self._phases(rec)
+        tree = self._phases(rec, dur)
         key = self._frame_key(rec)
         frame = self.frames.get(key)
         if frame is None:
@@ -179,11 +186,13 @@ class RunSummary(Sink):
                 self.reasons[rkey] += 1
             else:
                 self.reasons[(category, "(other reasons)")] += 1
-        for gb in rec.graph_breaks:
+        for gb in rec.handled_graph_breaks:
             self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
+        self.unhandled_graph_breaks += len(rec.graph_breaks) - len(rec.handled_graph_breaks)
         for k, n in rec.cache_counts().items():
             self.cache[k] += n
         self.caches.add(rec)
+        self.extra.add(rec, key, failed)
         if failed:
             self.failures[failed] += 1
         if rec.recompile_limit_hit:
@@ -207,14 +216,17 @@ class RunSummary(Sink):
             return (code.function, code.file, code.line)
         return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None)
 
-    def _phases(self, rec: CompileRecord) -> _Tree:
-        """Adds the compile's phases to the totals; returns its tree (siblings of a name merged)."""
+    def _phases(self, rec: CompileRecord, duration_ns: int) -> _Tree:
+        """Adds the compile's phases to the totals; returns its tree (siblings of a name merged).
+
+        The root counts the compile's duration (``duration_ns``: torch's, where it records one), not its span's.
+        """
         top = _Tree()
         stack: list[tuple[PhaseNode, _Tree, bool]] = [(rec.root, top, True)]
         names = self.phase_total
         while stack:
             node, tree, is_root = stack.pop()
-            dur = _dur(node)
+            dur = duration_ns if is_root else _dur(node)
             own = max(0, dur - sum(_dur(c) for c in node.children))
             name = ROOT_NAMES.get(rec.kind, "torch.compile") if is_root else node.name
             if name not in names and len(names) >= MAX_PHASE_NAMES:
@@ -238,7 +250,7 @@ class RunSummary(Sink):
     def to_dict(self) -> dict[str, Any]:
         """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
         with self._lock:
-            return self._dict()
+            return self.extra.extend(self._dict())
 
     def _dict(self) -> dict[str, Any]:
         compiles = sum(self.by_kind.values())
@@ -260,6 +272,7 @@ class RunSummary(Sink):
             "by_kind": dict(sorted(self.by_kind.items())),
             "wall_s": _s(self.wall_ns),
             "cpu_s": _s(self.cpu_ns) if self.cpu_known and self.cpu_known == compiles else None,
+            "cpu_child_processes_s": _s(self.child_cpu_ns) if self.cpu_known and self.cpu_known == compiles else None,
             "first_to_last_s": _s(self.last_ns - self.first_ns)
             if self.first_ns is not None and self.last_ns is not None
             else 0.0,
@@ -276,6 +289,7 @@ class RunSummary(Sink):
             },
             "graph_breaks": {
                 "total": sum(self.graph_breaks.values()),
+                "unhandled": self.unhandled_graph_breaks,
                 "by_code": [
                     {"code": c, "type": t, "count": n}
                     for (c, t), n in sorted(self.graph_breaks.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -414,7 +428,12 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
         out.append(f"  {more:>5}  ({len(rest)} more reason{'s' if len(rest) > 1 else ''}: --json or the HTML page lists them)")
     gb = facts["graph_breaks"]
     codes = ", ".join(f"{g['code']} {g['count']}" for g in gb["by_code"][:6])
-    out.append(f"graph breaks: {gb['total']}" + (f" ({codes})" if codes else ""))
+    unhandled = gb.get("unhandled") or 0  # each is its compile's failure, counted there (docs/metrics.md)
+    out.append(
+        f"graph breaks: {gb['total']}"
+        + (f" ({codes})" if codes else "")
+        + (f"; {unhandled} not handled (their compiles failed)" if unhandled else "")
+    )
     for g in gb["by_code"][:3]:
         out.append(f"  {g['count']:>5}  {_cut(g['code'] + ' ' + g['type'], w - 9)}")
     if len(gb["by_code"]) > 3:
@@ -439,6 +458,7 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
     rt = facts.get("runtime") or {}
     if rt.get("records"):
         out.append(f"after their compiles (autotuning, cudagraph set-up): {rt['records']} records, {rt['total_s']:.3f} s")
+    out.extend(frame_lines(facts.get("recompiling_frames") or [], w, MAX_LINES - len(out), _where))
     return "\n".join(out) + "\n"
 
 
@@ -565,3 +585,55 @@ class _Caches:
             ],
             "odd_ranks": self.odd_ranks(),
         }
+
+
+# -- what `torch-otel diff` compares, beside the totals above (new keys of the same schema_version) ------------------
+MAX_LOCATIONS = 1000  # distinct (graph-break code, location) and (failure type, frame) kept
+
+
+class _Extra:
+    """Graph breaks by code and location, failures by frame, the frames that recompile, the ranks and torch versions."""
+
+    def __init__(self, capture_payloads: bool, live: bool) -> None:
+        self.live = live
+        self.breaks: Counter[tuple[str, str, str | None, int | None, str]] = Counter()  # code, type, file, line, frame
+        self.failed: Counter[tuple[str, str, str | None, int | None]] = Counter()  # type, function, file, line
+        self.recompiling = RecompilingFrames(capture_payloads)
+        self.ranks: set[int] = set()
+        self.versions: set[str] = set()
+
+    def add(self, rec: CompileRecord, key: FrameKey, failed: str | None) -> None:
+        for gb in rec.handled_graph_breaks:
+            k = (graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "", gb.filename, gb.lineno, key[0])
+            if k in self.breaks or len(self.breaks) < MAX_LOCATIONS:
+                self.breaks[k] += 1
+        if failed:
+            f = (failed, *key)
+            if f in self.failed or len(self.failed) < MAX_LOCATIONS:
+                self.failed[f] += 1
+        self.recompiling.add(rec, key)
+        if rec.rank is not None and len(self.ranks) < 65536:
+            self.ranks.add(rec.rank)
+        version = rec.torch_version or (_live_torch_version() if self.live else None)
+        if version and len(self.versions) < 16:
+            self.versions.add(version)
+
+    def extend(self, d: dict[str, Any]) -> dict[str, Any]:
+        d["graph_breaks"]["by_location"] = [
+            {"code": c, "type": t, "file": f, "line": ln, "frame": fr, "count": n}
+            for (c, t, f, ln, fr), n in sorted(self.breaks.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        ]
+        d["failures"]["by_frame"] = [
+            {"type": t, "function": fn, "file": f, "line": ln, "count": n}
+            for (t, fn, f, ln), n in sorted(self.failed.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        ]
+        d["recompiling_frames"] = self.recompiling.to_dict()
+        d["ranks"] = sorted(self.ranks)
+        d["torch_versions"] = sorted(self.versions)
+        return d
+
+
+def _live_torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    v = getattr(torch, "__version__", None) if torch is not None else None
+    return str(v) if v else None

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
             "_arm",
             "_ports",
             "_html",
+            "_diff_html",
             "_export_guard",
             "_file_exporter",
             "_paths",
@@ -37,13 +38,14 @@ LAYERS: dict[str, int] = {
         0,
     ),
     **dict.fromkeys(["_config", "sampling"], 1),  # settings; the rank sampler (an SDK entry point)
-    **dict.fromkeys(["_events", "_record"], 2),  # typed events; the compile record and the sink interface
+    **dict.fromkeys(["_events", "_record", "_recompiles"], 2),  # typed events; the compile record and the sink interface
     **dict.fromkeys(["_cache", "_parse", "_assembler", "_frames"], 3),  # records -> events -> compiles; cache keys
     **dict.fromkeys(["_sources", "_export_hook", "_mega_cache"], 4),  # the attach table and its hook objects
     # live capture, and the sinks (spans, metrics, summary, divergence, log records, replay's resources)
-    **dict.fromkeys(["_live", "_spans", "_metrics", "_summary", "_divergence", "_logs", "_replay_identity"], 5),
+    **dict.fromkeys(["_live", "_spans", "_metrics", "_summary", "_divergence", "_logs", "_replay_identity", "_diff"], 5),
     **dict.fromkeys(["_replay", "_exposition", "_setup"], 6),  # replay's reader; /metrics; providers from OTEL_*
-    **dict.fromkeys(["_replay_pipeline", "_bridge", "_baseline"], 7),  # what wires sources to sinks: replay's, live's
+    # what wires sources to sinks: replay's, live's; the diff's two sides
+    **dict.fromkeys(["_replay_pipeline", "_bridge", "_baseline", "_diff_inputs"], 7),
     # entry points
     **dict.fromkeys(
         ["_demo", "_cli", "_instrumentor", "auto", "__init__", "__main__", "_autostart.__init__", "_autostart.sitecustomize"],

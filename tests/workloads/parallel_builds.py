@@ -1,11 +1,14 @@
 """A small transformer's first inductor compile, forward and backward, on a cold kernel cache.
 
 Inductor builds the C++ kernels on its compile worker threads, in parallel, while the compile waits in
-``async_compile.wait``. Run by tests/test_inductor.py under ``TORCH_TRACE``. Writes what the bridge made of it
-(spans, the phase metric's sums, its unmatched phase events) to the JSON file named by ``argv[1]``.
+``async_compile.wait``; each build runs a compiler process. Run by tests/test_inductor.py under ``TORCH_TRACE``.
+Writes what the bridge made of it (spans, the phase metric's sums, its unmatched phase events, the compile seconds,
+the run summary) and what torch and the OS say (torch's ``compile_times()`` of ``compile_file``; the CPU of the child
+processes this process waited for over the run) to the JSON file named by ``argv[1]``.
 """
 
 import json
+import os
 import sys
 
 import torch
@@ -16,17 +19,21 @@ from prometheus_client import CollectorRegistry
 
 import torch_otel
 from torch_otel._categories import PHASE_LABELS
+from torch_otel._summary import RunSummary
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 registry = CollectorRegistry()
-torch_otel.instrument(provider, registry=registry)
+summary = RunSummary("live")
+torch_otel.instrument(provider, registry=registry, summary=summary)
 
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=2, dim_feedforward=64, dropout=0.0, batch_first=True)
 model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+before = os.times()
 torch.compile(model, backend="inductor")(torch.randn(2, 8, 32)).sum().backward()
+after = os.times()
 
 torch_otel.force_flush()
 spans = [
@@ -45,5 +52,25 @@ phases = {
     p: registry.get_sample_value("torch_compile_phase_duration_seconds_sum", {"rank": "0", "phase": p}) for p in PHASE_LABELS
 }
 unmatched = {e: registry.get_sample_value("torch_otel_unmatched_phase_events_total", {"event": e}) for e in ("begin", "end")}
+seconds = {
+    k: registry.get_sample_value("torch_compile_seconds_total", {"rank": "0", "kind": k, "status": "ok"})
+    for k in ("frame", "backward")
+}
+torch_says = {
+    # torch's own timing of each build, summed (what torch._dynamo.utils.compile_times() lists for compile_file)
+    "compile_file_s": sum(torch._dynamo.utils.compilation_time_metrics.get("compile_file", [])),
+    # the compilers the builds ran: child processes waited for (the run's only ones)
+    "children_cpu_s": (after.children_user + after.children_system) - (before.children_user + before.children_system),
+}
 with open(sys.argv[1], "w") as f:
-    json.dump({"spans": spans, "phases": phases, "unmatched": unmatched}, f)
+    json.dump(
+        {
+            "spans": spans,
+            "phases": phases,
+            "unmatched": unmatched,
+            "seconds": seconds,
+            "summary": summary.to_dict(),
+            "torch": torch_says,
+        },
+        f,
+    )

@@ -435,10 +435,53 @@
     ], function () { return "err"; }));
   }
 
+  // The frames that recompiled: how close each is to the recompile limit, the guard that keeps failing, the fix.
+  function link(url) {
+    // a link to torch's documentation site only (over TLS); anything else stays text
+    url = str(url);
+    var parts = url.split("/");
+    if (parts.length < 4 || parts[0] !== "https" + ":" || parts[1] !== "" || parts[2] !== "docs.pytorch.org") {
+      return el("code", null, url);
+    }
+    var a = el("a", null, "torch's docs");
+    a.href = url;
+    a.rel = "noopener noreferrer";
+    a.title = url;
+    return a;
+  }
+  function drawRecompiling() {
+    var rows = arr(S.recompiling_frames);
+    if (!rows.length) return;
+    var s = section("Frames that keep recompiling",
+      "per frame: its recompiles, how close it is to torch._dynamo.config.recompile_limit, the guard that failed " +
+      "and, where torch's reason makes it clear, the change that stops it.");
+    rows.forEach(function (f) {
+      f = obj(f);
+      var lim = f.limit === null || f.limit === undefined ? "limit unknown" :
+        num(f.limit_hits) > 0 ? "hit the limit (" + num(f.limit) + "): runs in eager" :
+        num(f.cache_entries) + " of " + num(f.limit) + " compiles, " + num(f.left_before_limit) + " more before eager";
+      s.appendChild(el("h3", num(f.limit_hits) > 0 || f.limit_status === "near" ? "fail" : null,
+        where(f.function, f.file, f.line) + ": " + num(f.recompiles) + " recompiles, " + lim));
+      var ul = el("ul");
+      arr(f.guards).forEach(function (g) { ul.appendChild(el("li", null, str(obj(g).line))); });
+      arr(f.fixes).forEach(function (x) {
+        x = obj(x);
+        var li = el("li");
+        li.appendChild(el("b", null, "fix: "));
+        li.appendChild(el("code", null, str(x.fix)));
+        li.appendChild(document.createTextNode(" " + str(x.why) + " "));
+        li.appendChild(link(x.link));
+        ul.appendChild(li);
+      });
+      if (f.unclear) ul.appendChild(el("li", "muted", str(f.unclear)));
+      s.appendChild(ul);
+    });
+  }
+
   guard("the header", drawHeader);
   guard("the chart", initChart);
   [["time by phase", drawPhases], ["top frames", drawFrames], ["slowest compiles", drawSlowest],
    ["recompiles", drawRecompiles], ["graph breaks", drawGraphBreaks], ["cache lookups", drawCache],
-   ["cold and warm starts", drawColdWarm], ["failures", drawFailures]].forEach(function (p) { guard(p[0], p[1]); });
+   ["cold and warm starts", drawColdWarm], ["failures", drawFailures], ["recompiling frames", drawRecompiling]].forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 })();

@@ -1,0 +1,235 @@
+"""Numbers a user compares agree: the metrics, the spans and the run summary say what torch's own record of the
+same run says, live and on replay of that run's ``TORCH_TRACE`` log.
+
+One process (``tests/workloads/agree.py``, about 10 s) makes small compiles: resume frames after graph breaks (and
+their recompiles and lazy backwards), a graph break torch cannot handle, and compiled autograd. It records torch's
+counters as it goes; its log is replayed here. The parallel kernel builds of a cold inductor compile are checked in
+``tests/test_inductor.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import WORKLOADS, assert_summary_is_the_spans, compile_ns, read_otlp_json_spans, run_python
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from prometheus_client import CollectorRegistry
+
+from torch_otel._config import Settings
+from torch_otel._file_exporter import OTLPJsonFileSpanExporter
+from torch_otel._metrics import CompileMetrics, PrometheusBackend
+from torch_otel._replay import ReplayStats, replay_file
+from torch_otel._spans import SpanMapper
+from torch_otel._summary import RunSummary
+
+
+@dataclass
+class Seen:
+    """What one reader (live, or replay of the same run's log) made of the run."""
+
+    how: str
+    spans: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    def total(self, name: str, **labels: str) -> float:
+        """A series' value summed over the samples whose labels include ``labels``."""
+        return sum(s["value"] for s in self.samples if s["name"] == name and labels.items() <= s["labels"].items())
+
+    def roots(self, *kinds: str) -> list[dict[str, Any]]:
+        return [
+            s
+            for s in self.spans
+            if not s.get("parentSpanId") and s["attrs"].get("torch.compile.kind") in kinds and "torch.compile.kind" in s["attrs"]
+        ]
+
+
+@dataclass
+class Run:
+    live: Seen
+    replay: Seen
+    torch_records: list[dict[str, Any]]  # torch's CompilationMetrics records in the log, with "kind": frame/backward
+    counters: dict[str, Any]  # torch's own counters, read in the run's process
+    log: Path
+
+
+def _torch_records(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text().splitlines():
+        m = re.match(r"^[VIWEC]\d{4} [\d:.]+ +\d+ [^\]]*\] (\{.*\})$", line)
+        if not m:
+            continue
+        md = json.loads(m.group(1))
+        for key, kind in (("compilation_metrics", "frame"), ("bwd_compilation_metrics", "backward")):
+            if key in md:
+                out.append({**md[key], "kind": kind})
+    return out
+
+
+def _samples(registry: CollectorRegistry) -> list[dict[str, Any]]:
+    return [
+        {"name": s.name, "labels": s.labels, "value": s.value}
+        for fam in registry.collect()
+        for s in fam.samples
+        if s.name.startswith("torch_compile_")
+    ]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    tmp = tmp_path_factory.mktemp("agree")
+    res = run_python(
+        WORKLOADS / "agree.py", {"TORCH_TRACE": str(tmp / "trace")}, args=[str(tmp / "live.json"), str(tmp / "live.jsonl")]
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (log,) = (tmp / "trace").glob("*.log")
+    live = json.loads((tmp / "live.json").read_text())
+    # the same run's log, replayed: its spans, its metrics and its summary
+    provider, registry, summary = TracerProvider(), CollectorRegistry(), RunSummary("replay")
+    provider.add_span_processor(SimpleSpanProcessor(OTLPJsonFileSpanExporter(str(tmp / "replay.jsonl"))))
+    tracing = SpanMapper(provider.get_tracer("t"), Settings(), live=False)
+    replay_file(log, [CompileMetrics([PrometheusBackend(registry)]), summary], ReplayStats(), tracing=tracing)
+    provider.shutdown()
+    return Run(
+        Seen("live", read_otlp_json_spans(tmp / "live.jsonl"), live["samples"], live["summary"]),
+        Seen("replay", read_otlp_json_spans(tmp / "replay.jsonl"), _samples(registry), summary.to_dict()),
+        _torch_records(log),
+        live["counters"],
+        log,
+    )
+
+
+def _seen(run: Run) -> list[Seen]:
+    return [run.live, run.replay]
+
+
+def test_a_compiles_time_is_torchs_duration_us_on_the_metric_the_root_and_the_summary_live_and_on_replay(run: Run):
+    """torch's ``CompilationMetrics.duration_us`` is a frame's ``entire_frame_compile`` (a lazy backward's
+    ``entire_backward_compile``). The root span keeps torch's outer event (a frame's ``dynamo``), which also covers
+    torch recording that record: a few ms more, which on a small resume compile is a sixth of it. The compile's time,
+    wherever a user reads it, is torch's: ``torch_compile_seconds_total``, the duration histogram, the root's
+    ``torch.compile.duration_s`` and the summary."""
+    torch_us = {(r["kind"], r["compile_id"]): r["duration_us"] for r in run.torch_records}
+    resumes = [r for r in run.torch_records if str(r.get("co_name", "")).startswith("torch_dynamo_resume_in_")]
+    assert len(resumes) >= 4 and len([k for k in torch_us if k[0] == "backward"]) >= 4  # several small resume compiles
+    for seen in _seen(run):
+        roots = {(r["attrs"]["torch.compile.kind"], r["attrs"]["torch.compile.id"]): r for r in seen.roots("frame", "backward")}
+        assert set(roots) == set(torch_us), (seen.how, set(roots) ^ set(torch_us))
+        longer = 0
+        for key, us in torch_us.items():
+            root = roots[key]
+            assert compile_ns(root) == us * 1000, (seen.how, key)  # torch.compile.duration_s
+            span_ns = int(root["endTimeUnixNano"]) - int(root["startTimeUnixNano"])
+            assert span_ns >= us * 1000 - 1000, (seen.how, key)  # the span is torch's outer event, around it
+            longer += span_ns > us * 1000 + 100_000
+        assert longer >= len(resumes), seen.how  # each frame's outer event is longer than its duration_us
+        for kind in ("frame", "backward"):
+            want = sum(us for (k, _), us in torch_us.items() if k == kind) / 1e6
+            assert seen.total("torch_compile_seconds_total", kind=kind) == pytest.approx(want, abs=1e-6), (seen.how, kind)
+            hist = seen.total("torch_compile_frame_duration_seconds_sum", kind=kind)
+            assert hist == pytest.approx(want, abs=1e-6), (seen.how, kind)
+        others = sum(compile_ns(r) for r in seen.roots("compiled_autograd")) / 1e9  # no CompilationMetrics: the span
+        assert seen.summary["wall_s"] == pytest.approx(sum(torch_us.values()) / 1e6 + others, abs=1e-5), seen.how
+        assert seen.total("torch_compile_seconds_total") == pytest.approx(seen.summary["wall_s"], abs=1e-5), seen.how
+        assert_summary_is_the_spans(seen.summary, seen.spans)
+
+
+def test_a_graph_break_torch_could_not_handle_is_one_failure_as_torchs_counters_say_live_and_on_replay(run: Run):
+    """A graph break inside a user's context manager: dynamo cannot resume after it, so it skips the frame, which runs
+    in eager, and the compile fails (``Unsupported``). torch logs the graph break ("Failed to handle graph break
+    gracefully") and the failed compile's metrics. Its counters count it once, as a failure: ``unimplemented`` +1,
+    ``graph_break`` +0. So does torch-otel: a failure, and no graph break (the span keeps where it broke, as a
+    ``torch.compile.unhandled_graph_break`` event). The handled graph breaks of the run equal torch's
+    ``counters["graph_break"]``, and its failures ``counters["unimplemented"]``."""
+    (before_unimplemented, before_gb), (after_unimplemented, after_gb) = run.counters["in_context"]
+    assert (after_unimplemented - before_unimplemented, after_gb - before_gb) == (1, 0)  # torch's own count
+    (failed,) = [r for r in run.torch_records if r.get("fail_type")]
+    assert failed["co_name"] == "in_context" and failed["fail_type"] == "Unsupported"
+    assert failed["has_guarded_code"] is False
+    for seen in _seen(run):
+        assert seen.total("torch_compile_graph_breaks_total") == run.counters["graph_break"], seen.how
+        assert seen.total("torch_compile_failures_total") == run.counters["unimplemented"] == 1, seen.how
+        assert seen.total("torch_compile_failures_total", fail_type="Unsupported") == 1, seen.how
+        (root,) = [r for r in seen.roots("frame") if r["attrs"]["torch.compile.id"] == failed["compile_id"]]
+        assert root["attrs"]["error.type"] == "Unsupported" and root["attrs"]["torch.compile.graph_break_count"] == "0"
+        names = [e["name"] for e in root.get("events", [])]
+        assert names.count("torch.compile.unhandled_graph_break") == 1 and "torch.compile.graph_break" not in names
+        assert seen.summary["graph_breaks"]["total"] == run.counters["graph_break"], seen.how
+        assert seen.summary["graph_breaks"]["unhandled"] == 1 and seen.summary["failures"]["by_type"] == {"Unsupported": 1}
+        assert seen.summary["eager_fallbacks"] >= 1
+
+
+def test_where_tlparse_counts_that_graph_break_too_torchs_counters_are_right(run: Run, tmp_path: Path):
+    """tlparse reads the same log differently: it files the graph break's record under the failed compile (an
+    artifact ``dynamo_graph_break_reason``) and lists the compile as a failure, so a reader of its pages counts both.
+    torch-otel follows torch's counters, which count it once, as a failure: no graph was split there (the whole frame
+    runs in eager), and ``CompilationMetrics.num_graph_breaks`` (``counters["graph_break"]``) leaves it out too."""
+    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    subprocess.run([tlparse, str(run.log), "-o", str(tmp_path), "--no-browser", "--overwrite"], check=True, capture_output=True)
+    (failed,) = [r for r in run.torch_records if r.get("fail_type")]
+    directory = json.loads((tmp_path / "compile_directory.json").read_text())
+    names = [a["name"] for a in directory[f"[{failed['compile_id']}]"]["artifacts"]]
+    assert any(n.startswith("dynamo_graph_break_reason") for n in names), names  # tlparse: a graph break ...
+    failures = (tmp_path / "failures_and_restarts.html").read_text()
+    assert f"[{failed['compile_id']}]" in failures and "Unsupported" in failures  # ... and a failure
+    for seen in _seen(run):  # torch-otel: the failure only
+        assert seen.total("torch_compile_failures_total") == 1 and seen.summary["failures"]["total"] == 1
+        assert seen.summary["graph_breaks"]["total"] == run.counters["graph_break"]
+
+
+def test_compiled_autograd_graphs_are_counted_from_their_records_and_the_always_zero_series_is_gone(run: Run):
+    """torch adds to ``counters["compiled_autograd"]["compiles"]`` only in a helper of its own tests: served as
+    ``torch_compile_compiled_autograd_compiles_total`` it read 0 in every run. The graphs compiled autograd compiled
+    are its records (``torch.compiled_autograd`` roots), counted in ``torch_compile_compiles_total{kind="compiled_autograd"}``,
+    live and on replay; each one is a capture of torch's counter."""
+    assert run.counters["compiled_autograd_captures"] == 2  # two batch sizes: two graphs
+    for seen in _seen(run):
+        assert len(seen.roots("compiled_autograd")) == run.counters["compiled_autograd_captures"], seen.how
+        assert seen.total("torch_compile_compiles_total", kind="compiled_autograd") == 2, seen.how
+        assert seen.summary["by_kind"]["compiled_autograd"] == 2
+        assert not [s for s in seen.samples if s["name"].startswith("torch_compile_compiled_autograd_compiles")]
+    assert run.live.total("torch_compile_compiled_autograd_captures_total") == run.counters["compiled_autograd_captures"]
+
+
+POOL = """
+import functools, json, sys, time
+import torch
+from torch._inductor import config
+from torch._inductor.async_compile import AsyncCompile
+from torch_otel._cpu import compile_cpu_ns, worker_pids
+
+config.compile_threads = 2
+config.worker_start_method = "subprocess"  # inductor's SubprocPool: a sidecar process and its workers
+AsyncCompile.wait_pool_ready()
+(total0, others0), own0 = compile_cpu_ns(), time.process_time_ns()
+burn = "(lambda t: (sum(range(30_000_000)), __import__('time').process_time_ns() - t)[1])(__import__('time').process_time_ns())"
+took = AsyncCompile.process_pool().submit(functools.partial(eval, burn)).result()  # its CPU, as the worker saw it
+(total1, others1), own1 = compile_cpu_ns(), time.process_time_ns()
+json.dump({"took": took, "others": others1 - others0, "total": total1 - total0, "own": own1 - own0,
+           "pids": worker_pids()}, sys.stdout)
+"""
+
+
+def test_a_compiles_cpu_counts_inductors_compile_worker_processes():
+    """Inductor builds Triton kernels in the processes of its ``SubprocPool`` (a sidecar and the workers it starts),
+    which live as long as the pool. On Linux, their CPU between two reads is counted in a compile's CPU: work done in
+    a worker shows in the part in other processes, to the clock tick (10 ms). Elsewhere they are not read (docs)."""
+    res = run_python("-c", args=[POOL], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["took"] > 0.2e9
+    assert got["total"] - got["others"] == pytest.approx(got["own"], abs=0.02e9)  # this process's own CPU, apart
+    if not sys.platform.startswith("linux"):
+        assert got["others"] < got["took"] / 2
+        return
+    assert len(got["pids"]) >= 2  # the sidecar and a worker
+    assert got["others"] == pytest.approx(got["took"], abs=0.06e9)
