@@ -365,3 +365,36 @@ def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any]
     chrome._assert_clean(page)
     assert "Frames that keep recompiling" in page.dom and "torch._dynamo.mark_dynamic(out, 0)" in page.dom
     assert "7 of 8 compiles, 1 more before eager" in page.dom
+
+
+BASE_2_13 = Path(__file__).parent / "data" / "cache-baseline-2.13"  # tests/workloads/caches.py, cold, on torch 2.13.0
+
+
+@pytest.mark.release
+def test_a_run_on_this_torch_against_a_2_13_run_shows_the_phases_and_the_release_as_the_misses_cause(tmp_path: Path) -> None:
+    """The same workload on whatever torch runs the test, diffed against a committed torch 2.13.0 run's log."""
+    import re
+    import subprocess
+    import sys
+
+    import torch
+    from helpers import WORKLOADS, clean_env, run_python
+
+    out = tmp_path / "out"
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "TORCH_TRACE": str(out / "trace")}
+    env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none", "TORCH_OTEL_CACHE_INDEX": "off"}
+    res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "cold"], timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    argv = [str(Path(sys.executable).parent / "torch-otel"), "diff", str(BASE_2_13), str(out / "trace"), "--json", "-"]
+    done = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    d = json.loads(done.stdout)
+    assert d["phases"] and all("base_self_s" in p and "new_self_s" in p for p in d["phases"])
+    causes = {m["cause"] for m in d["cache"]["new_misses"]}
+    if torch.__version__.startswith("2.13."):
+        assert "versions" not in causes, d["cache"]
+    else:
+        versions = [m for m in d["cache"]["new_misses"] if m["cause"] == "versions"]
+        assert versions, d["cache"]
+        want = re.compile(r"torch 2\.13\.0\S* → " + re.escape(torch.__version__))
+        assert all(any(want.match(r) for r in m["reasons"]) for m in versions), versions
