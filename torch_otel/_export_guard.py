@@ -51,6 +51,9 @@ class Target:
     protocol_var: str = "OTEL_EXPORTER_OTLP_PROTOCOL"  # the variable that names the protocol
     tls: bool = False  # whether the exporter speaks TLS to it
     insecure_var: str | None = None  # gRPC without a scheme: the OTEL_EXPORTER_OTLP_*INSECURE variable that chose TLS
+    # the exporter's own headers (OTEL_EXPORTER_OTLP_*HEADERS): a plaintext probe of the endpoint carries them, as an
+    # export would, so a collector that requires them (a gateway's auth) sees no request without them
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 _targets: dict[str, Target] = {}
@@ -114,13 +117,16 @@ def _tls_handshakes(host: str, port: int, timeout_s: float) -> bool:
         return False
 
 
-def _plain_answer(host: str, port: int, timeout_s: float) -> bytes:
+def _plain_answer(host: str, port: int, timeout_s: float, headers: tuple[tuple[str, str], ...] = ()) -> bytes:
     """The first bytes the server answers a plaintext HTTP/1.1 ``GET /`` with (b"" if none)."""
     import socket
 
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers).encode("latin-1", "replace")
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode("ascii", "replace") + b"\r\nConnection: close\r\n\r\n")
+            sock.sendall(
+                b"GET / HTTP/1.1\r\nHost: " + host.encode("ascii", "replace") + b"\r\n" + extra + b"Connection: close\r\n\r\n"
+            )
             head = b""
             while len(head) < 12:
                 chunk = sock.recv(64)
@@ -132,7 +138,7 @@ def _plain_answer(host: str, port: int, timeout_s: float) -> bytes:
         return b""
 
 
-def speaks(endpoint: str, tls_first: bool = False, timeout_s: float = 0.5) -> str:
+def speaks(endpoint: str, tls_first: bool = False, timeout_s: float = 0.5, headers: tuple[tuple[str, str], ...] = ()) -> str:
     """What the server at an endpoint speaks: "tls", "http/1.1", "h2" (HTTP/2 only: an OTLP/gRPC port) or "" (unknown).
 
     Probes with a TLS handshake and a plaintext ``GET /``: neither exports anything.
@@ -140,7 +146,7 @@ def speaks(endpoint: str, tls_first: bool = False, timeout_s: float = 0.5) -> st
     host, port, _ = _address(endpoint)
     if tls_first and _tls_handshakes(host, port, timeout_s):
         return "tls"
-    head = _plain_answer(host, port, timeout_s)
+    head = _plain_answer(host, port, timeout_s, headers)
     if head.startswith(b"HTTP/"):
         # a 400 is also how some TLS servers answer plaintext ("Client sent an HTTP request to an HTTPS server")
         if head[9:12] == b"400" and not tls_first and _tls_handshakes(host, port, timeout_s):
@@ -167,7 +173,7 @@ def endpoint_problem(endpoint: str, after_failure: bool = False) -> str | None:
         return None
     try:
         netloc = _address(endpoint)[2]
-        found = speaks(endpoint, tls_first=t.tls)
+        found = speaks(endpoint, tls_first=t.tls, headers=t.headers)
     except ValueError:
         return None
     if t.tls:

@@ -221,7 +221,19 @@ def _transport(
             kwargs["endpoint"] = (
                 base if name != "OTEL_EXPORTER_OTLP_ENDPOINT" else f"{base.removesuffix('/')}/{_SIGNAL_PATHS[signal]}"
             )
-    return Target(endpoint, cafile, proto, proto_var, tls, insecure_var), kwargs
+    return Target(endpoint, cafile, proto, proto_var, tls, insecure_var, _headers(env, signal)), kwargs
+
+
+def _headers(env: Mapping[str, str], signal: str) -> tuple[tuple[str, str], ...]:
+    """The exporter's headers as the SDK reads them (``key=value`` pairs, comma-separated, URL-encoded values)."""
+    from urllib.parse import unquote
+
+    out = []
+    for pair in (_var(env, signal, "HEADERS")[1] or "").split(","):
+        key, sep, value = pair.partition("=")
+        if sep and key.strip():
+            out.append((key.strip().lower(), unquote(value.strip())))
+    return tuple(out)
 
 
 def _import_grpc_quietly() -> None:
