@@ -1,9 +1,12 @@
-"""bench/fleet.py's Prometheus, and what is measured through it: its own series and memory, and every dashboard query.
+"""bench/fleet.py's Prometheus pipeline, and what is measured through it: its own series and memory, and every dashboard query.
 
 The test suite's Prometheus runner (``tests/servers.py``), with the bench's configuration: Debian's
 ``prometheus`` scrapes every simulated rank as its own target (``__metrics_path__`` and ``instance`` set
-per target, ``job`` from the scrape config) and evaluates ``grafana/alerts/torch-compile-rules.yml`` as
-shipped. Only scrape and evaluation intervals are set.
+per target, ``job`` from the scrape config), evaluates ``grafana/alerts/torch-compile-rules.yml`` as
+shipped and sends its alerts to an Alertmanager. Only scrape and evaluation intervals are set.
+
+The other pipeline (vmagent, VictoriaMetrics, vmalert) is ``fleet_vm.py``'s; both answer the same
+questions (:class:`FleetPrometheus`'s methods below the process ones), so ``fleet_run.py`` measures either.
 
 Imported by bench/fleet.py, which puts tests/ on sys.path.
 """
@@ -30,6 +33,7 @@ RANKS_PER_NODE = 8  # instance = node<rank // 8>:<9464 + rank % 8>, as 8 ranks p
 SELF_METRICS = (
     "prometheus_tsdb_head_series",
     "prometheus_tsdb_head_chunks",
+    "prometheus_tsdb_head_samples_appended_total",
     "process_resident_memory_bytes",
     "go_memstats_heap_inuse_bytes",
     "process_cpu_seconds_total",
@@ -50,21 +54,31 @@ class FleetPrometheus(Prometheus):
     stop_grace = 60
     api_timeout = 120
 
-    def __init__(self, world: int, server_port: int, scrape: str, evaluation: str) -> None:
-        super().__init__([], [RULES])
+    pipeline = "prometheus"
+
+    def __init__(
+        self,
+        world: int,
+        server_port: int,
+        scrape: str,
+        evaluation: str,
+        rules: Path = RULES,
+        alertmanager_url: str | None = None,
+    ) -> None:
+        super().__init__([], [rules])
         self.world, self.server_port, self.scrape, self.evaluation = world, server_port, scrape, evaluation
+        self.alertmanager_url = alertmanager_url
 
     def config(self) -> dict[str, Any]:
-        targets = []
-        for rank in range(self.world):
-            node, slot = divmod(rank, RANKS_PER_NODE)
-            labels = {"__metrics_path__": f"/rank/{rank}", "instance": f"node{node:04d}:{9464 + slot}"}
-            targets.append({"targets": [f"127.0.0.1:{self.server_port}"], "labels": labels})
-        return {
+        out: dict[str, Any] = {
             "global": {"scrape_interval": self.scrape, "evaluation_interval": self.evaluation},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": JOB, "static_configs": targets}],
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": [scrape_config(self.world, self.server_port)],
         }
+        if self.alertmanager_url:
+            am = self.alertmanager_url.split("://", 1)[1]
+            out["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [am]}]}]}
+        return out
 
     def flags(self) -> list[str]:
         return []
@@ -84,6 +98,37 @@ class FleetPrometheus(Prometheus):
     @property
     def pid(self) -> int:
         return self._p.proc.pid
+
+    # -- what fleet_run.py asks of a pipeline (fleet_vm.FleetVM answers the same) --------------------------------
+
+    def components(self) -> dict[str, int]:
+        """Each process of the pipeline, by name: its pid."""
+        return {"prometheus": self.pid}
+
+    def store_api(self, path: str, **params: str) -> Any:
+        """The store's Prometheus API, as Grafana asks it."""
+        return self.api(path, **params)
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The ruler's /api/v1/rules groups."""
+        return self.api("rules")["groups"]
+
+    def ruler_alerts(self) -> list[dict[str, Any]]:
+        """The ruler's pending and firing alerts (/api/v1/alerts)."""
+        return self.api("alerts")["alerts"]
+
+    def stats(self) -> dict[str, float]:
+        """The pipeline's own numbers, by common names: series stored, samples ingested (a counter), evaluations missed."""
+        m = self.self_metrics(SELF_METRICS)
+        return {
+            **m,
+            "series_stored": m.get("prometheus_tsdb_head_series", 0.0),
+            "samples_ingested_total": m.get("prometheus_tsdb_head_samples_appended_total", 0.0),
+            "rule_iterations_missed_total": m.get("prometheus_rule_group_iterations_missed_total", 0.0),
+        }
+
+    def series_count(self) -> float | None:
+        return self.stats()["series_stored"]
 
     def scalar(self, promql: str) -> float | None:
         result = self.query(promql)
@@ -111,6 +156,16 @@ class FleetPrometheus(Prometheus):
         return out
 
 
+def scrape_config(world: int, server_port: int) -> dict[str, Any]:
+    """The ``torch`` job: every simulated rank its own target, all on the fleet server's port (one path each)."""
+    targets = []
+    for rank in range(world):
+        node, slot = divmod(rank, RANKS_PER_NODE)
+        labels = {"__metrics_path__": f"/rank/{rank}", "instance": f"node{node:04d}:{9464 + slot}"}
+        targets.append({"targets": [f"127.0.0.1:{server_port}"], "labels": labels})
+    return {"job_name": JOB, "static_configs": targets}
+
+
 def dashboard_queries() -> list[tuple[str, str, str]]:
     """(dashboard, panel title or variable, PromQL) for every query the shipped dashboards send Prometheus."""
     out = []
@@ -134,18 +189,24 @@ def _substitute(expr: str) -> str:
     return out.replace("$job", JOB).replace("$rank", ".*")
 
 
-def time_query(prom: FleetPrometheus, expr: str, reps: int = 3) -> dict[str, Any]:
-    """A dashboard query as Grafana would send it, ``reps`` times: median and max seconds, and its result's length."""
+def time_query(pipe: Any, expr: str, reps: int = 3) -> dict[str, Any]:
+    """A dashboard query as Grafana would send it, ``reps`` times: median and max seconds, and its result's length.
+
+    ``pipe``: a pipeline (its ``store_api``). A query the store refuses or times out is recorded with its error.
+    """
     expr = _substitute(expr)
     m = re.fullmatch(r"label_values\((.*), (\w+)\)", expr)
     times, n = [], 0
     for _ in range(reps):
         t0 = time.perf_counter()
-        if m:
-            data = prom.api(f"label/{m.group(2)}/values", **{"match[]": m.group(1)})
-            n = len(data)
-        else:
-            data = prom.api("query", query=expr)
-            n = len(data["result"])
+        try:
+            if m:
+                data = pipe.store_api(f"label/{m.group(2)}/values", **{"match[]": m.group(1)})
+                n = len(data)
+            else:
+                data = pipe.store_api("query", query=expr)
+                n = len(data["result"])
+        except (OSError, AssertionError, ValueError) as exc:
+            return {"median_s": None, "max_s": None, "result_len": None, "error": str(exc)[:300]}
         times.append(time.perf_counter() - t0)
     return {"median_s": statistics.median(times), "max_s": max(times), "result_len": n}

@@ -1,9 +1,15 @@
-"""bench/fleet.py's runs: one size and one detail-ranks policy each, the server and Prometheus started and stopped.
+"""bench/fleet.py's runs: one pipeline, size and detail-ranks policy each; the server, the pipeline and an Alertmanager
+started and stopped.
 
-Once every rank's series are in, compiles arrive on every rank (twice), then on one odd rank alone;
-/api/v1/alerts is polled every second for TorchCompileRankDivergence. Measured along the way:
-Prometheus's series, memory and CPU, its scrapes, every rule's and group's evaluation time, and
-every dashboard query. Every process a run starts is stopped when it ends, Ctrl-C and errors included.
+Once every rank's series are in, compiles arrive on every rank (twice), then on one odd rank alone. Every
+second the ruler's alerts (Prometheus's or vmalert's /api/v1/alerts) and the Alertmanager's (/api/v2/alerts)
+are read for TorchCompileRankDivergence. Measured along the way: the series stored and the samples taken in,
+every process's memory and CPU (the store, the scrapers, the ruler, the Alertmanager, the fleet server), the
+scrapes, every rule's and group's evaluation time, and every dashboard query. Every process a run starts is
+stopped when it ends, Ctrl-C and errors included.
+
+A pipeline is ``fleet_prometheus.FleetPrometheus`` (one Prometheus scrapes, stores and evaluates) or
+``fleet_vm.FleetVM`` (two vmagent members share the scrape, VictoriaMetrics stores, vmalert evaluates).
 
 Imported by bench/fleet.py, which puts tests/ on sys.path (the test suite's real-server helpers).
 """
@@ -25,16 +31,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleet_prometheus import JOB, SELF_METRICS, FleetPrometheus, dashboard_queries, time_query
-from servers import http_get
+from fleet_prometheus import JOB, RULES, FleetPrometheus, dashboard_queries, time_query
+from fleet_vm import FleetVM
+from servers import Alertmanager, http_get
 
 HERE = Path(__file__).resolve().parent
 ALERT = "TorchCompileRankDivergence"
+PIPELINES = {"prometheus": FleetPrometheus, "vm": FleetVM}
 
 # Seconds after every rank's series are in: compiles arrive on every rank twice, then on the odd rank alone.
 SHARED_STEPS_AT = (15.0, 45.0)
 ODD_AT = 60.0
-ALERT_TIMEOUT = 180.0
+ALERT_TIMEOUT = 300.0  # seconds after the odd rank's compile: the run ends without the alert
+SERIES_IN_TIMEOUT = 240.0  # seconds after the pipeline started: the timeline starts with whatever is in
 
 _CHILDREN: list[subprocess.Popen[bytes]] = []
 
@@ -70,7 +79,7 @@ def start_server(world: int, policy: str, trace: Path, workdir: Path) -> tuple[s
     line: list[bytes] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
     reader.start()
-    reader.join(300)
+    reader.join(600)
     if not line or not line[0].startswith(b"PORT "):
         _stop(proc)
         raise RuntimeError(f"the fleet server did not start: {(workdir / 'server.log').read_text()[-2000:]}")
@@ -80,6 +89,16 @@ def start_server(world: int, policy: str, trace: Path, workdir: Path) -> tuple[s
 def _proc_cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc(pid: int) -> dict[str, float]:
+    """A process's CPU seconds so far, and its VmRSS and VmHWM (bytes)."""
+    out = {"cpu_s": _proc_cpu(pid)}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
 
 
 def _rfc3339(ts: str) -> float:
@@ -105,19 +124,52 @@ def _machine_cpu() -> tuple[float, float]:
 
 
 def _rule_series(evals: dict[str, float], ready: float) -> list[tuple[float, float]]:
-    """{lastEvaluation: seconds} -> [(evaluation time after Prometheus was ready, seconds)], in order."""
+    """{lastEvaluation: seconds} -> [(evaluation time after the pipeline was ready, seconds)], in order."""
     return sorted((_rfc3339(k) - ready, v) for k, v in evals.items())
 
 
-def run_one(world: int, policy: str, args: argparse.Namespace) -> dict[str, Any]:
+def _named(alerts: list[dict[str, Any]], state_key: str) -> list[dict[str, Any]]:
+    """The divergence alerts among ``alerts`` (a ruler's or the Alertmanager's): rank, aspect and state."""
+    out = []
+    for a in alerts:
+        if a["labels"].get("alertname") != ALERT:
+            continue
+        state = a.get("state") if state_key == "state" else a.get("status", {}).get("state")
+        when = a.get("activeAt") or a.get("startsAt")
+        out.append({"rank": a["labels"].get("rank"), "aspect": a["labels"].get("aspect"), "state": state, "at": when})
+    return out
+
+
+RANK_LISTS = ("ranks_named_after_odd", "ranks_named_at_end", "ranks_at_alertmanager", "ranks_at_alertmanager_at_end")
+
+
+def shorten_rank_lists(alert: dict[str, Any], keep: int = 20) -> None:
+    """Every rank named, counted (``<list>_count``), and the first ``keep`` of them kept: a run that named every rank
+    of 16,384 would otherwise write them all."""
+    for key in RANK_LISTS:
+        if key in alert:
+            ranks = sorted(alert[key], key=lambda r: int(r) if str(r).isdigit() else -1)
+            alert[f"{key}_count"] = len(ranks)
+            alert[key] = ranks[:keep]
+
+
+def run_one(world: int, policy: str, args: argparse.Namespace, pipeline: str = "prometheus") -> dict[str, Any]:
     t_start = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix=f"torch-otel-fleet-{world}-{policy}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"torch-otel-fleet-{pipeline}-{world}-{policy}-"))
     odd = world * 3 // 4 + 1  # a rank in a node of its own, not 0
-    out: dict[str, Any] = {"ranks": world, "detail_ranks": policy, "odd_rank": odd}
-    tag = f"[{world} ranks, {policy}]"
-    server = prom = None
+    rules = Path(getattr(args, "rules", RULES))
+    out: dict[str, Any] = {
+        "pipeline": pipeline,
+        "ranks": world,
+        "detail_ranks": policy,
+        "odd_rank": odd,
+        "rules_file": str(rules),
+    }
+    tag = f"[{pipeline}, {world} ranks, {policy}]"
+    server = pipe = am = None
     busy0, stall0 = _machine_cpu()
     wall0, self0 = time.time(), time.process_time()
+    comps: dict[str, int] = {}
     try:
         t0 = time.monotonic()
         server, sport = start_server(world, policy, args.trace, workdir)
@@ -130,28 +182,33 @@ def run_one(world: int, policy: str, args: argparse.Namespace) -> dict[str, Any]
             f"(rank 0 {stats0['series_rank0']}, others {stats0['series_further']})",
             flush=True,
         )
-        prom = FleetPrometheus(world, sport, args.scrape_interval, args.eval_interval).__enter__()  # left in the finally below
+        am = Alertmanager().__enter__()  # left in the finally below
+        cls: Any = PIPELINES[pipeline]
+        pipe = cls(world, sport, args.scrape_interval, args.eval_interval, rules, am.url).__enter__()
         ready = time.time()
-        print(f"{tag} prometheus ready on :{prom.port}", flush=True)
-        # every rank's series, and the 5 series Prometheus adds per target (up, scrape_duration_seconds, ...)
+        comps = {**pipe.components(), "alertmanager": am.pid, "server": server.pid}
+        print(f"{tag} {pipeline} ready; processes {comps}", flush=True)
+        # every rank's series, and the 5 series a scraper adds per target (up, scrape_duration_seconds, ...)
         expected = stats0["series_total"] + 5 * world
 
         samples: list[dict[str, Any]] = []
         rule_evals: dict[tuple[str, str], dict[str, float]] = {}  # (group, rule) -> {lastEvaluation: seconds}
         group_evals: dict[str, dict[str, float]] = {}
-        alert_polls: list[dict[str, Any]] = []
+        ruler_polls: list[dict[str, Any]] = []
+        am_polls: list[dict[str, Any]] = []
         steps_done = 0
         t_odd: float | None = None
         series_in_at: float | None = None
-        first_pending = first_firing = None
+        first_pending = first_firing = first_at_am = None
         false_alarms: list[dict[str, Any]] = []
-        cpu_mark: tuple[float, float, float] | None = None
+        false_at_am: list[dict[str, Any]] = []
+        mark: dict[str, Any] | None = None  # when every series was in: time, each process's CPU, samples taken in
         next_sample = 0.0
         while True:
             now = time.time()
             rel = now - ready
-            # the timeline starts once every rank's series are in (or after 180 s, whatever is in by then)
-            t_base = series_in_at if series_in_at is not None else (180.0 if rel >= 180 else None)
+            # the timeline starts once every rank's series are in (or after SERIES_IN_TIMEOUT, whatever is in by then)
+            t_base = series_in_at if series_in_at is not None else (SERIES_IN_TIMEOUT if rel >= SERIES_IN_TIMEOUT else None)
             if t_base is not None:
                 while steps_done < len(SHARED_STEPS_AT) and rel >= t_base + SHARED_STEPS_AT[steps_done]:
                     steps_done += 1
@@ -160,109 +217,126 @@ def run_one(world: int, policy: str, args: argparse.Namespace) -> dict[str, Any]
                     t_odd = json.loads(http_get(f"{base}/control?step={steps_done}&odd={odd}", timeout=30))["at"]
                     print(f"{tag} rank {odd} compiled something the others did not", flush=True)
             t_q = time.perf_counter()
-            alerts = [a for a in prom.api("alerts")["alerts"] if a["labels"].get("alertname") == ALERT]
+            seen = _named(pipe.ruler_alerts(), "state")
             poll_s = time.perf_counter() - t_q
-            seen = [
-                {
-                    "rank": a["labels"].get("rank"),
-                    "aspect": a["labels"].get("aspect"),
-                    "state": a["state"],
-                    "activeAt": a["activeAt"],
-                }
-                for a in alerts
-            ]
-            alert_polls.append({"t": now, "poll_s": poll_s, "alerts": seen})
+            at_am = _named(am.alerts(), "status")
+            ruler_polls.append({"t": now, "poll_s": poll_s, "alerts": seen})
+            am_polls.append({"t": now, "alerts": at_am})
             if t_odd is None:
                 false_alarms.extend({"t_rel": rel, **a} for a in seen)
-            elif seen:
-                if first_pending is None:
+                false_at_am.extend({"t_rel": rel, **a} for a in at_am)
+            else:
+                if seen and first_pending is None:
                     first_pending = now
                 if first_firing is None and any(a["state"] == "firing" for a in seen):
                     first_firing = now
+                if at_am and first_at_am is None:
+                    first_at_am = now
+                    print(f"{tag} {ALERT} at the Alertmanager {now - t_odd:.0f}s after the odd compile", flush=True)
             if now >= next_sample:
                 next_sample = now + (5 if series_in_at is not None else 2)
-                snap = {"t_rel": rel, **prom.self_metrics(SELF_METRICS), **prom.proc_status()}
-                snap["server_cpu_s"] = _proc_cpu(server.pid)
+                snap: dict[str, Any] = {"t_rel": rel, **pipe.stats()}
+                snap["proc"] = {name: _proc(pid) for name, pid in comps.items()}
                 samples.append(snap)
-                if series_in_at is None and snap.get("prometheus_tsdb_head_series", 0) >= expected:
+                if series_in_at is None and snap.get("series_stored", 0) >= expected:
                     series_in_at = rel
-                    cpu_mark = (time.time(), snap["process_cpu_seconds_total"], snap["server_cpu_s"])
+                    mark = {
+                        "t": time.time(),
+                        "cpu": {n: p["cpu_s"] for n, p in snap["proc"].items()},
+                        "samples": snap["samples_ingested_total"],
+                    }
                     print(f"{tag} every rank's series in after {rel:.0f}s", flush=True)
-                for g in prom.api("rules")["groups"]:
+                for g in pipe.rule_groups():
                     if g.get("lastEvaluation", "").startswith("0001"):
                         continue
-                    group_evals.setdefault(g["name"], {})[g["lastEvaluation"]] = g["evaluationTime"]
+                    # Prometheus times the group; vmalert times each rule only: the group is their sum (they run in turn)
+                    g_time = g.get("evaluationTime")
+                    if g_time is None:
+                        g_time = sum(r.get("evaluationTime", 0.0) for r in g["rules"])
+                    group_evals.setdefault(g["name"], {})[g["lastEvaluation"]] = g_time
                     for r in g["rules"]:
                         if not r.get("lastEvaluation", "").startswith("0001"):
                             rule_evals.setdefault((g["name"], r["name"]), {})[r["lastEvaluation"]] = r["evaluationTime"]
-            if first_firing is not None and now - first_firing > 2:
+            if first_at_am is not None and now - first_at_am > 2:
                 break
             if t_odd is not None and now - t_odd > ALERT_TIMEOUT:
-                print(f"{tag} {ALERT} did not fire within {ALERT_TIMEOUT:.0f}s", flush=True)
+                print(f"{tag} {ALERT} did not reach the Alertmanager within {ALERT_TIMEOUT:.0f}s", flush=True)
                 break
             time.sleep(max(0.0, 1.0 - (time.time() - now)))
 
-        # the steady window, from every series in until the alert fired: CPU used per second
+        # the steady window, from every series in until the alert reached the Alertmanager: CPU per process, samples in
         last = samples[-1]
-        if cpu_mark is not None and last["t_rel"] + ready > cpu_mark[0]:
-            span = last["t_rel"] + ready - cpu_mark[0]
-            out["cpu_cores_steady"] = {
-                "prometheus": (last["process_cpu_seconds_total"] - cpu_mark[1]) / span,
-                "server": (last["server_cpu_s"] - cpu_mark[2]) / span,
-                "window_s": span,
-            }
+        if mark is not None and last["t_rel"] + ready > mark["t"]:
+            span = last["t_rel"] + ready - mark["t"]
+            out["cpu_cores_steady"] = {n: (last["proc"][n]["cpu_s"] - mark["cpu"][n]) / span for n in comps}
+            out["cpu_cores_steady"]["window_s"] = span
+            out["ingest_samples_per_s"] = (last["samples_ingested_total"] - mark["samples"]) / span
         out["series_in_s"] = series_in_at
-        out["memory_steady"] = {
-            k: last.get(k) for k in ("VmRSS", "VmHWM", "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
-        }
-        out["head_series"] = last.get("prometheus_tsdb_head_series")
-        out["head_chunks"] = last.get("prometheus_tsdb_head_chunks")
-        out["rule_iterations_missed"] = last.get("prometheus_rule_group_iterations_missed_total")
-        out["scrape_interval_p99_s"] = last.get("scrape_interval_p99")
+        out["memory_steady"] = {n: last["proc"][n].get("VmRSS") for n in comps}
+        out["series_stored"] = last.get("series_stored")
+        out["stats_steady"] = {k: v for k, v in last.items() if k != "proc"}
 
-        # the alert
-        alert: dict[str, Any] = {"false_alarms_before_odd": false_alarms[:20], "false_alarm_count": len(false_alarms)}
+        # the alert: at the ruler, and at the Alertmanager
+        alert: dict[str, Any] = {
+            "false_alarms_before_odd": false_alarms[:20],
+            "false_alarm_count": len(false_alarms),
+            "false_alarms_at_alertmanager": len(false_at_am),
+        }
         if t_odd is not None:
             alert["odd_at_s"] = t_odd - ready
             alert["pending_after_s"] = None if first_pending is None else first_pending - t_odd
             alert["firing_after_s"] = None if first_firing is None else first_firing - t_odd
-            after = [a for p in alert_polls if p["t"] >= t_odd for a in p["alerts"]]
+            alert["at_alertmanager_after_s"] = None if first_at_am is None else first_at_am - t_odd
+            after = [a for p in ruler_polls if p["t"] >= t_odd for a in p["alerts"]]
             if after:
                 # the evaluation that made it pending, by its own timestamp (the API shows it once that evaluation ends)
-                alert["active_at_after_s"] = min(_rfc3339(a["activeAt"]) for a in after) - t_odd
+                alert["active_at_after_s"] = min(_rfc3339(a["at"]) for a in after) - t_odd
             alert["ranks_named_after_odd"] = sorted({a["rank"] for a in after})
             alert["aspects_named"] = sorted({a["aspect"] for a in after})
-        alert["alerts_poll_s"] = _summarise([p["poll_s"] for p in alert_polls])
+            am_after = [a for p in am_polls if p["t"] >= t_odd for a in p["alerts"]]
+            alert["ranks_at_alertmanager"] = sorted({a["rank"] for a in am_after})
+            alert["aspects_at_alertmanager"] = sorted({a["aspect"] for a in am_after})
+        alert["alerts_poll_s"] = _summarise([p["poll_s"] for p in ruler_polls])
         out["alert"] = alert
-        print(f"{tag} alert: {json.dumps({k: v for k, v in alert.items() if 'false_alarms' not in k})}", flush=True)
+        print(f"{tag} alert: {json.dumps({k: v for k, v in alert.items() if 'false_alarms_before' not in k})}", flush=True)
 
-        # scrapes
+        # scrapes, as the store has them
         out["scrapes"] = {
-            "targets_up": prom.scalar(f'count(up{{job="{JOB}"}} == 1)'),
-            "targets": prom.scalar(f'count(up{{job="{JOB}"}})'),
-            "duration_p50_s": prom.scalar(f'quantile(0.5, scrape_duration_seconds{{job="{JOB}"}})'),
-            "duration_p99_s": prom.scalar(f'quantile(0.99, scrape_duration_seconds{{job="{JOB}"}})'),
-            "duration_max_2m_s": prom.scalar(f'max(max_over_time(scrape_duration_seconds{{job="{JOB}"}}[2m]))'),
-            "samples_per_round": prom.scalar(f'sum(scrape_samples_scraped{{job="{JOB}"}})'),
+            "targets_up": pipe.scalar(f'count(up{{job="{JOB}"}} == 1)'),
+            "targets": pipe.scalar(f'count(up{{job="{JOB}"}})'),
+            "duration_p50_s": pipe.scalar(f'quantile(0.5, scrape_duration_seconds{{job="{JOB}"}})'),
+            "duration_p99_s": pipe.scalar(f'quantile(0.99, scrape_duration_seconds{{job="{JOB}"}})'),
+            "duration_max_2m_s": pipe.scalar(f'max(max_over_time(scrape_duration_seconds{{job="{JOB}"}}[2m]))'),
+            "samples_per_round": pipe.scalar(f'sum(scrape_samples_scraped{{job="{JOB}"}})'),
         }
+        if isinstance(pipe, FleetVM):
+            out["scrapes"]["targets_per_vmagent"] = pipe.agent_targets()
 
-        # every dashboard query, after the alert fired (the data is in, and a few scrapes old)
+        # every dashboard query, after the alert reached the Alertmanager (the data is in, and a few scrapes old)
         queries = []
         for dash, title, expr in dashboard_queries():
-            queries.append({"dashboard": dash, "panel": title, "expr": expr, **time_query(prom, expr)})
+            queries.append({"dashboard": dash, "panel": title, "expr": expr, **time_query(pipe, expr)})
         out["queries"] = queries
         by_dash: dict[str, list[float]] = {}
         for q in queries:
-            by_dash.setdefault(q["dashboard"], []).append(q["median_s"])
+            if q["median_s"] is not None:
+                by_dash.setdefault(q["dashboard"], []).append(q["median_s"])
         out["dashboards"] = {d: {**_summarise(v), "queries": len(v)} for d, v in by_dash.items()}
+        out["query_errors"] = [q for q in queries if q.get("error")]
 
-        # did any other rank get named, up to now (a few evaluations after the alert fired)?
-        late = [a for a in prom.api("alerts")["alerts"] if a["labels"].get("alertname") == ALERT]
-        alert["ranks_named_at_end"] = sorted({a["labels"].get("rank") for a in late})
+        # did any other rank get named, up to now (a few evaluations after the alert reached the Alertmanager)?
+        late = _named(pipe.ruler_alerts(), "state")
+        late_am = _named(am.alerts(), "status")
+        alert["ranks_named_at_end"] = sorted({a["rank"] for a in late})
+        alert["ranks_at_alertmanager_at_end"] = sorted({a["rank"] for a in late_am})
         alert["states_at_end"] = sorted({a["state"] for a in late})
-        alert["only_the_odd_rank"] = alert.get("ranks_named_after_odd") == [str(odd)] and alert["ranks_named_at_end"] == [
-            str(odd)
-        ]
+        alert["only_the_odd_rank"] = (
+            alert.get("ranks_named_after_odd") == [str(odd)]
+            and alert["ranks_named_at_end"] == [str(odd)]
+            and alert.get("ranks_at_alertmanager") == [str(odd)]
+            and alert["ranks_at_alertmanager_at_end"] == [str(odd)]
+        )
+        shorten_rank_lists(alert)
 
         # rule evaluation times: every evaluation seen, and those that began once every series was in
         steady_from = series_in_at if series_in_at is not None else float("inf")
@@ -282,37 +356,44 @@ def run_one(world: int, policy: str, args: argparse.Namespace) -> dict[str, Any]
                 "evaluations": [(round(t, 1), round(v, 4)) for t, v in ts],
             }
 
-        end = {**prom.self_metrics(SELF_METRICS), **prom.proc_status()}
-        out["memory_end"] = {
-            k: end.get(k) for k in ("VmRSS", "VmHWM", "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
-        }
+        end = pipe.stats()
+        end_proc = {name: _proc(pid) for name, pid in comps.items()}
+        out["stats_end"] = end
+        out["series_count_end"] = pipe.series_count()
         # the kernel updates VmHWM lazily: the peak is the larger of it and every VmRSS read
-        out["memory_peak"] = max([end.get("VmHWM", 0), end.get("VmRSS", 0), *(x.get("VmRSS", 0) for x in samples)])
-        out["rule_iterations_missed_end"] = end.get("prometheus_rule_group_iterations_missed_total")
+        out["memory_peak"] = {
+            n: max([end_proc[n].get("VmHWM", 0), end_proc[n].get("VmRSS", 0), *(s["proc"][n].get("VmRSS", 0) for s in samples)])
+            for n in comps
+        }
+        out["rule_iterations_missed_end"] = end.get("rule_iterations_missed_total")
         out["samples"] = samples
         stats1 = json.loads(http_get(f"{base}/stats", timeout=30))
         out["server"] = {"requests": stats1["requests"], "bytes": stats1["bytes"], "cpu_s": stats1["cpu_s"]}
 
-        # the whole run's CPU on this machine: ours (Prometheus, the server, this process) and everyone else's
+        # the whole run's CPU on this machine: ours (the pipeline, the Alertmanager, the server, this process) and everyone else's
         busy1, stall1 = _machine_cpu()
         wall = time.time() - wall0
-        ours = _proc_cpu(prom.pid) + _proc_cpu(server.pid) + time.process_time() - self0
+        procs_cpu = {n: p["cpu_s"] for n, p in end_proc.items()}
+        ours = sum(procs_cpu.values()) + time.process_time() - self0
         out["machine_cpu"] = {
             "wall_s": wall,
             "busy_cores": (busy1 - busy0) / wall,
             "ours_cores": ours / wall,
             "others_cores": max(0.0, (busy1 - busy0 - ours) / wall),
             "cpu_stall_share": (stall1 - stall0) / wall,
-            "prometheus_cores": _proc_cpu(prom.pid) / wall,
+            **{f"{n}_cores": v / wall for n, v in procs_cpu.items()},
         }
         print(f"{tag} machine: {json.dumps({k: round(v, 2) for k, v in out['machine_cpu'].items()})}", flush=True)
         return out
     finally:
-        if prom is not None:
+        if pipe is not None:
             t0 = time.monotonic()
-            prom.stop()
-            out["prometheus_stop_s"] = time.monotonic() - t0
-            prom.__exit__(None, None, None)  # its data directory
+            with contextlib.suppress(Exception):
+                pipe.stop()
+            out["pipeline_stop_s"] = time.monotonic() - t0
+            pipe.__exit__(None, None, None)  # its data directories
+        if am is not None:
+            am.__exit__(None, None, None)
         if server is not None:
             _stop(server)
         shutil.rmtree(workdir, ignore_errors=True)

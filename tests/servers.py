@@ -1,4 +1,5 @@
-"""Real receivers for the tests, on 127.0.0.1 with free ports: Prometheus, Pushgateway, rotel.
+"""Real receivers for the tests, on 127.0.0.1 with free ports: Prometheus, Pushgateway, rotel, and a
+VictoriaMetrics pipeline (VictoriaMetrics, vmagent, vmalert) with Prometheus's Alertmanager.
 
 Each is a context manager that starts the real program, waits until it
 answers, and stops it (and removes its temporary state) on exit.
@@ -45,20 +46,18 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last})")
 
 
-def require(program: str) -> str:
+def require(program: str, packages: str = "prometheus prometheus-pushgateway") -> str:
     path = shutil.which(program)
     if path is None:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(
-            f"{program} is not installed (apt-get install prometheus prometheus-pushgateway)"
-        )
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{program} is not installed (apt-get install {packages})")
     return path
 
 
 class _Process:
-    def __init__(self, argv: list[str], log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.log = log
         self._out = log.open("wb")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
     def stop(self, grace: float = 10) -> None:
         """SIGTERM, and SIGKILL if it has not exited ``grace`` seconds later."""
@@ -98,10 +97,10 @@ class _LoopbackServer:
     ready_timeout: float = 30  # seconds it may take to answer /-/ready
     stop_grace: float = 10  # seconds it may take to exit on SIGTERM before it is killed
 
-    def _start(self, argv_for: Callable[[int, int], list[str]]) -> None:
+    def _start(self, argv_for: Callable[[int, int], list[str]], env: dict[str, str] | None = None) -> None:
         for attempt in range(3):
             self.port = free_port()
-            self._p = _Process(argv_for(self.port, attempt), self.dir / f"{self.name}{attempt}.log")
+            self._p = _Process(argv_for(self.port, attempt), self.dir / f"{self.name}{attempt}.log", env)
             if _ready(self._p, f"{self.url}/-/ready", f"{self.name} to be ready", self.ready_timeout):
                 return
             self._p.stop()
@@ -188,6 +187,235 @@ class Pushgateway(_LoopbackServer):
 
     def metrics(self) -> str:
         return http_get(f"{self.url}/metrics")
+
+
+# -- A VictoriaMetrics pipeline: vmagent scrapes, VictoriaMetrics stores, vmalert evaluates, Alertmanager receives --
+
+VM_PACKAGES = "victoria-metrics prometheus-alertmanager"  # Debian's: victoria-metrics ships vmagent and vmalert too
+
+
+def _api_data(url: str, timeout: float) -> Any:
+    body = json.loads(http_get(url, timeout=timeout))
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+class VictoriaMetrics(_LoopbackServer):
+    """Debian's victoria-metrics (single node), with its storage in a temporary directory.
+
+    It takes remote write on ``write_url`` and answers the Prometheus query API. :meth:`query` asks with
+    ``nocache=1``: without it, VictoriaMetrics hides the last 30 s of samples (``-search.latencyOffset``).
+    """
+
+    name = "victoria-metrics"
+    api_timeout: float = 5
+
+    def __init__(self, flags: list[str] | None = None) -> None:
+        self.extra_flags = flags or []
+
+    def __enter__(self) -> VictoriaMetrics:
+        binary = require("victoria-metrics", VM_PACKAGES)
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-vm-"))
+        self._start(
+            lambda port, attempt: [
+                binary,
+                f"-storageDataPath={self.dir / f'data{attempt}'}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                "-retentionPeriod=1d",
+                *self.extra_flags,
+            ]
+        )
+        return self
+
+    @property
+    def write_url(self) -> str:
+        return f"{self.url}/api/v1/write"
+
+    @property
+    def pid(self) -> int:
+        return self._p.proc.pid
+
+    def api(self, path: str, **params: str) -> Any:
+        return _api_data(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", self.api_timeout)
+
+    def query(self, promql: str, fresh: bool = True) -> list[dict[str, Any]]:
+        """Instant query at now; ``fresh``: with the samples of the last 30 s (``nocache=1``)."""
+        return self.api("query", query=promql, **({"nocache": "1"} if fresh else {}))["result"]
+
+    def wait_for(self, promql: str, timeout: float = 60) -> list[dict[str, Any]]:
+        return wait_until(lambda: self.query(promql), timeout, f"victoria-metrics to have {promql}")
+
+    def metrics(self) -> str:
+        return http_get(f"{self.url}/metrics", timeout=30)
+
+
+class VMAgent(_LoopbackServer):
+    """vmagent scraping with ``config`` (a Prometheus scrape config) and remote-writing to ``remote_write_url``.
+
+    ``members`` > 1: this is member ``member`` of that many, each scraping its share of the targets
+    (``-promscrape.cluster.*``), all from the same config. ``env`` fills the config's ``%{NAME}`` placeholders.
+    """
+
+    name = "vmagent"
+
+    def __init__(
+        self,
+        config: Path,
+        remote_write_url: str,
+        member: int = 0,
+        members: int = 1,
+        flags: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.config, self.remote_write_url, self.member, self.members = config, remote_write_url, member, members
+        self.extra_flags = flags or []
+        self.env = env
+
+    def __enter__(self) -> VMAgent:
+        binary = require("vmagent", VM_PACKAGES)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"torch-otel-vmagent{self.member}-"))
+        cluster = []
+        if self.members > 1:
+            cluster = [f"-promscrape.cluster.membersCount={self.members}", f"-promscrape.cluster.memberNum={self.member}"]
+        self._start(
+            lambda port, attempt: [
+                binary,
+                f"-promscrape.config={self.config}",
+                f"-remoteWrite.url={self.remote_write_url}",
+                f"-remoteWrite.tmpDataPath={self.dir / f'queue{attempt}'}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                *cluster,
+                *self.extra_flags,
+            ],
+            None if self.env is None else {**os.environ, **self.env},
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self._p.proc.pid
+
+    def targets(self) -> list[dict[str, Any]]:
+        """The targets this member scrapes (its share), as /api/v1/targets lists them."""
+        return _api_data(f"{self.url}/api/v1/targets", 30)["activeTargets"]
+
+    def metrics(self) -> str:
+        return http_get(f"{self.url}/metrics", timeout=30)
+
+
+class VMAlert(_LoopbackServer):
+    """vmalert evaluating ``rule_files`` (Prometheus rule files) on ``datasource_url``.
+
+    Recording rules and the alerts' state are remote-written to ``remote_write_url``; firing alerts go
+    to the Alertmanager at ``notifier_url``. /api/v1/rules and /api/v1/alerts answer as Prometheus's do.
+    """
+
+    name = "vmalert"
+    api_timeout: float = 5
+
+    def __init__(
+        self,
+        rule_files: list[Path],
+        datasource_url: str,
+        remote_write_url: str,
+        notifier_url: str,
+        evaluation_interval: str = "1s",
+        flags: list[str] | None = None,
+    ) -> None:
+        self.rule_files, self.datasource_url, self.remote_write_url = rule_files, datasource_url, remote_write_url
+        self.notifier_url, self.evaluation_interval = notifier_url, evaluation_interval
+        self.extra_flags = flags or []
+
+    def __enter__(self) -> VMAlert:
+        binary = require("vmalert", VM_PACKAGES)
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-vmalert-"))
+        self._start(
+            lambda port, _attempt: [
+                binary,
+                *(f"-rule={p}" for p in self.rule_files),
+                f"-datasource.url={self.datasource_url}",
+                f"-remoteWrite.url={self.remote_write_url}",
+                f"-notifier.url={self.notifier_url}",
+                f"-evaluationInterval={self.evaluation_interval}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                f"-external.url=http://127.0.0.1:{port}",
+                *self.extra_flags,
+            ]
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self._p.proc.pid
+
+    def api(self, path: str, **params: str) -> Any:
+        return _api_data(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", self.api_timeout)
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Pending and firing alerts: labels, state, activeAt."""
+        return self.api("alerts")["alerts"] or []
+
+    def metrics(self) -> str:
+        return http_get(f"{self.url}/metrics", timeout=30)
+
+
+class Command(_LoopbackServer):
+    """Any program that answers ``/-/ready``, from a command line built for each start.
+
+    ``argv_for(port, workdir)``: its argv listening on 127.0.0.1:``port``, its state under ``workdir`` (a fresh
+    directory inside this runner's temporary one). ``env``: its environment.
+    """
+
+    def __init__(self, name: str, argv_for: Callable[[int, Path], list[str]], env: dict[str, str] | None = None) -> None:
+        self.name, self.argv_for, self.env = name, argv_for, env
+
+    def __enter__(self) -> Command:
+        self.dir = Path(tempfile.mkdtemp(prefix=f"torch-otel-{self.name}-"))
+        self._start(lambda port, attempt: self.argv_for(port, self.dir / f"run{attempt}"), self.env)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self._p.proc.pid
+
+    def output(self) -> str:
+        return self._p.output()
+
+
+class Alertmanager(_LoopbackServer):
+    """Debian's prometheus-alertmanager, alone (no cluster), with ``config`` (default: one receiver that sends nothing)."""
+
+    name = "alertmanager"
+    DEFAULT_CONFIG: dict[str, Any] = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}]}
+
+    def __init__(self, config: Path | dict[str, Any] | None = None) -> None:
+        self.config = self.DEFAULT_CONFIG if config is None else config
+
+    def __enter__(self) -> Alertmanager:
+        binary = require("prometheus-alertmanager", VM_PACKAGES)
+        self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-am-"))
+        config = self.config
+        if not isinstance(config, Path):
+            config = self.dir / "alertmanager.yml"
+            config.write_text(json.dumps(self.config))  # JSON is YAML
+        self._start(
+            lambda port, attempt: [
+                binary,
+                f"--config.file={config}",
+                f"--storage.path={self.dir / f'data{attempt}'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",
+            ]
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self._p.proc.pid
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts it holds now (/api/v2/alerts): labels, startsAt, status."""
+        return json.loads(http_get(f"{self.url}/api/v2/alerts", timeout=30))
 
 
 def rotel_binary() -> str:

@@ -95,6 +95,12 @@ SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dic
             # cold: rank 1 missed the cache; it alone logged a collective schedule (the others' graphs came from the cache)
             *_fp("cold", "cache", {"0": "5x40", "1": "6x40", "2": "5x40"}),
             *_fp("cold", "collectives", {"0": "0x40", "1": "3x40", "2": "0x40"}),
+            # its latest miss, as the bridge serves it: the cache aspect's alert names the graph, cause and part
+            (
+                'torch_compile_cache_last_miss{job="cold",instance="cold-1",rank="1",cache="fx_graph",graph="0/0 forward",'
+                'cause="config",component="inductor_config[max_fusion_size]"}',
+                "1x40",
+            ),
             # pair: two ranks, split evenly: both are named
             *_fp("pair", "graphs", {"0": "1x40", "1": "2x40"}),
             # slow: rank 2 is still compiling what the others compiled: not odd until it finishes
@@ -123,9 +129,17 @@ def _rules() -> dict[str, dict[str, Any]]:
     return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
 
 
+# What the cache aspect's description adds from the odd rank's torch_compile_cache_last_miss (SCENARIOS' cold job)
+LAST_MISS = {"cold-1": " Its latest cache miss: fx_graph graph 0/0 forward, cause config, part inductor_config[max_fusion_size]."}
+_CACHE_BLOCK = re.compile(r"\{\{ if eq \$labels\.aspect \"cache\" \}\}.*\{\{ end \}\}\{\{ end \}\}\{\{ end \}\}", re.S)
+
+
 def _render(template: str, labels: dict[str, str], value: str) -> str:
-    """Fill the two template forms the rules use: {{ $labels.x }} and {{ $value | ... }}."""
-    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+    """Fill the template forms the rules use: {{ $labels.x }}, {{ $value | ... }}, and the cache aspect's latest miss
+    (a query of torch_compile_cache_last_miss: what LAST_MISS says the scenario's series give, else nothing)."""
+    miss = LAST_MISS.get(labels.get("instance", ""), "") if labels.get("aspect") == "cache" else ""
+    out = _CACHE_BLOCK.sub(lambda m: miss, template)
+    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], out)
     return re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, out)
 
 
