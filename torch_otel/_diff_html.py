@@ -12,17 +12,10 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from ._html import _PAGE_HEAD as _HEAD
 from ._html import _inlined, _script_json
 
 __all__ = ["render_diff_html"]
-
-_HEAD = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<title>"""
 
 # {name}: the text of torch_otel/_assets/<name>. The error catcher runs first, so any later failure lands in data-errors.
 _AFTER_TITLE = """</title>
