@@ -401,3 +401,32 @@ def test_cold_and_warm_starts_and_ids_that_never_wrap(tmp_path: Path) -> None:
     probe = json.loads(page.body["data-nowrap"])
     assert probe["id"] == summary["slowest"][0]["id"] and probe["frameLines"] > 1, probe
     assert probe["idLines"] == 1, probe  # one line, beside a frame name that wraps
+
+
+BOXES_PROBE = """<script>
+(function () {
+  var boxes = Array.prototype.slice.call(document.querySelectorAll("#chart .box")), bad = [], labelled = 0;
+  var rects = boxes.map(function (b) { return b.getBoundingClientRect(); });
+  boxes.forEach(function (b, i) {
+    var r = rects[i], want = parseFloat(b.style.width);
+    if (r.height > 20.01 || Math.abs(r.width - Math.max(1, want)) > 0.6) bad.push(b.textContent + " drawn " + r.width + "x" + r.height + " for a width of " + want);
+    if (b.textContent) labelled++;
+    for (var j = 0; j < i; j++) {
+      var o = rects[j], dx = Math.min(r.right, o.right) - Math.max(r.left, o.left), dy = Math.min(r.bottom, o.bottom) - Math.max(r.top, o.top);
+      if (dx > 0.6 && dy > 0.6) bad.push("'" + boxes[j].textContent + "' covers " + dx.toFixed(1) + "x" + dy.toFixed(1) + " px of '" + b.textContent + "'");
+    }
+  });
+  document.body.dataset.boxes = JSON.stringify({n: boxes.length, labelled: labelled, bad: bad.slice(0, 10)});
+})();
+</script></body>"""
+
+
+def test_no_chart_box_covers_another_or_its_label(tmp_path: Path) -> None:
+    """Each box of the chart is drawn exactly where its time puts it: none overlaps a neighbour in its row or the
+    row below. (Padding outside the set width made each box 9 px wider and 4 px taller than its time, so a box
+    drawn later hid the first letter of its right-hand neighbour's label: "frame 1/0" read "rame 1/0".)"""
+    page = _open(tmp_path, render_html(_sample()).replace("</body>", BOXES_PROBE))
+    _assert_clean(page)
+    probe = json.loads(page.body["data-boxes"])
+    assert probe["n"] > 10 and probe["labelled"] > 3, probe
+    assert probe["bad"] == [], probe

@@ -442,6 +442,9 @@ def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
                     if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
                         v = ev.fields.get("pytorch_version")
                         version = v if isinstance(v, str) and v else version
+                    elif isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
+                        # written before the first compile: the first lookups' keys know their release
+                        version = _torch_version(ev.payload) or version
                     elif isinstance(ev, ArtifactEvent) and remember_key(history, ev, version):
                         found += 1
     if not found:

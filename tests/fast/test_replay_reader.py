@@ -313,3 +313,18 @@ def test_replay_file_on_a_missing_file_is_a_problem_not_an_exception(tmp_path):
     stats = ReplayStats()
     replay_file(Path(tmp_path / "absent.log"), [Collect()], stats)
     assert stats.files == 1 and len(stats.problems) == 1 and "absent.log: cannot read" in stats.problems[0]
+
+
+def test_a_baselines_keys_know_their_release_from_the_first_lookup_on():
+    """The committed 2.13 run's log: every key carries the release that wrote it, the first compile's keys too.
+
+    torch writes the ``torch_version`` artifact before the first compile and the compile's metrics after its
+    lookups; a key without its release made a miss on another release read "torch version changed" instead of
+    "torch 2.13.0+cpu → 2.15.0".
+    """
+    from torch_otel._baseline import baseline_keys
+
+    log = Path(__file__).parent.parent / "data" / "cache-baseline-2.13"
+    keys, problems = baseline_keys(str(log))
+    assert keys and not problems
+    assert {k.torch_version for k in keys} == {"2.13.0+cpu"}, [(k.compile_id, k.torch_version) for k in keys]

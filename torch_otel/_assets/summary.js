@@ -134,6 +134,8 @@
     b.style.left = x.toFixed(1) + "px";
     b.style.width = Math.max(1, w).toFixed(1) + "px";
     b.style.top = (row * ROW) + "px";
+    // a box too narrow for a label has no padding: padding would draw it wider than its time, over its neighbour
+    if (w < LABEL_PX) b.style.padding = "0";
     if (w < 3) b.style.borderRight = "none";   // the white separator would hide a box this thin
     if (row + 1 > rows) rows = row + 1;
   }
