@@ -109,6 +109,10 @@ class FleetPrometheus(Prometheus):
         """The store's Prometheus API, as Grafana asks it."""
         return self.api(path, **params)
 
+    def ruler_view(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query as the ruler sees the store now (Prometheus: every sample it has)."""
+        return self.api("query", query=promql)["result"]
+
     def rule_groups(self) -> list[dict[str, Any]]:
         """The ruler's /api/v1/rules groups."""
         return self.api("rules")["groups"]

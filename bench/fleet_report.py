@@ -146,6 +146,14 @@ def table(runs: list[dict[str, Any]]) -> str:
             lambda r: " / ".join(_s(r["alert"][k]) for k in ("pending_after_s", "firing_after_s", "at_alertmanager_after_s")),
         ),
         row("... pending, by the evaluation's own timestamp (activeAt)", lambda r: _s(r["alert"]["active_at_after_s"])),
+        row(
+            "odd compile to its fingerprints in the ruler's queries (scrape and store delay)",
+            lambda r: _s(r["alert"].get("visible_to_ruler_after_s")),
+        ),
+        row(
+            "... then to the Alertmanager, against two evaluation intervals plus for",
+            lambda r: f"{_s(r['alert'].get('at_alertmanager_after_visible_s'))} (bound {_s(r['alert'].get('bound_s'), 0)})",
+        ),
         row("names the odd rank, and only it (ruler and Alertmanager)", named),
         row("dashboard queries: median / slowest", slowest),
         row("dashboard queries that failed", lambda r: str(len(r["query_errors"]))),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_prometheus import JOB, RULES, FleetPrometheus, dashboard_queries, time_query
+from fleet_ranks import FP
 from fleet_vm import FleetVM
 from servers import Alertmanager, http_get
 
@@ -140,6 +141,41 @@ def _named(alerts: list[dict[str, Any]], state_key: str) -> list[dict[str, Any]]
     return out
 
 
+def _alert_for(rules: Path) -> float:
+    """The divergence alert's ``for:`` in seconds, from the rule file the run evaluates."""
+    import yaml
+
+    for g in yaml.safe_load(rules.read_text())["groups"]:
+        for r in g["rules"]:
+            if r.get("alert") == ALERT:
+                return _seconds(r.get("for", "0s"))
+    return 0.0
+
+
+def _seconds(duration: str) -> float:
+    """A Prometheus duration of one unit ("15s", "1m") in seconds."""
+    return float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
+def _fingerprints(pipe: Any, rank: int) -> dict[str, float]:
+    """The rank's fingerprints by aspect, as the ruler's query sees them now."""
+    try:
+        rows = pipe.ruler_view(f'{FP}{{job="{JOB}", rank="{rank}"}}')
+    except (OSError, AssertionError, ValueError):
+        return {}
+    return {r["metric"].get("aspect", ""): float(r["value"][1]) for r in rows}
+
+
+def _served_fingerprints(base: str, rank: int) -> dict[str, float]:
+    """The rank's fingerprints by aspect, as the simulator serves them now (what a scrape would store)."""
+    out = {}
+    for line in http_get(f"{base}/rank/{rank}", timeout=30).splitlines():
+        m = re.match(FP + r'\{.*aspect="(\w+)".*\} (\S+)$', line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
 RANK_LISTS = ("ranks_named_after_odd", "ranks_named_at_end", "ranks_at_alertmanager", "ranks_at_alertmanager_at_end")
 
 
@@ -198,6 +234,8 @@ def run_one(world: int, policy: str, args: argparse.Namespace, pipeline: str = "
         am_polls: list[dict[str, Any]] = []
         steps_done = 0
         t_odd: float | None = None
+        t_visible: float | None = None
+        odd_fp: dict[str, float] = {}
         series_in_at: float | None = None
         first_pending = first_firing = first_at_am = None
         false_alarms: list[dict[str, Any]] = []
@@ -215,7 +253,10 @@ def run_one(world: int, policy: str, args: argparse.Namespace, pipeline: str = "
                     json.loads(http_get(f"{base}/control?step={steps_done}&odd=-1", timeout=30))
                 if t_odd is None and rel >= t_base + ODD_AT:
                     t_odd = json.loads(http_get(f"{base}/control?step={steps_done}&odd={odd}", timeout=30))["at"]
+                    odd_fp = _served_fingerprints(base, odd)  # what the odd rank serves from now on
                     print(f"{tag} rank {odd} compiled something the others did not", flush=True)
+            if t_odd is not None and t_visible is None and _fingerprints(pipe, odd) == odd_fp:
+                t_visible = time.time()  # the ruler's next evaluation can see the odd rank's new fingerprints
             t_q = time.perf_counter()
             seen = _named(pipe.ruler_alerts(), "state")
             poll_s = time.perf_counter() - t_q
@@ -287,6 +328,12 @@ def run_one(world: int, policy: str, args: argparse.Namespace, pipeline: str = "
             alert["pending_after_s"] = None if first_pending is None else first_pending - t_odd
             alert["firing_after_s"] = None if first_firing is None else first_firing - t_odd
             alert["at_alertmanager_after_s"] = None if first_at_am is None else first_at_am - t_odd
+            # from the moment a query as the ruler asks it returns the odd rank's new fingerprints (the scrape and
+            # the store's own delay behind), against the rules' bound: two evaluation intervals plus the alert's for
+            alert["visible_to_ruler_after_s"] = None if t_visible is None else t_visible - t_odd
+            if t_visible is not None and first_at_am is not None:
+                alert["at_alertmanager_after_visible_s"] = first_at_am - t_visible
+            alert["bound_s"] = 2 * _seconds(args.eval_interval) + _alert_for(rules)
             after = [a for p in ruler_polls if p["t"] >= t_odd for a in p["alerts"]]
             if after:
                 # the evaluation that made it pending, by its own timestamp (the API shows it once that evaluation ends)

@@ -6,8 +6,10 @@ pipeline's: every simulated rank its own target) and each scrapes its half of th
 one single-node ``victoria-metrics``. ``vmalert`` evaluates ``grafana/alerts/torch-compile-rules.yml``
 unchanged against it (``-datasource.url``), writes the recording rules' series and the alerts' state back
 (``-remoteWrite.url``) and sends firing alerts to the Alertmanager (``-notifier.url``). Only the scrape and
-evaluation intervals are set; every other flag is the binaries' default (VictoriaMetrics hides the last 30 s of
-samples from queries without ``nocache=1``: ``-search.latencyOffset``, and vmalert asks without it).
+evaluation intervals are set, and the two flags collector-config/README.md ships: VictoriaMetrics's
+``-search.latencyOffset`` (``LATENCY_OFFSET``: a sample shows in queries without ``nocache=1``, as vmalert asks,
+once it is that old; the default is 30 s) and vmalert's ``-datasource.queryTimeAlignment=false`` (by default it
+asks as of the evaluation time rounded down to the interval); every other flag is the binaries' default.
 
 The processes are the test suite's runners (``tests/servers.py``). Imported by bench/fleet.py, which puts
 tests/ on sys.path.
@@ -43,6 +45,8 @@ VMAGENT_METRICS = (
     "vmagent_remotewrite_packets_dropped_total",
     "vmagent_remotewrite_rows_pushed_after_relabel_total",
 )
+LATENCY_OFFSET = "5s"  # collector-config/README.md's victoria-metrics command
+VMALERT_FLAGS = ["-datasource.queryTimeAlignment=false"]  # and its vmalert command's
 VMALERT_METRICS = (
     "vmalert_iteration_missed_total",
     "vmalert_execution_errors_total",
@@ -111,12 +115,19 @@ class FleetVM:
         self.dir = Path(tempfile.mkdtemp(prefix="torch-otel-fleet-vm-"))
         try:
             (self.dir / "scrape.yml").write_text(json.dumps(self.config()))  # JSON is YAML
-            self.vm = self._long(VictoriaMetrics()).__enter__()
+            self.vm = self._long(VictoriaMetrics([f"-search.latencyOffset={LATENCY_OFFSET}"])).__enter__()
             for member in range(self.members):
                 agent = VMAgent(self.dir / "scrape.yml", self.vm.write_url, member, self.members)
                 self.agents.append(self._long(agent).__enter__())
             self.alert = self._long(
-                VMAlert([self.rules], self.vm.url, self.vm.url, self.alertmanager_url, evaluation_interval=self.evaluation)
+                VMAlert(
+                    [self.rules],
+                    self.vm.url,
+                    self.vm.url,
+                    self.alertmanager_url,
+                    evaluation_interval=self.evaluation,
+                    flags=VMALERT_FLAGS,
+                )
             ).__enter__()
         except BaseException:  # Ctrl-C or a failed start: no process, no files left behind
             self.__exit__(None, None, None)
@@ -165,6 +176,11 @@ class FleetVM:
     def query(self, promql: str) -> list[dict[str, Any]]:
         assert self.vm is not None
         return self.vm.query(promql)
+
+    def ruler_view(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query as vmalert asks it (without ``nocache``): what the rules can see now."""
+        assert self.vm is not None
+        return self.vm.query(promql, fresh=False)
 
     def scalar(self, promql: str) -> float | None:
         result = self.query(promql)

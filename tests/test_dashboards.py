@@ -167,7 +167,7 @@ def test_template_variables_list_the_jobs_and_ranks(scraped):
 def test_alert_rules_load_and_fire_on_the_failing_workload(scraped):
     groups = scraped.api("rules")["groups"]
     rules = {r["name"]: r for g in groups for r in g["rules"]}
-    assert len(rules) == 9 and all(r["health"] == "ok" for r in rules.values()), rules
+    assert len(rules) == 8 and all(r["health"] == "ok" for r in rules.values()), rules
 
     def firing() -> list[dict[str, Any]]:
         return [a for a in scraped.api("alerts")["alerts"] if a["state"] == "firing"]
