@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fleet_rules.py --before OLD.yml [--after grafana/alerts/torch-compile-rules.yml]
                                           [--sizes 16384] [--pipelines prometheus,vm] [--reps 3] [--out FILE]
+    .venv/bin/python bench/fleet_rules.py --panels-only --dashboard-before OLD-torch-compile-ranks.json [...]
 
 A rule's evaluation time in bench/fleet.py is measured by its ruler while everything else on the machine runs,
 so two runs of two rule files differ by the machine's load as much as by the rules. Here one store holds one
@@ -11,6 +12,9 @@ simulated job (bench/fleet.py's server and pipeline, ``--detail-ranks rank0``), 
 /api/v1/query, or VictoriaMetrics's with ``nocache=1``), ``--reps`` times each, the two files' rules
 alternating, first while every rank agrees, then once one rank compiled something the others did not. A
 group's cost is the sum of its rules' (its ruler runs them one after another).
+
+With ``--dashboard-before``, the ranks dashboard's "Ranks that compiled differently" query of that file and of
+``--dashboard-after`` (default: the shipped one) is compared the same way (``--panels-only``: it alone).
 
 What an instant query costs is what the ruler pays to evaluate the rule, less writing its result. Writes
 ``--out`` (default bench/fleet_rules_results.json) and prints a Markdown table. Nothing here asserts a time.
@@ -34,7 +38,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "tests"))
 
-from fleet_prometheus import RULES  # noqa: E402
+from fleet_prometheus import JOB, RULES  # noqa: E402
 from fleet_ranks import TRACE  # noqa: E402
 from fleet_run import PIPELINES, start_server, stop_all  # noqa: E402
 from servers import Alertmanager, http_get  # noqa: E402
@@ -59,8 +63,21 @@ def _time(pipe: Any, expr: str) -> tuple[float | None, int | None, str]:
     return time.perf_counter() - t0, n, ""
 
 
+PANEL = "Ranks that compiled differently"  # the ranks dashboard's panel that reads every rank's fingerprints
+
+
+def _panel(path: Path) -> list[tuple[str, str]]:
+    """The ranks dashboard's :data:`PANEL` query, with Grafana's variables as bench/fleet.py substitutes them."""
+    doc = json.loads(path.read_text())
+    (expr,) = [p["targets"][0]["expr"] for p in doc["panels"] if p.get("title") == PANEL]
+    return [(f"panel: {PANEL}", expr.replace("$job", JOB).replace("$rank", ".*"))]
+
+
 def measure(world: int, pipeline: str, args: argparse.Namespace) -> dict[str, Any]:
-    files = {"before": _rules(args.before), "after": _rules(args.after)}
+    files = {"before": [], "after": []} if args.panels_only else {"before": _rules(args.before), "after": _rules(args.after)}
+    if args.dashboard_before is not None:
+        files["before"] += _panel(args.dashboard_before)
+        files["after"] += _panel(args.dashboard_after)
     out: dict[str, Any] = {"pipeline": pipeline, "ranks": world, "states": {}}
     tag = f"[{pipeline}, {world} ranks]"
     workdir = Path(tempfile.mkdtemp(prefix="torch-otel-fleet-rules-"))
@@ -103,7 +120,10 @@ def measure(world: int, pipeline: str, args: argparse.Namespace) -> dict[str, An
                 }
                 for v, r in times.items()
             }
-            total = {v: sum(x["median_s"] or 0.0 for x in r.values()) for v, r in rules_out.items()}
+            # the rule group's cost: its rules' (a dashboard panel is not evaluated by the ruler)
+            total = {
+                v: sum(x["median_s"] or 0.0 for n, x in r.items() if not n.startswith("panel: ")) for v, r in rules_out.items()
+            }
             out["states"][state] = {"rules": rules_out, "group_total_s": total, "errors": errors}
             print(f"{tag} {state}: group total before {total['before']:.2f}s, after {total['after']:.2f}s", flush=True)
         return out
@@ -143,14 +163,18 @@ def table(results: list[dict[str, Any]]) -> str:
         for r in results
         for st in r["states"].values()
     ]
-    rows.append("| **the group** | " + " | ".join(cells) + " |")
+    if any(not n.startswith("panel: ") for n in names):
+        rows.append("| **the group** | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    p.add_argument("--before", type=Path, required=True, help="the rule file whose recorded series the store holds")
+    p.add_argument("--before", type=Path, default=RULES, help="the rule file whose recorded series the store holds")
     p.add_argument("--after", type=Path, default=RULES)
+    p.add_argument("--dashboard-before", type=Path, help=f"a torch-compile-ranks.json: its '{PANEL}' query is compared too")
+    p.add_argument("--dashboard-after", type=Path, default=ROOT / "grafana" / "dashboards" / "torch-compile-ranks.json")
+    p.add_argument("--panels-only", action="store_true", help="compare the dashboards' panel queries alone")
     p.add_argument("--sizes", default="16384")
     p.add_argument("--pipelines", default="prometheus,vm")
     p.add_argument("--reps", type=int, default=3)
@@ -163,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)  # every process it started is stopped, as bench/fleet.py's
     signal.signal(signal.SIGHUP, _terminate)
     args.before, args.after = args.before.resolve(), args.after.resolve()
+    if args.panels_only and args.dashboard_before is None:
+        p.error("--panels-only needs --dashboard-before")
     results = []
     t0 = time.monotonic()
     try:

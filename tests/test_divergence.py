@@ -98,6 +98,13 @@ def jobs(tmp_path_factory) -> Any:
                     p.kill()
 
 
+def _panel_expr(dashboard: str, title: str) -> str:
+    """A panel's query, as grafana/dashboards/ ships it."""
+    doc = json.loads((Path(__file__).resolve().parent.parent / "grafana" / "dashboards" / f"{dashboard}.json").read_text())
+    (panel,) = [p for p in doc["panels"] if p.get("title") == title]
+    return panel["targets"][0]["expr"]
+
+
 def _job_of(instance: str, ports: dict[str, int]) -> tuple[str, int]:
     port = int(instance.rsplit(":", 1)[1])
     for job, base in ports.items():
@@ -146,6 +153,16 @@ def test_the_alert_names_each_odd_rank_and_never_the_control(jobs):
     sizes = prom.query(f'ALERTS{{alertname="{ALERT}", alertstate="firing"}}')  # the alert's own series
     odd = {(_job_of(r["metric"]["instance"], ports)[0], r["metric"]["aspect"], r["metric"]["rank"]) for r in sizes}
     assert odd == want, sorted(odd)
+    # The ranks dashboard's "Ranks that compiled differently" lists those ranks and no other (it has no guards: the cold
+    # rank's collectives differ too, which the alert leaves to the cache aspect), one row per rank and aspect.
+    panel = _panel_expr("torch-compile-ranks", "Ranks that compiled differently")
+    job_of_run = {
+        r["metric"]["run_id"]: _job_of(r["metric"]["instance"], ports)[0] for r in prom.query("torch_compile_rank_fingerprint")
+    }
+    rows = prom.query(panel.replace("$job", ".*").replace("$rank", ".*"))
+    listed = {(job_of_run[r["metric"]["run_id"]], r["metric"]["aspect"], r["metric"]["rank"]) for r in rows}
+    assert len(rows) == len(listed), rows  # one row per rank and aspect
+    assert want <= listed <= want | {("cold_cache", "collectives", "1")}, sorted(listed)
     print(f"\n{ALERT} fired {fired_after:.0f} s after the last rank finished compiling")
 
 
