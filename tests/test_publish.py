@@ -95,7 +95,7 @@ def test_the_wheel_and_the_sdist_carry_the_html_pages_assets(dists: tuple[Path, 
     """The run summary page's CSS and JS are package data (torch_otel/_assets/): both distributions carry every file."""
     wheel, sdist = dists
     assets = {str(p.relative_to(ROOT)) for p in (ROOT / PKG / "_assets").iterdir() if p.is_file()}
-    assert {f"{PKG}/_assets/summary.css", f"{PKG}/_assets/summary.js"} <= assets, sorted(assets)
+    assert {f"{PKG}/_assets/{n}" for n in ("summary.css", "summary.js", "page-kit.js", "diff.js")} <= assets, sorted(assets)
     with zipfile.ZipFile(wheel) as zf:
         in_wheel = set(zf.namelist())
         assert assets <= in_wheel, sorted(assets - in_wheel)

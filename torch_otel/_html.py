@@ -65,7 +65,7 @@ inside it; the gap that remains is its self time. Hover for details, click to zo
 
 _AFTER_JSON = """</script>
 <script>
-{summary.js}</script>
+{page-kit.js}{summary.js}</script>
 </body>
 </html>
 """

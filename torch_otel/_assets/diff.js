@@ -1,48 +1,13 @@
 (function () {
   "use strict";
-  var noteError = window.__noteError || function () {};
 
-  // -- small helpers (as summary.js's) ------------------------------------------------------------------------
-  function num(v) { v = Number(v); return isFinite(v) ? v : 0; }
-  function arr(v) { return Array.isArray(v) ? v : []; }
-  function obj(v) { return v && typeof v === "object" && !Array.isArray(v) ? v : {}; }
-  function str(v) { return v === null || v === undefined ? "" : String(v); }
-  function el(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
-  function fix3(s) { return num(s).toFixed(3); }
+  // -- small helpers: page-kit.js's, shared with the run summary page; then this page's own --------------------
+  var K = window.TorchOtelPage;
+  var num = K.num, arr = K.arr, obj = K.obj, str = K.str, el = K.el, fix3 = K.fix3, where = K.where;
+  var guard = K.guard, link = K.link, none = K.none, card = K.card, section = K.section;
   function signed(s) { s = num(s); return (s > 0 ? "+" : "") + s.toFixed(3); }
   function pctText(p) { return p === null || p === undefined ? "" : (num(p) > 0 ? "+" : "") + num(p).toFixed(0) + "%"; }
   function rate(v) { return v === null || v === undefined ? "\u2013" : (100 * num(v)).toFixed(0) + "%"; }
-  function where(fn, file, line) {
-    var f = str(fn) || "?";
-    if (file === null || file === undefined || file === "") return f;
-    var base = str(file).split(/[\\/]/).pop();
-    return f + " (" + base + ":" + (line === null || line === undefined ? "?" : line) + ")";
-  }
-  function guard(name, fn) {
-    try { fn(); } catch (e) {
-      noteError(name + ": " + (e && e.stack ? e.stack : String(e)));
-      var t = document.getElementById("tables");
-      if (t) t.appendChild(el("p", "fail", "could not draw " + name + ": " + String(e)));
-    }
-  }
-  function link(url) {
-    // a link to torch's documentation site only (over TLS); anything else stays text
-    url = str(url);
-    var parts = url.split("/");
-    if (parts.length < 4 || parts[0] !== "https" + ":" || parts[1] !== "" || parts[2] !== "docs.pytorch.org") {
-      return el("code", null, url);
-    }
-    var a = el("a", null, "torch's docs");
-    a.href = url;
-    a.rel = "noopener noreferrer";
-    a.title = url;
-    return a;
-  }
 
   var started = performance.now();
   var D = {};
@@ -73,23 +38,9 @@
     t.appendChild(body);
     return t;
   }
-  function section(title, note) {
-    var s = el("section", "tbl");
-    s.appendChild(el("h2", null, title));
-    if (note) s.appendChild(el("p", "muted", note));
-    document.getElementById("tables").appendChild(s);
-    return s;
-  }
-  function none(s, text) { s.appendChild(el("p", "none", text)); }
   function updown(v) { v = num(v); return v > 0 ? "up" : v < 0 ? "down" : ""; }
 
   // -- header: the two sides, what is compared, the gate ------------------------------------------------------
-  function card(box, value, label, bad) {
-    var c = el("div", bad ? "card bad" : "card");
-    c.appendChild(el("b", null, value));
-    c.appendChild(el("span", null, label));
-    box.appendChild(c);
-  }
   function drawHeader() {
     var head = document.getElementById("head");
     head.appendChild(el("h1", null, "torch-otel diff"));

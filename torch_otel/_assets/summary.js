@@ -1,19 +1,11 @@
 (function () {
   "use strict";
   var ROW = 20, MIN_PX = 1, LABEL_PX = 28;
-  var noteError = window.__noteError || function () {};
 
-  // -- small helpers ---------------------------------------------------------
-  function num(v) { v = Number(v); return isFinite(v) ? v : 0; }
-  function arr(v) { return Array.isArray(v) ? v : []; }
-  function obj(v) { return v && typeof v === "object" && !Array.isArray(v) ? v : {}; }
-  function str(v) { return v === null || v === undefined ? "" : String(v); }
-  function el(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
+  // -- small helpers: page-kit.js's, shared with the diff page; then this page's own --------------------
+  var K = window.TorchOtelPage;
+  var num = K.num, arr = K.arr, obj = K.obj, str = K.str, el = K.el, fix3 = K.fix3, where = K.where;
+  var guard = K.guard, link = K.link, none = K.none, card = K.card, section = K.section;
   function fmtS(s) {
     s = num(s);
     var a = Math.abs(s);
@@ -23,33 +15,13 @@
     if (a < 100) return s.toFixed(a < 10 ? 2 : 1) + " s";
     return Math.round(s).toLocaleString("en-US") + " s";
   }
-  function fix3(s) { return num(s).toFixed(3); }
   function pct(part, whole) { whole = num(whole); return whole > 0 ? (100 * num(part) / whole).toFixed(1) + "%" : "\u2013"; }
-  function where(fn, file, line) {
-    var f = str(fn) || "?";
-    if (file === null || file === undefined || file === "") return f;
-    var base = str(file).split(/[\\/]/).pop();
-    return f + " (" + base + ":" + (line === null || line === undefined ? "?" : line) + ")";
-  }
-  function guard(name, fn) {
-    try { fn(); } catch (e) {
-      noteError(name + ": " + (e && e.stack ? e.stack : String(e)));
-      var t = document.getElementById("tables");
-      if (t) t.appendChild(el("p", "fail", "could not draw " + name + ": " + String(e)));
-    }
-  }
 
   var started = performance.now();
   var S = {};
   guard("the summary", function () { S = obj(JSON.parse(document.getElementById("summary").textContent)); });
 
   // -- header ----------------------------------------------------------------
-  function card(box, value, label, bad) {
-    var c = el("div", bad ? "card bad" : "card");
-    c.appendChild(el("b", null, value));
-    c.appendChild(el("span", null, label));
-    box.appendChild(c);
-  }
   function drawHeader() {
     var head = document.getElementById("head");
     var compiles = num(S.compiles);
@@ -292,14 +264,6 @@
     t.appendChild(body);
     return t;
   }
-  function section(title, note) {
-    var s = el("section", "tbl");
-    s.appendChild(el("h2", null, title));
-    if (note) s.appendChild(el("p", "muted", note));
-    document.getElementById("tables").appendChild(s);
-    return s;
-  }
-  function none(s, text) { s.appendChild(el("p", "none", text)); }
   function countsOf(o) {
     return Object.keys(obj(o)).map(function (k) { return { name: k, count: num(o[k]) }; })
       .sort(function (a, b) { return b.count - a.count; });
@@ -438,19 +402,6 @@
   }
 
   // The frames that recompiled: how close each is to the recompile limit, the guard that keeps failing, the fix.
-  function link(url) {
-    // a link to torch's documentation site only (over TLS); anything else stays text
-    url = str(url);
-    var parts = url.split("/");
-    if (parts.length < 4 || parts[0] !== "https" + ":" || parts[1] !== "" || parts[2] !== "docs.pytorch.org") {
-      return el("code", null, url);
-    }
-    var a = el("a", null, "torch's docs");
-    a.href = url;
-    a.rel = "noopener noreferrer";
-    a.title = url;
-    return a;
-  }
   function drawRecompiling() {
     var rows = arr(S.recompiling_frames);
     if (!rows.length) return;

@@ -1,0 +1,60 @@
+// Helpers the run summary page (summary.js) and the diff page (diff.js) both draw with: values read defensively
+// from the embedded JSON, elements built with textContent only. Inlined before either page's script.
+window.TorchOtelPage = (function () {
+  "use strict";
+  var noteError = window.__noteError || function () {};
+
+  function num(v) { v = Number(v); return isFinite(v) ? v : 0; }
+  function arr(v) { return Array.isArray(v) ? v : []; }
+  function obj(v) { return v && typeof v === "object" && !Array.isArray(v) ? v : {}; }
+  function str(v) { return v === null || v === undefined ? "" : String(v); }
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function fix3(s) { return num(s).toFixed(3); }
+  function where(fn, file, line) {
+    var f = str(fn) || "?";
+    if (file === null || file === undefined || file === "") return f;
+    var base = str(file).split(/[\\/]/).pop();
+    return f + " (" + base + ":" + (line === null || line === undefined ? "?" : line) + ")";
+  }
+  function guard(name, fn) {
+    try { fn(); } catch (e) {
+      noteError(name + ": " + (e && e.stack ? e.stack : String(e)));
+      var t = document.getElementById("tables");
+      if (t) t.appendChild(el("p", "fail", "could not draw " + name + ": " + String(e)));
+    }
+  }
+  function link(url) {
+    // a link to torch's documentation site only (over TLS); anything else stays text
+    url = str(url);
+    var parts = url.split("/");
+    if (parts.length < 4 || parts[0] !== "https" + ":" || parts[1] !== "" || parts[2] !== "docs.pytorch.org") {
+      return el("code", null, url);
+    }
+    var a = el("a", null, "torch's docs");
+    a.href = url;
+    a.rel = "noopener noreferrer";
+    a.title = url;
+    return a;
+  }
+  function none(s, text) { s.appendChild(el("p", "none", text)); }
+  function card(box, value, label, bad) {
+    var c = el("div", bad ? "card bad" : "card");
+    c.appendChild(el("b", null, value));
+    c.appendChild(el("span", null, label));
+    box.appendChild(c);
+  }
+  function section(title, note) {
+    var s = el("section", "tbl");
+    s.appendChild(el("h2", null, title));
+    if (note) s.appendChild(el("p", "muted", note));
+    document.getElementById("tables").appendChild(s);
+    return s;
+  }
+
+  return { num: num, arr: arr, obj: obj, str: str, el: el, fix3: fix3, where: where, guard: guard, link: link, none: none, card: card, section: section };
+})();
