@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, assert_summary_is_the_spans, compile_ns, read_otlp_json_spans, run_python
+from helpers import (
+    WORKLOADS,
+    assert_summary_is_the_spans,
+    clean_env,
+    compile_ns,
+    read_otlp_json_spans,
+    run_python,
+    spans_to_file,
+    torchrun_under_torch_otel,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
@@ -198,6 +207,69 @@ def test_compiled_autograd_graphs_are_counted_from_their_records_and_the_always_
         assert seen.summary["by_kind"]["compiled_autograd"] == 2
         assert not [s for s in seen.samples if s["name"].startswith("torch_compile_compiled_autograd_compiles")]
     assert run.live.total("torch_compile_compiled_autograd_captures_total") == run.counters["compiled_autograd_captures"]
+
+
+def _exposition(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_fsdp2s_graph_break_under_a_users_context_manager_is_one_failure_on_each_rank_as_torch_counts_it(tmp_path: Path):
+    """The real case: a 2-rank FSDP2 job (``fully_shard`` on gloo) whose compiled step calls the model inside a user's
+    ``@contextmanager``. FSDP2's hook calls ``torch._dynamo.disable`` (graph break GB0007); dynamo cannot resume
+    inside the user's context, so it skips the step, which runs in eager, and the compile fails. torch counts it once,
+    as a failure (its ``graph_break`` counter stays 0); tlparse lists both a graph break and a failure. On every rank,
+    live (/metrics, spans, run summary) and on replay of the job's logs, torch-otel counts one failure and no graph
+    break, and the span keeps where it broke as a ``torch.compile.unhandled_graph_break`` event with code GB0007."""
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {
+        "TORCH_TRACE": str(job / "trace"),
+        "TORCH_OTEL_SUMMARY": str(job / "summary-{rank}.json"),
+        **spans_to_file(job / "spans.jsonl"),
+        "TORCH_OTEL_TRACES_FILE": str(job / "spans-{rank}.jsonl"),
+    }
+    argv = torchrun_under_torch_otel(2, WORKLOADS / "fsdp2.py")
+    res = subprocess.run(
+        [*argv, str(job)], env=clean_env(env), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    for rank in (0, 1):
+        counters = json.loads((job / f"counters-{rank}.json").read_text())
+        (gb0007,) = [n for reason, n in counters["unimplemented"].items() if "gb0007" in reason.lower()]
+        assert (gb0007, counters["graph_break"]) == (1, 0)  # torch's own count: one failure, no graph break
+        metrics = (job / f"metrics-{rank}.txt").read_text()
+        assert _exposition(metrics, "torch_compile_failures_total") == 1
+        assert f'torch_compile_failures_total{{fail_type="Unsupported",rank="{rank}"}} 1.0' in metrics
+        assert _exposition(metrics, "torch_compile_graph_breaks_total") == 0
+        summary = json.loads((job / f"summary-{rank}.json").read_text())
+        assert summary["graph_breaks"]["total"] == 0 and summary["graph_breaks"]["unhandled"] == 1
+        assert summary["failures"]["by_type"] == {"Unsupported": 1} and summary["eager_fallbacks"] == 1
+        (root,) = [s for s in read_otlp_json_spans(job / f"spans-{rank}.jsonl") if "torch.compile.kind" in s["attrs"]]
+        assert root["attrs"]["error.type"] == "Unsupported" and root["attrs"]["torch.compile.graph_break_count"] == "0"
+        assert root["attrs"]["torch.distributed.rank"] == str(rank)
+        (unhandled,) = [e for e in root["events"] if e["name"] == "torch.compile.unhandled_graph_break"]
+        attrs = {a["key"]: next(iter(a["value"].values())) for a in unhandled["attributes"]}
+        assert attrs["torch.compile.graph_break.code"] == "GB0007"
+        assert "torch.compile.graph_break" not in [e["name"] for e in root["events"]]
+    # replay of the job's directory: the same, summed over the two ranks
+    tool = str(Path(sys.executable).parent / "torch-otel")
+    argv = [tool, "replay", str(job / "trace"), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl")]
+    res = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    replayed = json.loads((tmp_path / "replayed.json").read_text())
+    assert replayed["ranks"] == [0, 1]
+    assert replayed["graph_breaks"]["total"] == 0 and replayed["graph_breaks"]["unhandled"] == 2
+    assert replayed["failures"]["by_type"] == {"Unsupported": 2}
+    assert "graph breaks: 0; 2 not handled (their compiles failed)" in res.stdout
+    # tlparse on rank 0's log: a graph-break artifact under the failed compile, and the compile listed as a failure
+    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    (log,) = (job / "trace").glob("*rank_0*.log")
+    subprocess.run(
+        [tlparse, str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True, capture_output=True
+    )
+    directory = json.loads((tmp_path / "tl" / "compile_directory.json").read_text())
+    assert any(a["name"].startswith("dynamo_graph_break_reason") for a in directory["[0/0]"]["artifacts"])
+    assert "Unsupported" in (tmp_path / "tl" / "failures_and_restarts.html").read_text()
 
 
 POOL = """
