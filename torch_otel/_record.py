@@ -228,8 +228,7 @@ class CompileRecord:
         """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
 
         Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked
-        ``cache_state=bypass`` (local: a bypass never reaches a remote cache). A release whose metrics hold no local
-        counts (2.10) has them from the lookups torch logged events for (not the FX graphs an AOTAutograd hit loads).
+        ``cache_state=bypass`` (local: a bypass never reaches a remote cache).
         """
         m: dict[str, Any] = self.metrics or {}
         out: dict[tuple[str, str, str], int] = {}
@@ -239,10 +238,6 @@ class CompileRecord:
                     n = m.get(f"{prefix}_{location}_cache_{result}_count")
                     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
                         out[(cache, location, result)] = n
-        if m and not any(f"{prefix}_local_cache_hit_count" in m for _, prefix in CACHE_METRIC_PREFIXES):
-            for lk in self.cache_lookups:
-                if lk.result in ("hit", "miss"):
-                    out[(lk.cache, "local", lk.result)] = out.get((lk.cache, "local", lk.result), 0) + 1
         for node, _ in self.root.walk():
             if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
                 key = (BYPASS_PHASES[node.name], "local", "bypass")

@@ -15,7 +15,6 @@ from fastkit import B, E, cid, duration, feed, find, frame, instant, metrics, ou
 
 from torch_otel._events import (
     ArtifactEvent,
-    CacheLookupEvent,
     DebugDirEvent,
     GraphBreakEvent,
     GraphScheduleEvent,
@@ -293,33 +292,3 @@ def test_metrics_with_no_phases_around_them_are_a_synthesized_record():
 def test_runtime_metrics_are_counted_and_make_no_record():
     asm, sink = feed(MetricsEvent(cid("0/0"), {"compile_id": "0/0"}, is_runtime=True))
     assert sink.finished == [] and asm.stats["runtime_metrics"] == 1 and asm.stats["synthesized"] == 0
-
-
-def test_cache_counts_are_torchs_and_on_a_release_whose_metrics_hold_none_they_are_the_lookups():
-    """torch 2.11 and later count each compile's lookups in its CompilationMetrics: those are the counts, whatever
-    events were logged. 2.10's metrics hold no local counts (only remote ones, as None): the counts are then the
-    lookups torch logged events for, so /metrics, the summary and the cache fingerprint have them there too."""
-    lookups = [
-        CacheLookupEvent(cid("0/0"), "fx_graph", "miss"),
-        CacheLookupEvent(cid("0/0"), "fx_graph", "hit"),
-        CacheLookupEvent(cid("0/0"), "aot_autograd", "miss"),
-        CacheLookupEvent(cid("0/0"), "fx_graph", "bypass"),  # a bypass is the phase's cache_state, not an event
-    ]
-    release_2_10 = {"inductor_fx_remote_cache_hit_count": None, "inductor_fx_remote_cache_miss_count": None}
-    _, old = feed(frame("0/0", 0, 100), *lookups, metrics("0/0", **FN, **release_2_10))
-    assert old.only().cache_counts() == {
-        ("fx_graph", "local", "miss"): 1,
-        ("fx_graph", "local", "hit"): 1,
-        ("aot_autograd", "local", "miss"): 1,
-    }
-    counted = {
-        "inductor_fx_local_cache_hit_count": 0,
-        "inductor_fx_local_cache_miss_count": 2,
-        "aotautograd_local_cache_hit_count": 1,
-        "aotautograd_local_cache_miss_count": 0,
-    }
-    _, new = feed(frame("0/0", 0, 100), *lookups, metrics("0/0", **FN, **counted))
-    assert new.only().cache_counts() == {("fx_graph", "local", "miss"): 2, ("aot_autograd", "local", "hit"): 1}
-    alone = frame("0/0", 0, 100, final=True)  # no metrics record at all: nothing is assumed
-    _, none = feed(alone[:-1], *lookups, alone[-1])
-    assert len(none.only().cache_lookups) == 4 and none.only().cache_counts() == {}
