@@ -46,7 +46,7 @@ def hook_cost(reps: int, n: int = 20000) -> dict[str, float]:
     orig = dbg.log_collective_schedule
     torch_otel.instrument(TracerProvider(), registry=None)
     torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
-    bridge = torch_otel._bridge.current()
+    bridge = torch_otel._pipeline.live.current()
     assert bridge is not None
     hooked = dbg.log_collective_schedule
     assert hooked is not orig
@@ -68,10 +68,11 @@ def hook_cost(reps: int, n: int = 20000) -> dict[str, float]:
 
 
 def fold_cost(reps: int, n: int = 2000) -> dict[str, float]:
-    from torch_otel._assembler import CompileRecord, Sink
-    from torch_otel._divergence import RankFingerprints
-    from torch_otel._events import GraphScheduleEvent
-    from torch_otel._replay import ReplayStats, replay_file
+    from torch_otel._analysis.divergence import RankFingerprints
+    from torch_otel._assemble.assembler import CompileRecord, Sink
+    from torch_otel._model.events import GraphScheduleEvent
+    from torch_otel._parse.trace_log import ReplayStats
+    from torch_otel._pipeline.replay import replay_file
 
     class Keep(Sink):
         def __init__(self) -> None:

@@ -1,7 +1,7 @@
 """bench/fleet.py: what one simulated rank serves on /metrics, and how its fingerprints move as compiles arrive.
 
 The series a real rank produced (a real rank's ``TORCH_TRACE`` log replayed through the bridge's own metrics
-path), relabelled per rank. The fingerprints are folded as ``torch_otel._divergence`` folds them, with its hash.
+path), relabelled per rank. The fingerprints are folded as ``torch_otel._analysis.divergence`` folds them, with its hash.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import functools
 import re
 from pathlib import Path
 
-from torch_otel._divergence import _MASK, ASPECTS, _hash53
+from torch_otel._analysis.divergence import _MASK, ASPECTS, _hash53
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "tests" / "data" / "cold-cache-cpp-3-ranks" / "dedicated_log_torch_trace_rank_0.log.gz"
@@ -27,9 +27,10 @@ def _real_rank_text(trace: str, detail: bool = True) -> str:
     """
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from torch_otel._metrics import CompileMetrics, PrometheusBackend
-    from torch_otel._ranks import RankSet
-    from torch_otel._replay import ReplayStats, replay_file
+    from torch_otel._core.ranks import RankSet
+    from torch_otel._parse.trace_log import ReplayStats
+    from torch_otel._pipeline.replay import replay_file
+    from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
 
     reg = CollectorRegistry()
     metrics = CompileMetrics([PrometheusBackend(reg)], run_id=RUN_ID, detail_ranks=RankSet("all" if detail else "none"))

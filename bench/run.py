@@ -227,9 +227,10 @@ def export_cost(tmp: Path) -> list[dict[str, Any]]:
 import sys, time
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
-from torch_otel._config import Settings
-from torch_otel._replay import ReplayStats, replay_file
-from torch_otel._spans import SpanMapper
+from torch_otel._core.settings import Settings
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_file
+from torch_otel._sinks.spans import SpanMapper
 from pathlib import Path
 
 class Null(SpanExporter):

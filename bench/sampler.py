@@ -24,9 +24,10 @@ sys.path.insert(0, str(ROOT))
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 
-from torch_otel._assembler import CompileRecord, Sink  # noqa: E402
-from torch_otel._replay import ReplayStats, replay_file  # noqa: E402
-from torch_otel._spans import SpanMapper  # noqa: E402
+from torch_otel._assemble.assembler import CompileRecord, Sink  # noqa: E402
+from torch_otel._parse.trace_log import ReplayStats  # noqa: E402
+from torch_otel._pipeline.replay import replay_file  # noqa: E402
+from torch_otel._sinks.spans import SpanMapper  # noqa: E402
 from torch_otel.sampling import RankSampler  # noqa: E402
 
 

@@ -40,7 +40,7 @@ def bridge_on(capture: str, instrument: bool = True) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     import torch_otel
-    from torch_otel._file_exporter import OTLPJsonFileSpanExporter
+    from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 
     global _provider
     if "_provider" not in globals():
@@ -177,7 +177,7 @@ def _paired_ratios(blocks: list[tuple[str, float]]) -> list[float]:
 
 def _time_the_bridge() -> None:
     """Wraps the bridge's hooks and its worker thread's batches (and ``_TorchTrace``) with ``_timed``."""
-    from torch_otel import _live
+    from torch_otel._capture import live as _live
 
     # Our side only, not torch's own logging. A trace handler is timed from ``handle`` (its lock included),
     # ours and torch's alike.

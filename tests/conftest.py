@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 import torch_otel  # noqa: E402
-from torch_otel import _internal  # noqa: E402
+from torch_otel._core import errors as _internal  # noqa: E402
 
 
 def _torch_logger_names() -> list[str]:

@@ -125,13 +125,13 @@ def recompile_limit_fail_type() -> str:
 
 def bridge_lines(stderr: str) -> list[str]:
     """The bridge's own lines in a process's stderr, less the one line a tested release that lacks a documented
-    record or hook is meant to print (torch_otel._sources rows whose ``releases`` leave this release out), and less
+    record or hook is meant to print (torch_otel._capture.sources rows whose ``releases`` leave this release out), and less
     the line a frame near the recompile limit gets (about the user's program: tests/workloads/mixed.py does it on
     purpose)."""
     import torch
 
-    from torch_otel._recompiles import NEAR_LIMIT_WORDS
-    from torch_otel._sources import SOURCES, _in_releases
+    from torch_otel._analysis.recompiles import NEAR_LIMIT_WORDS
+    from torch_otel._capture.sources import SOURCES, _in_releases
 
     lacking = [s.name for s in SOURCES if not _in_releases(str(torch.__version__), s.releases)]
     out = []

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from torch_otel._ports import free_port  # the tests' ports: one probe, the package's (the demo's too)
+from torch_otel._core.ports import free_port  # the tests' ports: one probe, the package's (the demo's too)
 
 
 def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5) -> str:

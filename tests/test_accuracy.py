@@ -18,12 +18,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from torch_otel._categories import PHASES
-from torch_otel._config import Settings
-from torch_otel._file_exporter import OTLPJsonFileSpanExporter
-from torch_otel._metrics import CompileMetrics, PrometheusBackend
-from torch_otel._replay import replay_paths
-from torch_otel._spans import SpanMapper
+from torch_otel._core.categories import PHASES
+from torch_otel._core.settings import Settings
+from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
+from torch_otel._pipeline.replay import replay_paths
+from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
+from torch_otel._sinks.spans import SpanMapper
 
 # A graph break makes dynamo restart (it traces the frame twice: two bytecode_tracing stretches), and the backward
 # compiles lazily: several stretches of the same phase in one compile.

@@ -33,12 +33,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
 
-from torch_otel._config import Settings
-from torch_otel._file_exporter import OTLPJsonFileSpanExporter
-from torch_otel._metrics import CompileMetrics, PrometheusBackend
-from torch_otel._replay import ReplayStats, replay_file
-from torch_otel._spans import SpanMapper
-from torch_otel._summary import RunSummary
+from torch_otel._core.settings import Settings
+from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_file
+from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
+from torch_otel._sinks.spans import SpanMapper
+from torch_otel._sinks.summary import RunSummary
 
 
 @dataclass
@@ -277,7 +278,7 @@ import functools, json, sys, time
 import torch
 from torch._inductor import config
 from torch._inductor.async_compile import AsyncCompile
-from torch_otel._cpu import compile_cpu_ns, worker_pids
+from torch_otel._capture.cpu import compile_cpu_ns, worker_pids
 
 config.compile_threads = 2
 config.worker_start_method = "subprocess"  # inductor's SubprocPool: a sidecar process and its workers

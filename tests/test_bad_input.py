@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_otel
-from torch_otel._config import load_settings, sdk_env_problems
-from torch_otel._exposition import prometheus_port
-from torch_otel._setup import exporter_names, job_resource, otlp_problem
+from torch_otel._core.settings import load_settings, sdk_env_problems
+from torch_otel._otel.exposition import prometheus_port
+from torch_otel._otel.providers import exporter_names, job_resource, otlp_problem
 
 BRIDGE_VARS = (
     "TORCH_OTEL_CAPTURE",
@@ -115,7 +115,7 @@ def test_every_bad_variable_at_import_is_one_line_and_tracing_goes_on(tmp_path):
 
 
 def _bridge():  # type: ignore[no-untyped-def]
-    from torch_otel import _bridge
+    from torch_otel._pipeline import live as _bridge
 
     assert _bridge._bridge is not None
     return _bridge._bridge
@@ -170,7 +170,7 @@ def test_records_of_unexpected_shape_are_mapped_or_counted_never_raised(make_cap
 def test_an_exception_in_the_bridges_handler_is_logged_once_counted_and_compile_goes_on(cap):
     from unittest import mock
 
-    from torch_otel import _spans
+    from torch_otel._sinks import spans as _spans
 
     seen: list[logging.LogRecord] = []
     handler = logging.Handler()

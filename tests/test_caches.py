@@ -23,7 +23,9 @@ import pytest
 from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_python, spans_to_file
 from servers import free_port
 
-from torch_otel._cache import MAX_INDEX_BYTES, MAX_INDEX_KEYS, Component, KeyIndex, KeySeen, index_document
+from torch_otel._analysis.cache_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, KeyIndex, index_document
+from torch_otel._analysis.caches import KeySeen
+from torch_otel._kinds.cache_lookups import Component
 
 SCENARIOS = ("cold", "warm", "shape", "config", "bypass")
 

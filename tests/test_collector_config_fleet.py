@@ -25,7 +25,7 @@ from collector_helpers import (
     tail_sampling,
 )
 
-from torch_otel._metrics import SERIES
+from torch_otel._sinks.metrics import SERIES
 from torch_otel.sampling import SAMPLED_BECAUSE, RankSampler
 
 # OpenTelemetry SDK default: a BatchSpanProcessor exports every 5 s (OTEL_BSP_SCHEDULE_DELAY).

@@ -29,8 +29,9 @@ from helpers import (
 )
 from prometheus_client import CollectorRegistry
 
-from torch_otel._metrics import CompileMetrics, PrometheusBackend
-from torch_otel._replay import ReplayStats, replay_file
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_file
+from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
 from torch_otel._version import torch_version
 
 CORPUS = HERE / "data" / "tlparse-corpus"

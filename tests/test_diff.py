@@ -29,8 +29,8 @@ import pytest
 from helpers import WORKLOADS, clean_env, run_python, spans_to_file, torchrun_under_torch_otel
 from servers import free_port
 
-from torch_otel._diff import compare, format_text, parse_fail_on
-from torch_otel._diff_inputs import read_side
+from torch_otel._analysis.diff import compare, format_text, parse_fail_on
+from torch_otel._pipeline.diff import read_side
 
 BIN = Path(sys.executable).parent
 ALL, _ = parse_fail_on(["all"])
@@ -342,7 +342,7 @@ def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any]
 
     if not chrome.CHROMIUM:
         pytest.skip("no chromium (apt-get install chromium)")
-    from torch_otel._diff_html import render_diff_html
+    from torch_otel._sinks.diff_html import render_diff_html
 
     base, keys = _side(runs["job_a"]["forms"]["log"])
     new, _ = _side(runs["job_b"]["forms"]["summary"], keys)
@@ -358,7 +358,7 @@ def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any]
     chrome._assert_clean(page)
     assert "torch._dynamo.mark_dynamic(x, 0)" in page.dom and "torch's docs" in page.dom
     # the run summary's own page has the frames that keep recompiling too, with their fix
-    from torch_otel._html import render_html
+    from torch_otel._sinks.html import render_html
 
     summary = json.loads(runs["shapes"]["forms"]["summary"].read_text())
     page = chrome._open(tmp_path, render_html(summary), "summary.html")

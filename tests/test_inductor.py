@@ -16,10 +16,11 @@ import torch
 from helpers import clean_env, read_otlp_json_spans, run_python
 from prometheus_client import CollectorRegistry
 
-from torch_otel._categories import PHASE_LABELS
-from torch_otel._metrics import CompileMetrics, PrometheusBackend
-from torch_otel._replay import ReplayStats, replay_file
-from torch_otel._summary import RunSummary
+from torch_otel._core.categories import PHASE_LABELS
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_file
+from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
+from torch_otel._sinks.summary import RunSummary
 
 WORKLOADS = Path(__file__).parent / "workloads"
 CORPUS = Path(__file__).parent / "data" / "tlparse-corpus"

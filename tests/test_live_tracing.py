@@ -16,7 +16,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 import torch_otel
-from torch_otel._categories import is_recompile_limit_hit
+from torch_otel._core.categories import is_recompile_limit_hit
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
 
@@ -261,7 +261,7 @@ def test_unique_trace_ids_with_the_sdk_default_id_generator():
     """
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-    from torch_otel import _spans
+    from torch_otel._sinks import spans as _spans
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()  # RandomIdGenerator: draws from `random`
@@ -301,7 +301,7 @@ def test_instrument_twice_is_a_noop_and_uses_global_provider():
 
 
 def test_bridge_never_raises_into_torch_compile(cap):
-    from torch_otel import _spans
+    from torch_otel._sinks import spans as _spans
 
     with mock.patch.object(_spans.SpanMapper, "emit", side_effect=RuntimeError("boom in the exporter")):
         out = torch.compile(lambda x: x + 5, backend="eager")(torch.ones(2))
@@ -313,7 +313,7 @@ def test_bridge_never_raises_into_torch_compile(cap):
 
 
 def test_internal_errors_log_once_to_own_logger(cap):
-    from torch_otel import _assembler
+    from torch_otel._assemble import assembler as _assembler
 
     lg = logging.getLogger("torch_otel")
     assert lg.propagate is False
@@ -403,7 +403,7 @@ def test_redacted_paths_keep_basenames(make_capture):
 
 def test_no_bridge_work_per_step_once_compiled(cap):
     """Steady state: after compilation, a training step never enters the bridge."""
-    from torch_otel import _assembler
+    from torch_otel._assemble import assembler as _assembler
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -430,7 +430,7 @@ def test_compiles_become_spans_off_the_compile_path_without_a_flush(cap):
     import threading
     import time
 
-    from torch_otel import _live
+    from torch_otel._capture import live as _live
 
     fn = torch.compile(lambda x: x * 2 + 1, backend="eager")
     for n in (2, 3):  # a compile, then a recompile (dynamic from then on)
@@ -486,7 +486,7 @@ def test_the_collective_schedule_hook_wraps_torch_once():
     """Two threads starting inductor compiles at once both try to wrap torch's schedule logger: it is wrapped once."""
     import torch._inductor.debug as idbg
 
-    from torch_otel._bridge import current
+    from torch_otel._pipeline.live import current
 
     torch_otel.instrument(TracerProvider(), registry=None)
     try:

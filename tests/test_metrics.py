@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import Prometheus, Pushgateway, Rotel, free_port, http_get, require, wait_until
 
 import torch_otel
-from torch_otel._categories import RECOMPILE_CATEGORIES
-from torch_otel._metrics import DURATION_BUCKETS, SERIES
+from torch_otel._core.categories import RECOMPILE_CATEGORIES
+from torch_otel._sinks.metrics import DURATION_BUCKETS, SERIES
 
 MIXED = str(WORKLOADS / "mixed.py")
 HOLD = str(WORKLOADS / "hold.py")
@@ -304,7 +304,7 @@ def test_otel_instruments_carry_the_prometheus_series():
 
 
 def test_metrics_endpoint_binds_loopback_by_default():
-    from torch_otel._exposition import start_prometheus_server
+    from torch_otel._otel.exposition import start_prometheus_server
 
     started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, CollectorRegistry())
     assert started is not None

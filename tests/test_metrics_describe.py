@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 import torch_otel
-from torch_otel._metrics import PrometheusBackend, SelfMetrics, TorchCounters, _SeriesTable
+from torch_otel._sinks.metrics import PrometheusBackend, SelfMetrics, TorchCounters, _SeriesTable
 
 
 def _compile_some() -> None:

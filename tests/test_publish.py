@@ -129,12 +129,12 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dists: tuple[Pat
     # the HTML run summary rendered by the installed wheel (its packaged CSS and JS) is the source tree's, byte for byte
     import json
 
-    from torch_otel._html import render_html
+    from torch_otel._sinks.html import render_html
 
     sample = ROOT / "tests" / "data" / "summary-sample.json"
     page = tmp_path / "summary.html"
     render = (
-        "import json, sys; from torch_otel._html import render_html; "
+        "import json, sys; from torch_otel._sinks.html import render_html; "
         "open(sys.argv[2], 'w', encoding='utf-8').write(render_html(json.load(open(sys.argv[1]))))"
     )
     _run([env_python, "-c", render, str(sample), str(page)], cwd=tmp_path)

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import torch_otel
-from torch_otel import _sources
+from torch_otel._capture import sources as _sources
 from torch_otel._version import SUPPORTED_TORCH, TESTED_TORCH
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
@@ -31,7 +31,7 @@ def test_this_release_has_every_attach_point_its_row_promises():
     """Each row of the sources table that names this release is there: the matrix's doctor report agrees."""
     rows = _sources.survey()
     missing = [r["name"] for r in rows if r["expected"] and not r["present"]]
-    assert not missing, f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_sources.py"
+    assert not missing, f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_capture/sources.py"
     r = subprocess.run([str(BIN / "torch-otel"), "doctor"], capture_output=True, text=True, env=clean_env(), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "a tested release" in r.stdout and "MISSING" not in r.stdout

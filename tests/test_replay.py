@@ -26,7 +26,8 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torch_otel._replay import ReplayStats, replay_paths
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_paths
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
 
@@ -263,7 +264,7 @@ def test_generated_logs_never_crash_and_every_line_is_a_record_a_payload_or_coun
     """Every header line becomes a record or a counted skip; every payload line belongs to one or is counted."""
     import io
 
-    from torch_otel._replay import iter_records
+    from torch_otel._parse.trace_log import iter_records
 
     stats = ReplayStats()
     records = list(iter_records(io.BytesIO(b"\n".join(lines)), stats))

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from torch_otel._html import render_html
+from torch_otel._sinks.html import render_html
 
 SAMPLE = Path(__file__).parent / "data" / "summary-sample.json"
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")

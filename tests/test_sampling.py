@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 import torch_otel
-from torch_otel._internal import not_sampled
-from torch_otel._setup import build_tracer_provider
+from torch_otel._core.health import not_sampled
+from torch_otel._otel.providers import build_tracer_provider
 from torch_otel.sampling import SAMPLED_BECAUSE, RankSampler
 
 

@@ -180,10 +180,10 @@ def test_label_values_fold_into_other_past_their_cap():
     """300 distinct failure types (say, from a buggy custom backend) make at most 50 + `other` series."""
     from prometheus_client import CollectorRegistry
 
-    from torch_otel._assembler import Assembler
-    from torch_otel._compile_id import CompileId
-    from torch_otel._events import MetricsEvent
-    from torch_otel._metrics import CompileMetrics, PrometheusBackend
+    from torch_otel._assemble.assembler import Assembler
+    from torch_otel._core.compile_id import CompileId
+    from torch_otel._model.events import MetricsEvent
+    from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
 
     registry = CollectorRegistry()
     assembler = Assembler([CompileMetrics([PrometheusBackend(registry)])])

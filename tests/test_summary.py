@@ -17,8 +17,9 @@ import pytest
 from helpers import WORKLOADS, assert_summary_is_the_spans, clean_env, read_otlp_json_spans, run_python, spans_to_file
 from readme_demo import REPLAY_BEGIN, REPLAY_END, readme_block, replay_screen
 
-from torch_otel._replay import ReplayStats, replay_file
-from torch_otel._summary import RunSummary
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_file
+from torch_otel._sinks.summary import RunSummary
 
 CORPUS = Path(__file__).parent / "data" / "tlparse-corpus"
 CLI = [sys.executable, "-m", "torch_otel", "replay"]

@@ -214,7 +214,7 @@ def test_a_factory_installed_over_the_bridges_stays_and_passes_records_through(l
 
 
 def test_console_log_exporter_is_the_sdks_current_one():
-    from torch_otel._setup import build_logger_provider
+    from torch_otel._otel.providers import build_logger_provider
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)

@@ -12,23 +12,23 @@ from ._version import __version__
 TYPE_CHECKING = False  # not typing's: importing typing costs every Python start-up under `torch-otel run` ~5 ms
 
 if TYPE_CHECKING:
-    from ._bridge import force_flush, instrument, is_instrumented, shutdown, uninstrument
-    from ._config import Settings, load_settings
-    from ._ids import UrandomIdGenerator
+    from ._core.errors import internal_error_count
+    from ._core.settings import Settings, load_settings
     from ._instrumentor import TorchCompileInstrumentor
-    from ._internal import internal_error_count
+    from ._otel.ids import UrandomIdGenerator
+    from ._pipeline.live import force_flush, instrument, is_instrumented, shutdown, uninstrument
 
 _WHERE = {
-    "force_flush": "._bridge",
-    "instrument": "._bridge",
-    "is_instrumented": "._bridge",
-    "shutdown": "._bridge",
-    "uninstrument": "._bridge",
-    "Settings": "._config",
-    "load_settings": "._config",
-    "UrandomIdGenerator": "._ids",
+    "force_flush": "._pipeline.live",
+    "instrument": "._pipeline.live",
+    "is_instrumented": "._pipeline.live",
+    "shutdown": "._pipeline.live",
+    "uninstrument": "._pipeline.live",
+    "Settings": "._core.settings",
+    "load_settings": "._core.settings",
+    "UrandomIdGenerator": "._otel.ids",
     "TorchCompileInstrumentor": "._instrumentor",
-    "internal_error_count": "._internal",
+    "internal_error_count": "._core.errors",
 }
 
 __all__ = [

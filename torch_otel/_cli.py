@@ -144,7 +144,7 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     if args.command == "replay":
         return _replay(args)
     if args.command == "diff":
-        from ._diff_inputs import DiffOptions, run_diff
+        from ._pipeline.diff import DiffOptions, run_diff
 
         return run_diff(DiffOptions(args.base, args.new, args.json, args.html, tuple(args.fail_on)))
     if args.command == "doctor":
@@ -183,7 +183,7 @@ _STATUS = {
 
 
 def _tested_status(installed: str) -> str:
-    from ._sources import tested_status
+    from ._capture.sources import tested_status
 
     return tested_status(installed)
 
@@ -194,7 +194,7 @@ def _doctor(json_path: str | None) -> int:
 
     import torch
 
-    from ._sources import release_line, survey
+    from ._capture.sources import release_line, survey
     from ._version import SUPPORTED_TORCH, __version__
 
     rows = survey(str(torch.__version__))
@@ -238,7 +238,7 @@ def _run(cmd: list[str]) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from ._replay_pipeline import ReplayOptions, run_replay
+    from ._pipeline.replay import ReplayOptions, run_replay
 
     return run_replay(
         ReplayOptions(

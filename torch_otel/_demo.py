@@ -13,7 +13,7 @@ import urllib.request
 from collections import defaultdict
 from typing import Any, TextIO
 
-from ._summary import RunSummary
+from ._sinks.summary import RunSummary
 from ._version import __version__
 
 
@@ -152,13 +152,13 @@ def run_demo(
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from prometheus_client import CollectorRegistry
 
-    from . import _bridge
-    from ._exposition import start_prometheus_server
-    from ._file_exporter import OTLPJsonFileSpanExporter
-    from ._ids import UrandomIdGenerator
-    from ._paths import check_writable, write_error
-    from ._ports import port_is_free
-    from ._setup import job_resource
+    from ._core.paths import check_writable, write_error
+    from ._core.ports import port_is_free
+    from ._otel.exposition import start_prometheus_server
+    from ._otel.ids import UrandomIdGenerator
+    from ._otel.otlp_json import OTLPJsonFileSpanExporter
+    from ._otel.providers import job_resource
+    from ._pipeline import live as _bridge
 
     # Every output path is checked before the workload runs: one line each, exit 2 (missing directories are created).
     outputs = [(traces_file, "--traces-file"), (html, "--html"), (json_path, "--json")]

@@ -38,7 +38,7 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from ._ranks import RankSet, env_rank
+from ._core.ranks import RankSet, env_rank
 
 __all__ = ["RankSampler", "SLOW_FACTOR", "SLOW_MIN_S", "SAMPLED_BECAUSE"]
 

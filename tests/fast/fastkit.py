@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from torch_otel._assembler import Assembler
-from torch_otel._compile_id import CompileId, parse_compile_id
-from torch_otel._events import MetricsEvent, PhaseEvent
-from torch_otel._record import CompileRecord, PhaseNode, Sink
+from torch_otel._assemble.assembler import Assembler
+from torch_otel._core.compile_id import CompileId, parse_compile_id
+from torch_otel._model.events import MetricsEvent, PhaseEvent
+from torch_otel._model.record import CompileRecord, PhaseNode, Sink
 
 # (name, start_ns, end_ns, *children)
 Tree = tuple[Any, ...]

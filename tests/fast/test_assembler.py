@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from fastkit import B, E, cid, duration, feed, find, frame, instant, metrics, outline, phases
 
-from torch_otel._events import (
+from torch_otel._model.events import (
     ArtifactEvent,
     DebugDirEvent,
     GraphBreakEvent,
@@ -23,7 +23,7 @@ from torch_otel._events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from torch_otel._record import CodeLocation
+from torch_otel._model.record import CodeLocation
 
 FN = {"co_name": "fn", "co_filename": "/w/model.py", "co_firstlineno": 7}
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from fastkit import B, Collect, E, cid, feed, find, frame, metrics, outline
 
-from torch_otel._assembler import MAX_ARTIFACTS, MAX_GRAPH_BREAKS, MAX_PHASES, Assembler
-from torch_otel._events import (
+from torch_otel._assemble.assembler import MAX_ARTIFACTS, MAX_GRAPH_BREAKS, MAX_PHASES, Assembler
+from torch_otel._core.errors import internal_errors
+from torch_otel._model.events import (
     ArtifactEvent,
     DebugDirEvent,
     GraphBreakEvent,
@@ -23,8 +24,7 @@ from torch_otel._events import (
     LogEvent,
     RecompileReasonsEvent,
 )
-from torch_otel._internal import internal_errors
-from torch_otel._record import CompileRecord, Sink
+from torch_otel._model.record import CompileRecord, Sink
 
 # -- orphans ------------------------------------------------------------------------------------------------------
 

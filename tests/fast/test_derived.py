@@ -14,13 +14,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from torch_otel import _internal
-from torch_otel._assembler import Assembler
-from torch_otel._config import Settings
-from torch_otel._mega_cache import LoadedKeys
-from torch_otel._record import CodeLocation, CompileRecord, Sink
-from torch_otel._spans import SpanMapper
-from torch_otel._summary import RunSummary
+from torch_otel._analysis.caches import LoadedKeys
+from torch_otel._assemble.assembler import Assembler
+from torch_otel._core import errors as _internal
+from torch_otel._core.settings import Settings
+from torch_otel._model.record import CodeLocation, CompileRecord, Sink
+from torch_otel._sinks.spans import SpanMapper
+from torch_otel._sinks.summary import RunSummary
 
 CODE = {"co_name": "forward", "co_filename": "/src/model.py", "co_firstlineno": 12}
 

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from fastkit import feed, frame, metrics
 
-from torch_otel._compile_id import parse_compile_id
-from torch_otel._diff import (
+from torch_otel._analysis.diff import (
     DEFAULTS,
     EXIT_GATE_FAILED,
     EXIT_OK,
@@ -29,11 +28,12 @@ from torch_otel._diff import (
     merge_summaries,
     parse_fail_on,
 )
-from torch_otel._diff_html import render_diff_html
-from torch_otel._diff_inputs import read_side
-from torch_otel._events import GraphBreakEvent
-from torch_otel._graph_breaks import graph_break_code
-from torch_otel._summary import RunSummary
+from torch_otel._core.compile_id import parse_compile_id
+from torch_otel._core.graph_breaks import graph_break_code
+from torch_otel._model.events import GraphBreakEvent
+from torch_otel._pipeline.diff import read_side
+from torch_otel._sinks.diff_html import render_diff_html
+from torch_otel._sinks.summary import RunSummary
 
 GB_TYPE = "Call to `torch._dynamo.graph_break()`"
 

@@ -1,8 +1,11 @@
 """The package's layers, read from its imports: no cycle, and no module imports one from a layer above it.
 
-Every import counts, those inside functions too (a lazy import is still a dependency). A new module of the
-package must be given its layer in :data:`LAYERS`; ``bench/`` may import the package and ``tests/servers.py``,
-and its own modules without a cycle; the package imports neither ``bench`` nor ``tests``.
+Each folder of ``torch_otel/`` is a layer (docs/architecture.md draws them); the top-level modules are the entry
+points. A module may import its own folder and the folders of lower layers. Two folders of one layer are peers
+and import neither each other (live capture and the sinks both stand on the assembler). Every import counts, those
+inside functions too (a lazy import is still a dependency). A new folder or top-level module must be given its layer
+in :data:`LAYERS`; a layer's ``__init__.py`` imports nothing. ``bench/`` may import the package and
+``tests/servers.py``, and its own modules without a cycle; the package imports neither ``bench`` nor ``tests``.
 """
 
 from __future__ import annotations
@@ -14,44 +17,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Bottom to top. A module may import its own layer and the ones below it.
+# Bottom to top, by folder (and top-level module). A module may import its own folder and the ones below it.
 LAYERS: dict[str, int] = {
-    # foundations: no torch_otel imports beyond this layer
-    **dict.fromkeys(
-        [
-            "_internal",
-            "_version",
-            "_compile_id",
-            "_categories",
-            "_graph_breaks",
-            "_ranks",
-            "_ids",
-            "_arm",
-            "_ports",
-            "_html",
-            "_diff_html",
-            "_export_guard",
-            "_file_exporter",
-            "_paths",
-            "_cpu",
-        ],
-        0,
-    ),
-    **dict.fromkeys(["_config", "sampling"], 1),  # settings; the rank sampler (an SDK entry point)
-    **dict.fromkeys(["_events", "_record", "_recompiles"], 2),  # typed events; the compile record and the sink interface
-    **dict.fromkeys(["_cache", "_parse", "_assembler", "_frames"], 3),  # records -> events -> compiles; cache keys
-    **dict.fromkeys(["_sources", "_export_hook", "_mega_cache"], 4),  # the attach table and its hook objects
-    # live capture, and the sinks (spans, metrics, summary, divergence, log records, replay's resources)
-    **dict.fromkeys(["_live", "_spans", "_metrics", "_summary", "_divergence", "_logs", "_replay_identity", "_diff"], 5),
-    **dict.fromkeys(["_replay", "_exposition", "_setup"], 6),  # replay's reader; /metrics; providers from OTEL_*
-    # what wires sources to sinks: replay's, live's; the diff's two sides
-    **dict.fromkeys(["_replay_pipeline", "_bridge", "_baseline", "_diff_inputs"], 7),
+    "_version": 0,  # the package's and torch's versions, the tested releases
+    "_core": 1,  # errors, health counts, settings, compile ids, ranks, the import watcher, torch's vocabulary
+    "_otel": 2,  # OpenTelemetry providers and exporters from OTEL_*, guarded; OTLP-JSON files; ids; /metrics
+    "_model": 3,  # typed events, the compile record, the Sink interface
+    "_kinds": 4,  # kinds of event declared once each
+    "_parse": 5,  # torch's records -> events; the TORCH_TRACE reader
+    "_analysis": 6,  # caches, recompiles, divergence, diff: what the facts mean
+    "_assemble": 7,  # events -> compile records, derived facts
+    "_sinks": 8,  # spans, metrics, log records, the run summary, the pages
+    "_capture": 8,  # live capture: the attach table and its hooks (a peer of the sinks)
+    "_pipeline": 9,  # what puts sources and sinks together: live, replay, diff
     # entry points
-    **dict.fromkeys(
-        ["_demo", "_cli", "_instrumentor", "auto", "__init__", "__main__", "_autostart.__init__", "_autostart.sitecustomize"],
-        8,
-    ),
+    **dict.fromkeys(["_demo", "_cli", "_instrumentor", "auto", "sampling", "__init__", "__main__", "_autostart"], 10),
 }
+ENTRY = 10
+
+
+def layer_of(module: str) -> str:
+    """``_core.errors`` -> ``_core``; ``_autostart.sitecustomize`` -> ``_autostart``; ``auto`` -> ``auto``."""
+    return module.split(".")[0]
 
 
 def _module_name(path: Path, base: Path) -> str:
@@ -70,6 +57,7 @@ def _imports(path: Path, package: str | None) -> set[str]:
                 base = ".".join(parts[: len(parts) - (node.level - 1)])
                 if node.module:
                     out.add(f"{base}.{node.module}")
+                    out.update(f"{base}.{node.module}.{a.name}" for a in node.names)  # `from .pkg import module`
                 else:  # from . import x: x is a module
                     out.update(f"{base}.{a.name}" for a in node.names)
             elif node.module:
@@ -144,22 +132,47 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
-    return sorted(
-        f"{m} (layer {layers[m]}) imports {d} (layer {layers[d]})"
-        for m, deps in graph.items()
-        for d in deps
-        if m in layers and d in layers and layers[d] > layers[m]
-    )
+    """Each import of a module from a higher layer, or from a peer folder of the same layer."""
+    out = []
+    for m, deps in graph.items():
+        lm = layer_of(m)
+        for d in deps:
+            ld = layer_of(d)
+            if lm not in layers or ld not in layers or ld == lm or layers[lm] == layers[ld] == ENTRY:
+                continue  # its own folder; the entry points import one another
+            if layers[ld] > layers[lm]:
+                out.append(f"{m} (layer {layers[lm]}) imports {d} (layer {layers[ld]})")
+            elif layers[ld] == layers[lm]:
+                out.append(f"{m} imports {d}, of its peer folder {ld} (layer {layers[ld]})")
+    return sorted(out)
 
 
 # -- the package and bench as they are ------------------------------------------------------------------------
 
 
 def test_every_package_module_has_a_layer():
-    missing = sorted(set(package_graph()) - set(LAYERS))
-    assert not missing, f"give these modules a layer in tests/fast/test_layers.py LAYERS: {missing}"
-    gone = sorted(set(LAYERS) - set(package_graph()))
-    assert not gone, f"LAYERS names modules the package no longer has: {gone}"
+    graph = package_graph()
+    missing = sorted(m for m in graph if layer_of(m) not in LAYERS)
+    assert not missing, f"give these modules' folders a layer in tests/fast/test_layers.py LAYERS: {missing}"
+    gone = sorted(set(LAYERS) - {layer_of(m) for m in graph})
+    assert not gone, f"LAYERS names folders or modules the package no longer has: {gone}"
+
+
+def test_the_package_is_folders_by_layer_and_its_entry_points():
+    """Nothing but the entry points (and the version) sits at the top: every other module is in its layer's folder."""
+    top = sorted(m for m in package_graph() if "." not in m)
+    assert set(top) <= {m for m, n in LAYERS.items() if n in (0, ENTRY)}, top
+    folders = sorted(p.name for p in (ROOT / "torch_otel").iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert set(folders) - {"_autostart"} == {f for f, n in LAYERS.items() if 0 < n < ENTRY}, folders
+
+
+def test_a_layer_s_init_imports_nothing():
+    """``import torch_otel.auto`` loads only what it names (torch_otel._core.arm): a layer's package adds nothing."""
+    for name, deps in package_graph().items():
+        if name.endswith(".__init__") and layer_of(name) != "_autostart":
+            assert not deps, f"torch_otel/{layer_of(name)}/__init__.py imports {sorted(deps)}"
+            tree = ast.parse((ROOT / "torch_otel" / layer_of(name) / "__init__.py").read_text())
+            assert all(isinstance(n, ast.Expr) for n in tree.body), f"{layer_of(name)}/__init__.py holds more than a docstring"
 
 
 def test_the_package_has_no_import_cycle():
@@ -190,20 +203,26 @@ def test_a_cycle_is_found():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_an_upward_import_is_found():
-    layers = {"_record": 2, "_spans": 5}
-    assert upward_imports({"_record": {"_spans"}, "_spans": {"_record"}}, layers) == [
-        "_record (layer 2) imports _spans (layer 5)"
+def test_an_upward_import_and_a_peer_import_are_found():
+    layers = {"_model": 3, "_sinks": 8, "_capture": 8}
+    graph = {
+        "_model.record": {"_sinks.spans"},
+        "_sinks.spans": {"_model.record", "_sinks.metrics"},
+        "_capture.live": {"_sinks.logs"},
+    }
+    assert upward_imports(graph, layers) == [
+        "_capture.live imports _sinks.logs, of its peer folder _sinks (layer 8)",
+        "_model.record (layer 3) imports _sinks.spans (layer 8)",
     ]
 
 
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from ._spans import SpanMapper", {"torch_otel._spans"}),
-        ("def f():\n    from ._bridge import current\n", {"torch_otel._bridge"}),
-        ("from . import _mega_cache as m", {"torch_otel._mega_cache"}),
-        ("import torch_otel._assembler", {"torch_otel._assembler"}),
+        ("from ._sinks.spans import SpanMapper", {"torch_otel._sinks.spans"}),
+        ("def f():\n    from ._pipeline.live import current\n", {"torch_otel._pipeline.live"}),
+        ("from ._capture import mega_cache as m", {"torch_otel._capture.mega_cache"}),
+        ("import torch_otel._assemble.assembler", {"torch_otel._assemble.assembler"}),
     ],
 )
 def test_imports_are_read_inside_functions_and_relative_ones_resolved(tmp_path, source, expected):

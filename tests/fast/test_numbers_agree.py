@@ -21,14 +21,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from torch_otel._assembler import Assembler
-from torch_otel._config import Settings
-from torch_otel._events import GraphBreakEvent, Origin
-from torch_otel._graph_breaks import parse_graph_break
-from torch_otel._metrics import CompileMetrics, PrometheusBackend, TorchCounters
-from torch_otel._record import PhaseNode
-from torch_otel._spans import SpanMapper
-from torch_otel._summary import RunSummary
+from torch_otel._assemble.assembler import Assembler
+from torch_otel._core.graph_breaks import parse_graph_break
+from torch_otel._core.settings import Settings
+from torch_otel._model.events import GraphBreakEvent, Origin
+from torch_otel._model.record import PhaseNode
+from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend, TorchCounters
+from torch_otel._sinks.spans import SpanMapper
+from torch_otel._sinks.summary import RunSummary
 
 MS = 1_000_000
 
@@ -101,7 +101,7 @@ def test_parallel_builds_each_count_in_cpp_compile_as_in_the_spans_the_summary_a
 
 
 def test_a_stretch_inside_another_of_its_label_counts_once_and_each_stretch_after_another_counts():
-    from torch_otel._metrics import phase_times
+    from torch_otel._sinks.metrics import phase_times
 
     root = PhaseNode(
         "dynamo",

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fastkit import cid
 
-from torch_otel._events import (
+from torch_otel._model.events import (
     ArtifactEvent,
     GraphBreakEvent,
     GraphScheduleEvent,
@@ -24,7 +24,7 @@ from torch_otel._events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from torch_otel._parse import GENERIC_KINDS, HANDLERS, RecordError, chromium_to_event, metrics_to_event, parse_record
+from torch_otel._parse.records import GENERIC_KINDS, HANDLERS, RecordError, chromium_to_event, metrics_to_event, parse_record
 
 IDS = {"rank": 0, "frame_id": 0, "frame_compile_id": 1, "attempt": 0}
 

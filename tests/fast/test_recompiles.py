@@ -12,9 +12,7 @@ import logging
 import pytest
 from fastkit import feed, frame, metrics
 
-from torch_otel._assembler import Assembler
-from torch_otel._internal import logger
-from torch_otel._recompiles import (
+from torch_otel._analysis.recompiles import (
     DYNAMIC_SHAPES_URL,
     Guard,
     NearLimitWarning,
@@ -27,7 +25,9 @@ from torch_otel._recompiles import (
     parse_guard,
     recompile_limit_of,
 )
-from torch_otel._summary import RunSummary, _where
+from torch_otel._assemble.assembler import Assembler
+from torch_otel._core.errors import logger
+from torch_otel._sinks.summary import RunSummary, _where
 
 CONFIG = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shapes": False, "recompile_limit": 8})
 

@@ -1,4 +1,4 @@
-"""Fast tier: the TORCH_TRACE reader (``torch_otel._replay``) on synthetic log text, no torch.compile anywhere.
+"""Fast tier: the TORCH_TRACE reader (``torch_otel._parse.trace_log``) on synthetic log text, no torch.compile anywhere.
 
 Lines are written as torch writes them: a glog prefix and the record's metadata as JSON, then its payload
 lines, each behind a tab. Every line the reader cannot use is counted in ``ReplayStats.skipped`` by reason,
@@ -19,7 +19,8 @@ from typing import Any
 
 from fastkit import Collect
 
-from torch_otel._replay import ReplayStats, Writer, iter_records, not_a_trace_log, replay_file
+from torch_otel._parse.trace_log import ReplayStats, Writer, iter_records, not_a_trace_log
+from torch_otel._pipeline.replay import replay_file
 
 TRUNCATED = "truncated or corrupt compressed data (EOFError)"
 
@@ -322,7 +323,7 @@ def test_a_baselines_keys_know_their_release_from_the_first_lookup_on():
     lookups; a key without its release made a miss on another release read "torch version changed" instead of
     "torch 2.13.0+cpu → 2.15.0".
     """
-    from torch_otel._baseline import baseline_keys
+    from torch_otel._analysis.cache_index import baseline_keys
 
     log = Path(__file__).parent.parent / "data" / "cache-baseline-2.13"
     keys, problems = baseline_keys(str(log))

@@ -8,9 +8,10 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from torch_otel import _internal, _sources
-from torch_otel._assembler import Assembler
-from torch_otel._live import LiveCapture
+from torch_otel._assemble.assembler import Assembler
+from torch_otel._capture import sources as _sources
+from torch_otel._capture.live import LiveCapture
+from torch_otel._core import errors as _internal
 
 
 def _hook_refs(src: _sources.Source) -> list[object]:

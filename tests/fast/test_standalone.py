@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fastkit import B, E, cid, feed, metrics, outline, phases
 
-from torch_otel._events import ArtifactEvent, GraphBreakEvent, MetricsEvent, Origin
+from torch_otel._model.events import ArtifactEvent, GraphBreakEvent, MetricsEvent, Origin
 
 CAPTURE = phases("0/0", ("compile_attempt_0", 100, 800, ("bytecode_tracing", 200, 700)))
 EXPORT_STACK = ("export", "_export", "_strict_export", "_export_to_aten_ir_make_fx")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastkit import flatten, frame, metrics
 
-from torch_otel._assembler import Assembler
-from torch_otel._summary import SCHEMA_VERSION, RunSummary, format_text
+from torch_otel._assemble.assembler import Assembler
+from torch_otel._sinks.summary import SCHEMA_VERSION, RunSummary, format_text
 
 REASONS = [
     "tensor 'x' size mismatch at index 0. expected 8, actual 16",
@@ -47,7 +47,7 @@ def test_the_json_carries_its_schema_version():
 def test_a_traces_file_path_holds_the_rank_and_pid():
     import os
 
-    from torch_otel._config import load_settings
+    from torch_otel._core.settings import load_settings
 
     s = load_settings({"TORCH_OTEL_TRACES_FILE": "/t/spans-{rank}-{pid}.jsonl", "RANK": "3"}, report=False)
     assert s.traces_file == f"/t/spans-3-{os.getpid()}.jsonl"

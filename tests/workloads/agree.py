@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 from torch._dynamo.utils import counters
 
 import torch_otel
-from torch_otel._file_exporter import OTLPJsonFileSpanExporter
-from torch_otel._summary import RunSummary
+from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
+from torch_otel._sinks.summary import RunSummary
 
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(OTLPJsonFileSpanExporter(sys.argv[2])))

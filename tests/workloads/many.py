@@ -57,8 +57,8 @@ rss["end"] = rss_mb()
 report = {"compiles": N, "failures": failures, "rss_mb": rss}
 if "torch_otel" in sys.modules:
     import torch_otel
-    from torch_otel import _bridge
-    from torch_otel._record import CompileRecord
+    from torch_otel._model.record import CompileRecord
+    from torch_otel._pipeline import live as _bridge
 
     b = _bridge._bridge
     report.update(

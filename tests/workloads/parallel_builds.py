@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 import torch_otel
-from torch_otel._categories import PHASE_LABELS
-from torch_otel._summary import RunSummary
+from torch_otel._core.categories import PHASE_LABELS
+from torch_otel._sinks.summary import RunSummary
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

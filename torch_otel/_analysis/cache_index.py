@@ -1,0 +1,360 @@
+"""Where a run's cache misses are explained against: the key index of the run before, or a baseline the user names.
+
+The index is a rank's keys, kept on disk (:class:`KeyIndex`); a baseline is an index or a previous run's
+``TORCH_TRACE`` logs, whose lookup artifacts hold every key (:func:`keys_of_logs`).
+
+Live, with nothing configured, each rank keeps the keys it looked up in a small bounded index beside inductor's
+cache directory (``<cache dir>/torch-otel/keys-rank<R>.json``, written at exit). A restarted job shares its cache
+directory with the run before it, so the next run reads that index and explains each miss against it: the SRE
+whose job restarted after a deploy reads "torch 2.13.0 → 2.15.0" or "inductor config max_autotune: False → True"
+on the run summary without having set anything. ``TORCH_OTEL_CACHE_INDEX`` moves the index (a directory) or turns
+it off; ``TORCH_OTEL_CACHE_BASELINE`` (and ``torch-otel replay --baseline``) names a previous run's ``TORCH_TRACE``
+log or directory, or an index file or directory, instead.
+
+A baseline that is missing, corrupt or from another release is one line; the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._core.errors import warn_once
+from .._core.ranks import env_rank
+from .._core.settings import Settings
+from .._kinds.cache_lookups import Component, cache_lookup
+from .._model.events import ArtifactEvent, MetricsEvent
+from .._parse.records import parse_record
+from .._parse.trace_log import RANK_IN_NAME, ReplayStats, iter_records, log_files, not_a_trace_log, open_log, torch_version_of
+from .caches import KeyHistory, KeySeen
+
+__all__ = ["KeyIndex", "baseline_keys", "index_document", "keys_of_logs", "live_key_history", "read_index"]
+
+BASELINE = "in the baseline run"
+MAX_OTHER_INDEXES = 8  # other ranks' indexes read by a rank that has none of its own
+PREVIOUS = "in the previous run"
+
+
+def baseline_keys(
+    path: str, where: str = BASELINE, setting: str = "TORCH_OTEL_CACHE_BASELINE"
+) -> tuple[list[KeySeen], list[str]]:
+    """The keys a baseline holds: an index file (``.json``), a directory of them, or ``TORCH_TRACE`` logs (replayed).
+
+    Returns ``(keys, problems)``: each problem is one line naming the setting and the fix.
+    """
+    p = Path(path)
+    if not p.exists():
+        return [], [
+            f"{setting}={path!r}: no such file or directory; name a previous run's TORCH_TRACE log or directory, "
+            "or a cache key index (keys-rank<R>.json); misses are explained against this run only"
+        ]
+    indexes = [p] if p.is_file() and p.suffix == ".json" else sorted(p.glob("keys-rank*.json")) if p.is_dir() else []
+    if indexes:
+        keys: list[KeySeen] = []
+        problems: list[str] = []
+        for f in indexes:
+            idx = KeyIndex(str(f))
+            keys += idx.load(where)
+            problems += idx.problems
+        return keys, problems
+    problems = []
+    keys = keys_of_logs(p, where, problems)
+    return keys, [f"{setting}: {q}" for q in problems]
+
+
+def _release_line(keys: list[KeySeen], version: str | None, what: str) -> str | None:
+    theirs = sorted({k.torch_version for k in keys if k.torch_version})
+    if version and theirs and theirs != [version]:
+        return (
+            f"{what} is from torch {', '.join(theirs)} and this run is torch {version}: keys are compared by the parts "
+            "both releases have, and a changed torch version is named as the cause"
+        )
+    return None
+
+
+def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]]:
+    """The live bridge's key history (its baseline read at the first cache lookup) and what saves the index at exit."""
+    from .._version import torch_version
+
+    rank = env_rank()
+    found = torch_version()
+    version = None if found == "unknown" else found
+
+    def index() -> KeyIndex | None:
+        if settings.cache_index.lower() == "off":
+            return None
+        if settings.cache_index.lower() != "auto":
+            return KeyIndex(str(Path(settings.cache_index) / f"keys-rank{rank}.json"))
+        base = default_cache_dir()
+        return KeyIndex(str(Path(base) / "torch-otel" / f"keys-rank{rank}.json")) if base else None
+
+    def load() -> list[KeySeen]:
+        if settings.cache_baseline:
+            keys, problems = baseline_keys(settings.cache_baseline)
+            what = f"TORCH_OTEL_CACHE_BASELINE={settings.cache_baseline!r}"
+        else:
+            idx = index()
+            keys, problems = (idx.load(PREVIOUS), idx.problems) if idx is not None else ([], [])
+            what = f"the cache key index {idx.path}" if idx is not None else ""
+            if idx is not None and not keys and not problems:  # a rank new to this cache: the other ranks' keys
+                for other in sorted(Path(idx.path).parent.glob("keys-rank*.json"))[:MAX_OTHER_INDEXES]:
+                    o = KeyIndex(str(other))
+                    keys += o.load(PREVIOUS)
+                    problems += o.problems
+        line = _release_line(keys, version, what) if keys else None
+        for p in [*problems, *([line] if line else [])]:
+            warn_once(f"cache-baseline:{p}", "%s", p)
+        return keys
+
+    history = KeyHistory(load, torch_version=version)
+
+    pid = os.getpid()
+
+    def save() -> None:
+        if os.getpid() != pid or not history.seen():
+            return  # a forked child's lookups are not its rank's run; nothing looked up: the old index stays
+        idx = index()
+        if idx is None:
+            return
+        try:
+            idx.save(history, version, rank)
+        except OSError as exc:
+            warn_once(
+                "cache-index-write",
+                "cannot write the cache key index %s (%s); set TORCH_OTEL_CACHE_INDEX to a writable directory, or off",
+                idx.path,
+                exc.strerror or exc,
+            )
+
+    return history, save
+
+
+# -- the key index kept beside the inductor cache ---------------------------------------------------------------
+
+INDEX_FORMAT = "torch-otel cache key index"
+INDEX_VERSION = 1
+MAX_INDEX_KEYS = 2048  # keys a rank's index keeps (the most recent)
+MAX_INDEX_BYTES = 4 * 1024 * 1024  # and at most this much on disk
+
+
+def default_cache_dir() -> str | None:
+    """inductor's cache directory (``TORCHINDUCTOR_CACHE_DIR``, else torch's default), without importing inductor."""
+    d = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if d:
+        return d
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return str(cache_dir())
+    except Exception:  # noqa: BLE001 - a torch without it
+        return None
+
+
+@dataclass
+class KeyIndex:
+    """A rank's keys of the last run, in ``<cache dir>/torch-otel/keys-rank<R>.json``: the next run's baseline.
+
+    Bounded (:data:`MAX_INDEX_KEYS`, :data:`MAX_INDEX_BYTES`). It holds keys and the hashes of their parts, and
+    the text only of parts safe to show (config values, input metadata), never the graph's code.
+    """
+
+    path: str
+    problems: list[str] = field(default_factory=list)
+
+    def load(self, where: str = "in the previous run") -> list[KeySeen]:
+        """The keys it holds; [] when there is no index yet. A corrupt one is one line in ``problems``."""
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            self.problems.append(
+                f"the cache key index {self.path} cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+                "misses are explained against this run only, and the index is written afresh at exit"
+            )
+            return []
+        return read_index(doc, where, self.path, self.problems)
+
+    def save(self, history: KeyHistory, torch_version: str | None, rank: int | None) -> None:
+        """This run's keys after the baseline's others, oldest first: a miss is compared with the nearest of them."""
+        seen = history.seen()
+        keys = {s.key for s in seen}
+        kept = [s for s in history.baseline() if s.key not in keys]  # older keys stay, the newest last (bounded)
+        doc = index_document([*kept, *seen], torch_version, rank)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(doc)
+        os.replace(tmp, self.path)  # a reader never sees half a file
+
+
+def index_document(seen: Sequence[KeySeen], torch_version: str | None, rank: int | None) -> str:
+    """The index's JSON: the newest keys first kept, within both bounds. Parts common to most keys are stored once."""
+    keep = list(seen)[-MAX_INDEX_KEYS:]
+    while True:
+        doc = _index(keep, torch_version, rank)
+        text = json.dumps(doc, separators=(",", ":"))
+        if len(text.encode()) <= MAX_INDEX_BYTES or not keep:
+            return text
+        keep = keep[len(keep) // 4 or 1 :]  # drop the oldest quarter
+
+
+def _index(keep: Sequence[KeySeen], torch_version: str | None, rank: int | None) -> dict[str, Any]:
+    counts: dict[tuple[str, str], int] = {}
+    for s in keep:
+        for c in s.parts:
+            counts[(c.name, c.digest)] = counts.get((c.name, c.digest), 0) + 1
+    common: dict[str, str] = {}
+    for (name, digest), n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        if name not in common and n > len(keep) // 2:
+            common[name] = digest
+    texts: dict[str, str] = {}
+    entries = []
+    for s in keep:
+        parts = {}
+        names = set()
+        for c in s.parts:
+            names.add(c.name)
+            if common.get(c.name) != c.digest:
+                parts[c.name] = c.digest
+            if c.text is not None:
+                texts.setdefault(c.digest, c.text)
+        missing = [n for n in common if n not in names]
+        entry: dict[str, Any] = {
+            "cache": s.cache,
+            "frame": list(s.frame),
+            "id": s.compile_id,
+            "backward": s.backward,
+            "key": s.key,
+            "result": s.result,
+            "parts": parts,
+        }
+        if missing:
+            entry["without"] = missing
+        if s.torch_version:
+            entry["torch"] = s.torch_version
+        if s.loads:
+            entry["loads"] = list(s.loads)
+        entries.append(entry)
+    return {
+        "format": INDEX_FORMAT,
+        "version": INDEX_VERSION,
+        "torch": torch_version,
+        "rank": rank,
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "common": common,
+        "texts": texts,
+        "keys": entries,
+    }
+
+
+def read_index(doc: Any, where: str, path: str, problems: list[str]) -> list[KeySeen]:
+    if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
+        problems.append(f"{path} is not a torch-otel cache key index; pass an index (keys-rank<R>.json) or a TORCH_TRACE log")
+        return []
+    if doc.get("version") != INDEX_VERSION:
+        problems.append(
+            f"{path} is a cache key index of another torch-otel version (format {doc.get('version')!r}); "
+            "misses are explained against this run only"
+        )
+        return []
+    common: dict[str, str] = doc["common"] if isinstance(doc.get("common"), dict) else {}
+    texts: dict[str, str] = doc["texts"] if isinstance(doc.get("texts"), dict) else {}
+    out = []
+    for e in doc.get("keys") or []:
+        try:
+            parts_map = {**common, **e.get("parts", {})}
+            for name in e.get("without", ()):
+                parts_map.pop(name, None)
+            parts = tuple(Component(n, d, texts.get(d)) for n, d in parts_map.items())
+            frame = tuple(e["frame"])
+            out.append(
+                KeySeen(
+                    e["cache"],
+                    (frame[0], frame[1]),
+                    e["id"],
+                    e.get("backward"),
+                    e["key"],
+                    e.get("result", "miss"),
+                    parts,
+                    where,
+                    doc.get("rank"),
+                    e.get("torch") or doc.get("torch"),
+                    tuple(str(k) for k in e.get("loads", ())),
+                )
+            )
+        except (KeyError, TypeError, ValueError, IndexError):
+            problems.append(f"{path} holds an entry of an unknown shape; it is left out")
+            break
+    return out
+
+
+# torch's artifacts that record one cache lookup each, in both of inductor's paths (the FX graph loads inside an
+# AOTAutograd hit log no instant event, only these): replay and a baseline learn the keys from them
+_KEY_ARTIFACTS = {"fx_graph_cache_": "fx_graph", "aotautograd_cache_": "aot_autograd"}
+
+
+def remember_key(history: Any, ev: ArtifactEvent, version: str | None) -> bool:
+    """A lookup artifact's key into ``history`` (a :class:`KeyHistory`): known, not a lookup of the record."""
+    cache = next((c for p, c in _KEY_ARTIFACTS.items() if ev.name.startswith(p)), None)
+    if cache is None or not isinstance(history, KeyHistory):
+        return False
+    try:
+        info = json.loads(ev.payload or "null")
+    except ValueError:
+        return False
+    lk = cache_lookup(cache, ev.name.rsplit("_", 1)[-1], None, info, ev.compile_id)
+    if lk is None or not lk.key:
+        return False
+    history.remember(lk, ev.compile_id, ev.rank, version)
+    return True
+
+
+def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
+    """Every cache key a previous run's TORCH_TRACE logs hold, with its parts: a baseline to explain misses against.
+
+    Read from the lookup artifacts, which torch writes for every lookup of both caches (live capture and replay
+    see the lookups through torch's instant events, which the FX graph loads inside an AOTAutograd hit lack).
+    """
+    history = KeyHistory(where=where, max_keys=1 << 20)
+    stats = ReplayStats()
+    found = 0
+    for f in log_files(path):
+        if not_a_trace_log(f):
+            continue
+        rank_hint = RANK_IN_NAME.search(f.name)
+        version: str | None = None
+        try:
+            fh = open_log(f)
+        except OSError as exc:
+            problems.append(f"{f}: cannot read ({exc.strerror or exc})")
+            continue
+        with fh:
+            for md, payload, size in iter_records(fh, stats):
+                if rank_hint and "rank" not in md:
+                    md["rank"] = int(rank_hint.group(1))
+                try:
+                    kind, events = parse_record(md, payload, None, payload_size=size)
+                except Exception:  # noqa: BLE001 - a record of another shape: not a key
+                    continue
+                for ev in events or ():
+                    if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
+                        v = ev.fields.get("pytorch_version")
+                        version = v if isinstance(v, str) and v else version
+                    elif isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
+                        # written before the first compile: the first lookups' keys know their release
+                        version = torch_version_of(ev.payload) or version
+                    elif isinstance(ev, ArtifactEvent) and remember_key(history, ev, version):
+                        found += 1
+    if not found:
+        problems.append(
+            f"{path} holds no cache lookup torch-otel can read (a TORCH_TRACE log of a run that compiled with inductor "
+            "has them); misses are explained against this run only"
+        )
+    return history.seen()

@@ -1,0 +1,425 @@
+"""Why a compile missed torch's caches: each missed key's parts, compared with the nearest key of its graph seen before.
+
+torch computes each FX graph and AOTAutograd cache key from a list of components, one line each: ``[hash] name:
+text`` (the graph's code, each input's metadata, every inductor config value, the torch version, the system).
+A key that missed is compared, part by part and by hash (a part's text may differ while its hash does not: a
+function's address), with the nearest key of the same graph seen before:
+
+- earlier in this process (a recompile), on another rank (replay of a job's directory), or in the previous run
+  (the key index kept beside the inductor cache, :class:`KeyIndex`), or in a baseline the user names;
+- the same key seen before: the entry was not in this cache (a new or cleared cache directory, another node's
+  local cache, an evicted entry), never a changed part;
+- nothing to compare with: first seen.
+
+The parts that differ are named by their meaning ("inductor config size_asserts: True → False", "input 0: shape
+[8, 8] → [16, 8]", "torch 2.13.0 → 2.15.0", "graph code changed") and classed for metric labels (:data:`CLASSES`).
+The text of the graph, of binary parts and of values that can carry source or user data never leaves the process
+unless payload capture is on: only the parts' hashes are compared and kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.compile_id import CompileId
+from .._kinds.cache_lookups import Component, component_class
+from .._model.events import CacheLookupEvent
+from .._model.record import CompileRecord
+
+__all__ = ["CAUSES", "CLASSES", "LOADED", "Explanation", "KeyHistory", "KeySeen", "LoadedKeys"]
+
+# What changed, most telling first (a miss's cause is the class of its first change)
+CLASSES = ("versions", "system", "config", "inputs", "graph", "other")
+# A miss's cause, as the metric label says it
+CAUSES = ("first_seen", "not_in_cache", *CLASSES)
+MAX_CHANGES = 8  # changes named per miss (the rest counted)
+
+_TENSOR_FIELDS = ("dtype", "shape", "stride", "device", "layout", "requires_grad", "memory_format", "storage_offset")
+_TENSOR_FIELD = re.compile(r"(\w+)=(torch\.Size\(\[[^\]]*\]\)|\([^)]*\)|device\(type='[^']*'(?:, index=\d+)?\)|[^,)]+)")
+
+# -- keys seen before -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeySeen:
+    """A key seen before, and where: earlier in this run, on another rank, in the previous run."""
+
+    cache: str
+    frame: tuple[int | None, int | None]  # (compiled-autograd id, frame id): the graph's frame
+    compile_id: str
+    backward: bool | None
+    key: str
+    result: str
+    parts: tuple[Component, ...]
+    where: str  # "earlier in this run", "on rank 0", "in the previous run"
+    rank: int | None = None
+    torch_version: str | None = None
+    # an AOTAutograd entry: the FX graph keys it loads on a hit (torch logs those loads live no event of their own)
+    loads: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Explanation:
+    """Why a lookup missed: its cause (:data:`CAUSES`), each part that changed, and what it was compared with."""
+
+    cause: str
+    changes: tuple[str, ...] = ()  # each changed part in words
+    classes: tuple[str, ...] = ()  # each one's class
+    against: str | None = None  # "0/0 earlier in this run", "0/0 in the previous run (torch 2.13.0)", "0/0 on rank 0"
+    more: int = 0  # changes not named
+    components: tuple[str, ...] = ()  # each one's component name (``inductor_config[size_asserts]``)
+
+    def short(self) -> str:
+        """The changes alone, where there are some (the cause's words otherwise)."""
+        return "; ".join(self.changes) + (f" (and {self.more} more)" if self.more else "") if self.changes else self.text()
+
+    def text(self) -> str:
+        if self.cause == "first_seen":
+            return "first seen" + (f" ({self.against})" if self.against else "")
+        if self.cause == "not_in_cache":
+            return (
+                f"not in this cache: the same key was seen {self.against}; a new or cleared cache directory, "
+                "another node's local cache, or an evicted entry"
+            )
+        named = "; ".join(self.changes) or "the key changed (torch recorded no parts for it)"
+        more = f" (and {self.more} more)" if self.more else ""
+        return f"{named}{more}, against {self.against}"
+
+
+def _tensor_fields(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    return {k: v for k, v in _TENSOR_FIELD.findall(text) if k in _TENSOR_FIELDS}
+
+
+def _shape(value: str) -> str:
+    m = re.match(r"torch\.Size\((\[[^\]]*\])\)", value)
+    return m.group(1) if m else value
+
+
+def _describe(name: str, old: Component | None, new: Component | None, versions: tuple[str | None, str | None]) -> str:
+    """One changed part in words."""
+    cls = component_class(name)
+    shown = name
+    if name.startswith("inductor_config[") and name.endswith("]"):
+        shown = f"inductor config {name[len('inductor_config[') : -1]}"
+    elif name.startswith("fx_kwargs[") and name.endswith("]"):
+        shown = f"compile argument {name[len('fx_kwargs[') : -1]}"
+    if old is None or new is None:
+        return f"{shown} {'added' if old is None else 'removed'}"
+    if cls == "versions" and name == "torch_version":
+        before, after = versions
+        if before and after and before != after:
+            return f"torch {before} → {after}"
+        return "torch version changed"
+    if cls == "system":
+        return "system changed (device, driver or triton)"
+    if cls == "graph":
+        return "graph code changed"
+    if cls == "inputs" and name.startswith("example_inputs["):
+        index = name[len("example_inputs[") : -1]
+        a, b = _tensor_fields(old.text), _tensor_fields(new.text)
+        diffs = [
+            f"{k} {_shape(a[k]) if k == 'shape' else a[k]} → {_shape(b[k]) if k == 'shape' else b[k]}"
+            for k in _TENSOR_FIELDS
+            if k in a and k in b and a[k] != b[k]
+        ]
+        return f"input {index}: " + (", ".join(diffs) if diffs else "metadata changed")
+    if old.text is not None and new.text is not None:
+        return f"{shown}: {old.text or '(empty)'} → {new.text or '(empty)'}"
+    return f"{shown} changed"
+
+
+def compare(
+    new: Sequence[Component], old: Sequence[Component], versions: tuple[str | None, str | None] = (None, None)
+) -> list[tuple[str, str, str]]:
+    """Each changed part as (words, class, component name), most telling first; by hash, over the parts both have.
+
+    Between releases (the torch version part differs), the parts only one release has are not listed: a new
+    release adds and drops inductor config keys, and the version names the cause.
+    """
+    a = {c.name: c for c in old}
+    b = {c.name: c for c in new}
+    release_changed = "torch_version" in a and "torch_version" in b and a["torch_version"].digest != b["torch_version"].digest
+    changed = []
+    for name in list(dict.fromkeys([*a, *b])):
+        o, n = a.get(name), b.get(name)
+        if o is not None and n is not None and o.digest == n.digest:
+            continue
+        if (o is None or n is None) and release_changed:
+            continue
+        changed.append((CLASSES.index(component_class(name)), name, o, n))
+    changed.sort(key=lambda t: t[0])
+    return [(_describe(name, o, n, versions), CLASSES[c], name) for c, name, o, n in changed]
+
+
+def _score(new: Sequence[Component], old: Sequence[Component]) -> int:
+    """How alike two keys are: the parts they share, by hash."""
+    a = {c.name: c.digest for c in old}
+    return sum(1 for c in new if a.get(c.name) == c.digest)
+
+
+class KeyHistory:
+    """The keys seen so far, by cache and frame, and a baseline's; explains each miss of a finished compile.
+
+    Bounded: at most ``max_keys`` keys of this run are kept (the oldest go first). The assembler calls
+    :meth:`explain` once per finished compile, before the sinks see it.
+    """
+
+    def __init__(
+        self,
+        baseline: Iterable[KeySeen] | Callable[[], Iterable[KeySeen]] = (),
+        max_keys: int = 4096,
+        where: str = "earlier in this run",
+        torch_version: str | None = None,
+    ) -> None:
+        self.max_keys = max_keys
+        self.where = where
+        # this run's torch, where its records do not say (live: torch.__version__; 2.10's metrics lack it)
+        self.torch_version = torch_version
+        self._lock = threading.Lock()
+        # a callable is read at the first lookup (live: the key index, only once something looks up a cache)
+        self._load: Callable[[], Iterable[KeySeen]] | None = baseline if callable(baseline) else None
+        self._baseline: dict[tuple[str, tuple[int | None, int | None]], list[KeySeen]] = {}
+        self._baseline_keys: dict[str, KeySeen] = {}
+        if not callable(baseline):
+            self._add_baseline(baseline)
+        self._seen: OrderedDict[tuple[str, str, bool | None, str], KeySeen] = OrderedDict()  # (cache, id, bwd, key)
+        self._by_key: dict[str, KeySeen] = {}
+
+    def _add_baseline(self, baseline: Iterable[KeySeen]) -> None:
+        for seen in baseline:
+            self._baseline.setdefault((seen.cache, seen.frame), []).append(seen)
+            self._baseline_keys.setdefault(seen.key, seen)
+
+    def baseline(self) -> list[KeySeen]:
+        """The baseline's keys (what the key index keeps of the graphs this run did not look up again)."""
+        with self._lock:
+            return [s for group in self._baseline.values() for s in group]
+
+    def seen(self) -> list[KeySeen]:
+        """This run's keys, oldest first (what the key index keeps for the next run)."""
+        with self._lock:
+            return list(self._seen.values())
+
+    def derive(self, rec: CompileRecord) -> None:
+        """Each lookup's phase time and each miss's :class:`Explanation`; then remember the compile's keys."""
+        if not rec.cache_lookups:
+            return
+        lookup_phases(rec)
+        with self._lock:
+            if self._load is not None:
+                load, self._load = self._load, None
+                self._add_baseline(load())
+            version = _torch_version(rec) or self.torch_version
+            for lk in rec.cache_lookups:
+                if lk.result == "miss" and lk.explanation is None:
+                    lk.explanation = self._explain(lk, rec, version)
+            _borrow_fx_causes(rec)
+            for lk in rec.cache_lookups:
+                if lk.key:
+                    self._remember(lk, rec.compile_id, rec.rank, version)
+            self._remember_loads(rec)
+
+    def _remember_loads(self, rec: CompileRecord) -> None:
+        """An AOTAutograd miss compiled these FX graphs: its entry loads them on a hit. A hit: they were looked up."""
+        fx = tuple(lk.key for lk in rec.cache_lookups if lk.cache == "fx_graph" and lk.key)
+        for lk in rec.cache_lookups:
+            if lk.cache != "aot_autograd" or not lk.key:
+                continue
+            k = (lk.cache, rec.id_str, lk.backward, lk.key)
+            seen = self._seen.get(k)
+            if lk.result == "miss" and fx and seen is not None:
+                self._seen[k] = dataclasses.replace(seen, loads=fx)
+                self._by_key[lk.key] = self._seen[k]
+            elif lk.result == "hit":
+                entry = next((e for e in (self._by_key.get(lk.key), self._baseline_keys.get(lk.key)) if e and e.loads), None)
+                if entry is None:
+                    continue
+                if seen is not None:
+                    self._seen[k] = self._by_key[lk.key] = dataclasses.replace(seen, loads=entry.loads)
+                for key in entry.loads:
+                    graph = self._by_key.get(key) or self._baseline_keys.get(key)
+                    if graph is not None:
+                        self._add(
+                            dataclasses.replace(graph, compile_id=rec.id_str, result="hit", where=self.where, rank=rec.rank)
+                        )
+
+    def _frame(self, rec: CompileRecord) -> tuple[int | None, int | None]:
+        cid = rec.compile_id
+        return (cid.compiled_autograd_id, cid.frame_id) if cid is not None else (None, None)
+
+    def _explain(self, lk: CacheLookupEvent, rec: CompileRecord, version: str | None) -> Explanation:
+        if lk.key:
+            same = self._by_key.get(lk.key)
+            if same is not None and same.compile_id == rec.id_str and same.rank == rec.rank and same.where == self.where:
+                same = None  # this very lookup, known from its artifact (replay) before its compile ended
+            same = same or self._baseline_keys.get(lk.key)
+            other_rank = same is not None and same.where == self.where and same.rank != rec.rank
+            if same is not None and (same.result == "hit" or not other_rank):
+                return Explanation("not_in_cache", against=_against(same, rec.rank, version))
+            if same is not None:  # another rank missed it too: cold on both
+                return Explanation("first_seen", against=f"{_against(same, rec.rank, version)} missed it too")
+        frame = self._frame(rec)
+        candidates = [
+            s
+            for s in self._seen.values()
+            if s.cache == lk.cache and s.frame == frame and s.backward == lk.backward and s.key != lk.key
+        ]
+        candidates += [s for s in self._baseline.get((lk.cache, frame), ()) if s.backward == lk.backward]
+        if not candidates:
+            return Explanation("first_seen")
+        # nearest: the most parts alike; then the same compile id; then the most recent
+        ranked = sorted(
+            enumerate(candidates),
+            key=lambda t: (_score(lk.components, t[1].parts), t[1].compile_id == rec.id_str, t[0]),
+        )
+        nearest = ranked[-1][1]
+        against = _against(nearest, rec.rank, version)
+        if not lk.components or not nearest.parts:
+            return Explanation("other", (), (), against)
+        changed = compare(lk.components, nearest.parts, (nearest.torch_version, version))
+        if not changed:  # every part alike, yet another key: torch hashed something it does not list
+            return Explanation("other", ("a part torch does not list changed",), ("other",), against)
+        shown = changed[:MAX_CHANGES]
+        return Explanation(
+            shown[0][1],
+            tuple(c[0] for c in shown),
+            tuple(c[1] for c in shown),
+            against,
+            len(changed) - len(shown),
+            tuple(c[2] for c in shown),
+        )
+
+    def remember(self, lk: CacheLookupEvent, cid: CompileId | None, rank: int | None, version: str | None) -> None:
+        """Keep a key this run looked up (bounded: the oldest go first)."""
+        with self._lock:
+            self._remember(lk, cid, rank, version)
+
+    def _remember(self, lk: CacheLookupEvent, cid: CompileId | None, rank: int | None, version: str | None) -> None:
+        assert lk.key is not None
+        frame = (cid.compiled_autograd_id, cid.frame_id) if cid is not None else (None, None)
+        id_str = str(cid) if cid is not None else "-/-"
+        self._add(KeySeen(lk.cache, frame, id_str, lk.backward, lk.key, lk.result, lk.components, self.where, rank, version))
+
+    def _add(self, seen: KeySeen) -> None:
+        k = (seen.cache, seen.compile_id, seen.backward, seen.key)
+        self._seen[k] = seen
+        self._seen.move_to_end(k)
+        self._by_key[seen.key] = seen
+        while len(self._seen) > self.max_keys:
+            _, old = self._seen.popitem(last=False)
+            if self._by_key.get(old.key) is old:
+                del self._by_key[old.key]
+
+
+def _torch_version(rec: CompileRecord) -> str | None:
+    v = (rec.metrics or {}).get("pytorch_version") or rec.torch_version
+    return v if isinstance(v, str) and v else None
+
+
+def _against(seen: KeySeen, rank: int | None, version: str | None = None) -> str:
+    """The key compared with, in words: ``0/0 earlier in this run``, ``0/0 on rank 1``, ``0/0 in the previous run``
+    (with its torch release where it is not this run's)."""
+    elsewhere = seen.rank is not None and rank is not None and seen.rank != rank
+    where = seen.where
+    if elsewhere:  # another rank's key: of this run (replay of a job's directory), or of its previous run
+        where = f"on rank {seen.rank}" if seen.where == "earlier in this run" else f"{seen.where} on rank {seen.rank}"
+    other = seen.torch_version and version and seen.torch_version != version
+    return f"{seen.compile_id} {where}" + (f" (torch {seen.torch_version})" if other else "")
+
+
+# the phase that does a lookup: its duration is the time the lookup cost (a load on a hit, the compile on a miss)
+_LOOKUP_PHASES = {"fx_graph": "inductor_compile", "aot_autograd": "backend_compile"}
+
+
+def lookup_phases(rec: CompileRecord) -> None:
+    """Each lookup's ``phase_ns``: the innermost phase of its cache that was open when torch logged it."""
+    for lk in rec.cache_lookups:
+        if lk.ts_ns is None or lk.phase_ns is not None:
+            continue
+        best = None
+        for node, _ in rec.root.walk():
+            end = node.end_ns if node.end_ns is not None else node.start_ns
+            if node.name == _LOOKUP_PHASES[lk.cache] and node.start_ns <= lk.ts_ns <= end:
+                best = node  # depth-first: a later match is nested deeper or beside; the innermost wins
+        if best is not None:
+            lk.phase_ns = (best.end_ns or best.start_ns) - best.start_ns
+
+
+def _borrow_fx_causes(rec: CompileRecord) -> None:
+    """An AOTAutograd key with no parts recorded (torch 2.13 lists none) missed: its FX graphs' misses say why."""
+    fx = [lk.explanation for lk in rec.cache_lookups if lk.cache == "fx_graph" and lk.explanation is not None]
+    for lk in rec.cache_lookups:
+        e = lk.explanation
+        if lk.cache == "aot_autograd" and e is not None and e.cause == "other" and not e.changes and fx:
+            best = next((x for x in fx if x.changes), fx[0])
+            lk.explanation = Explanation(best.cause, best.changes, best.classes, best.against, best.more, best.components)
+
+
+# -- compiles served from torch's portable "mega-cache" (torch.compiler.load_cache_artifacts) ----------------------
+# ``load_cache_artifacts`` writes a previous run's cache entries into this process's local caches and returns their
+# keys; a later compile whose AOTAutograd or FX graph cache hit has one of those keys (torch puts the key and the
+# outcome on the ``backend_compile`` and ``inductor_compile`` phases) was served from the mega-cache. The live hook
+# (torch_otel._capture.mega_cache) hands the keys to :data:`LOADED`. A ``TORCH_TRACE`` log does not record the load.
+
+MAX_LOADED_KEYS = 100_000
+# torch's artifact type (CacheInfo.artifacts) -> our cache name; the phase that reports that cache's key
+LOADED_CACHES = {"aot_autograd": "aot_autograd", "inductor": "fx_graph"}
+KEY_PHASES = {"backend_compile": "aot_autograd", "inductor_compile": "fx_graph"}
+
+
+class LoadedKeys:
+    """The keys a mega-cache load put in this process's caches (bounded); the assembler asks it for a compile's hits."""
+
+    def __init__(self, max_keys: int = MAX_LOADED_KEYS) -> None:
+        self.max_keys = max_keys
+        self._lock = threading.Lock()
+        self._loaded: dict[str, set[str]] = {}  # cache -> keys loaded in this process
+
+    def remember(self, info: Any) -> int:
+        """Keep the keys of a ``CacheInfo``; returns how many were new."""
+        artifacts = getattr(info, "artifacts", None)
+        if not isinstance(artifacts, dict):
+            return 0
+        added = 0
+        with self._lock:
+            total = sum(len(v) for v in self._loaded.values())
+            for kind, keys in artifacts.items():
+                cache = LOADED_CACHES.get(kind)
+                if cache is None or not isinstance(keys, list):
+                    continue
+                known = self._loaded.setdefault(cache, set())
+                for k in keys:
+                    if isinstance(k, str) and k not in known and total < self.max_keys:
+                        known.add(k)
+                        added += 1
+                        total += 1
+        return added
+
+    def hits(self, rec: CompileRecord) -> dict[str, int]:
+        """The compile's cache hits on entries a ``load_cache_artifacts`` put there: ``cache -> count``."""
+        loaded = self._loaded
+        if not loaded:
+            return {}
+        out: dict[str, int] = {}
+        for node, _ in rec.root.walk():
+            cache = KEY_PHASES.get(node.name)
+            if cache is not None and node.args.get("cache_state") == "hit" and node.args.get("key") in loaded.get(cache, ()):
+                out[cache] = out.get(cache, 0) + 1
+                if cache == "aot_autograd" and loaded.get("fx_graph"):
+                    # the entry's FX graphs come from the same load (torch counts them as FX graph cache hits)
+                    n = sum(1 for inner, _ in node.walk() if inner.name == "AOTAutogradCache.inductor_load")
+                    if n:
+                        out["fx_graph"] = out.get("fx_graph", 0) + n
+        return out
+
+
+# The process's loads: the live bridge's default (a load is process-wide, as torch's caches are)
+LOADED = LoadedKeys()

@@ -1,0 +1,930 @@
+"""``torch-otel diff``: what changed between two runs' compiles, on one screen, and the CI gate on it.
+
+Each side is a run summary's facts (:meth:`torch_otel._summary.RunSummary.to_dict`), whatever it was read from
+(a ``TORCH_TRACE`` log or directory, a summary's JSON, an OTLP-JSON traces file: :mod:`torch_otel._diff_inputs`),
+and, for a job of several ranks, one per rank. :func:`compare` matches frames by function and code location
+(compile ids shift when code changes), and says per frame and phase what the compile time did, which graph breaks,
+recompile categories, failures and recompile-limit hits are new or gone, and how the caches changed, with the cause
+of each new miss. :class:`Gate` turns that into an exit status for CI (docs/diff.md).
+
+Everything here reads plain dicts: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .recompiles import limit_words
+
+__all__ = [
+    "DEFAULTS",
+    "EXIT_GATE_FAILED",
+    "EXIT_MISSING_PATH",
+    "EXIT_NOTHING_PARSED",
+    "EXIT_OK",
+    "Gate",
+    "Side",
+    "compare",
+    "format_text",
+    "match",
+    "merge_summaries",
+    "parse_fail_on",
+]
+
+# Exit status: replay's (0 done, 1 nothing could be read, 2 a missing path); 3 is replay's "not exported", unused here
+EXIT_OK, EXIT_NOTHING_PARSED, EXIT_MISSING_PATH, EXIT_GATE_FAILED = 0, 1, 2, 4
+SCHEMA_VERSION = 1  # of the diff's own JSON (new keys may come; a key that changes meaning is a new version)
+MAX_LINES, WIDTH = 45, 100
+
+# The gate's conditions and their default thresholds: a time condition fails when the growth exceeds every threshold
+# it has (the percentage and the seconds), so neither a small frame's relative jitter nor a long run's absolute jitter
+# fails it. The defaults sit above the spread measured between identical runs (docs/diff.md, "How much compile time
+# varies").
+CONDITIONS = ("time", "frame-time", "graph-breaks", "recompiles", "failures", "cache")
+DEFAULTS: dict[str, tuple[float | None, float | None]] = {
+    "time": (50.0, 4.0),  # the run's compile time: +50 % and +4 s (identical runs measured: up to +3.07 s)
+    "frame-time": (100.0, 3.0),  # one frame's: +100 % and +3 s (identical runs measured: up to +2.33 s)
+    "cache": (0.0, None),  # a cache's hit rate fell (by more than 0 points)
+}
+_ALIASES = {
+    "graph-break": "graph-breaks",
+    "graph_breaks": "graph-breaks",
+    "recompile": "recompiles",
+    "failure": "failures",
+    "frame_time": "frame-time",
+    "cache-hit-rate": "cache",
+    "total-time": "time",
+}
+_THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)(%|s)$")
+
+
+@dataclass
+class Side:
+    """One side of the diff: where it came from, the run's facts, and each rank's (empty: the side says no ranks)."""
+
+    path: str
+    form: str  # what it was read from: "TORCH_TRACE log", "TORCH_TRACE directory", "run summary", ...
+    summary: dict[str, Any]
+    ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what this form cannot say
+
+    def describe(self) -> str:
+        s = self.summary
+        versions = ", ".join(s.get("torch_versions") or [])
+        ranks = sorted(self.ranks) or list(s.get("ranks") or [])
+        who = f"{len(ranks)} ranks" if len(ranks) > 1 else f"rank {ranks[0]}" if ranks else ""
+        parts = [self.form, f"{s.get('compiles', 0)} compiles", who, f"torch {versions}" if versions else ""]
+        return ", ".join(p for p in parts if p)
+
+
+@dataclass
+class Gate:
+    """The ``--fail-on`` conditions: name -> (percent, seconds) thresholds (None: that threshold is not used)."""
+
+    conditions: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = []
+        for name, (pct, secs) in self.conditions.items():
+            th = [f"{pct:g}%" if pct is not None else "", f"{secs:g}s" if secs is not None else ""]
+            parts.append(":".join([name, *(t for t in th if t)]))
+        return ", ".join(parts)
+
+
+def parse_fail_on(values: Iterable[str]) -> tuple[Gate, list[str]]:
+    """``--fail-on`` values -> :class:`Gate` and problems (one line each).
+
+    Each value is a comma-separated list of conditions; ``all`` is every one with its default thresholds. A time
+    condition takes thresholds after colons: ``time:10%``, ``time:2s``, ``frame-time:30%:0.5s``; ``cache:5%`` fails
+    when a hit rate fell by more than 5 points.
+    """
+    gate = Gate()
+    problems: list[str] = []
+    for value in values:
+        for item in (v.strip() for v in value.split(",")):
+            if not item:
+                continue
+            name, *ths = item.split(":")
+            name = _ALIASES.get(name.lower(), name.lower())
+            if name == "all":
+                for c in CONDITIONS:
+                    gate.conditions.setdefault(c, DEFAULTS.get(c, (None, None)))
+                continue
+            if name not in CONDITIONS:
+                problems.append(
+                    f"--fail-on {item!r}: no such condition; use {', '.join(CONDITIONS)} or all (time:20%:1s sets the thresholds)"
+                )
+                continue
+            pct, secs = DEFAULTS.get(name, (None, None)) if not ths else (None, None)
+            for th in ths:
+                m = _THRESHOLD.match(th.strip())
+                if m is None or (name not in ("time", "frame-time", "cache")) or (name == "cache" and m.group(2) != "%"):
+                    problems.append(
+                        f"--fail-on {item!r}: {th!r} is not a threshold of {name}; "
+                        + (
+                            "use a percentage and/or seconds: time:20%:1s"
+                            if name in ("time", "frame-time")
+                            else "use points of hit rate: cache:5%"
+                            if name == "cache"
+                            else f"{name} takes none"
+                        )
+                    )
+                    continue
+                if m.group(2) == "%":
+                    pct = float(m.group(1))
+                else:
+                    secs = float(m.group(1))
+            gate.conditions[name] = (pct, secs)
+    return gate, problems
+
+
+# -- matching ---------------------------------------------------------------------------------------------------
+
+
+def _base(path: Any) -> str | None:
+    if not isinstance(path, str) or not path:
+        return None
+    return re.split(r"[\\/]", path)[-1]
+
+
+def where(fn: Any, path: Any, line: Any) -> str:
+    """``forward (model.py:32)``, as the run summary names a frame."""
+    b = _base(path)
+    return str(fn) if b is None else f"{fn} ({b}:{line if line is not None else '?'})"
+
+
+def match(
+    base: list[Mapping[str, Any]], new: list[Mapping[str, Any]], fn: str = "function", path: str = "file", line: str = "line"
+) -> list[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]:
+    """Pairs of the same frame (or location) on both sides: by name, file and line; then by name and file, where
+    only one of each side is left (its line moved: code above it changed). Unpaired ones pair with None."""
+    pairs: list[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = []
+    left_b = list(base)
+    left_n = list(new)
+
+    def exact(d: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (d.get(fn), _base(d.get(path)), d.get(line))
+
+    def loose(d: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (d.get(fn), _base(d.get(path)))
+
+    for key in (exact, loose):
+        index: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        for d in left_b:
+            index.setdefault(key(d), []).append(d)
+        counts_n: dict[tuple[Any, ...], int] = {}
+        for d in left_n:
+            counts_n[key(d)] = counts_n.get(key(d), 0) + 1
+        rest_n = []
+        for d in left_n:
+            k = key(d)
+            cands = index.get(k)
+            if cands and (key is exact or (len(cands) == 1 and counts_n[k] == 1)):
+                b = cands.pop(0)
+                pairs.append((b, d))
+            else:
+                rest_n.append(d)
+        matched = {id(b) for b, _ in pairs if b is not None}
+        left_b = [d for d in left_b if id(d) not in matched]
+        left_n = rest_n
+    pairs += [(None, d) for d in left_n]
+    pairs += [(d, None) for d in left_b]
+    return pairs
+
+
+# -- comparing two runs' facts -------------------------------------------------------------------------------------
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+def _pct(base: float, new: float) -> float | None:
+    return None if base <= 0 else round(100.0 * (new - base) / base, 1)
+
+
+def grew(base: float, new: float, thresholds: tuple[float | None, float | None]) -> bool:
+    """Whether ``new`` exceeds ``base`` by more than every threshold given (percent of base, seconds)."""
+    pct, secs = thresholds
+    change = new - base
+    if change <= 0 or (pct is None and secs is None):
+        return False
+    if pct is not None and base > 0 and 100.0 * change / base <= pct:
+        return False
+    return not (secs is not None and change <= secs)
+
+
+def _frames(s: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [f for f in s.get("frames") or [] if isinstance(f, Mapping)]
+
+
+def _compare_frames(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for fb, fn in match(_frames(b), _frames(n)):
+        ref = fn or fb
+        assert ref is not None
+        bs, ns = _num((fb or {}).get("total_s")), _num((fn or {}).get("total_s"))
+        out.append(
+            {
+                "function": ref.get("function"),
+                "file": ref.get("file"),
+                "line": ref.get("line"),
+                "base_line": (fb or {}).get("line"),
+                "base_compiles": int(_num((fb or {}).get("compiles"))),
+                "new_compiles": int(_num((fn or {}).get("compiles"))),
+                "base_s": round(bs, 6),
+                "new_s": round(ns, 6),
+                "change_s": round(ns - bs, 6),
+                "change_pct": _pct(bs, ns),
+                "status": "new" if fb is None else "gone" if fn is None else "both",
+            }
+        )
+    out.sort(key=lambda f: (-abs(_num(f["change_s"])), str(f["function"])))
+    return out
+
+
+def _compare_phases(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str, Any]]:
+    pb = {p["name"]: p for p in b.get("phases") or [] if isinstance(p, Mapping) and "name" in p}
+    pn = {p["name"]: p for p in n.get("phases") or [] if isinstance(p, Mapping) and "name" in p}
+    out = []
+    for name in set(pb) | set(pn):
+        bs, ns = _num(pb.get(name, {}).get("self_s")), _num(pn.get(name, {}).get("self_s"))
+        out.append(
+            {
+                "name": name,
+                "base_self_s": round(bs, 6),
+                "new_self_s": round(ns, 6),
+                "change_s": round(ns - bs, 6),
+                "base_count": int(_num(pb.get(name, {}).get("count"))),
+                "new_count": int(_num(pn.get(name, {}).get("count"))),
+            }
+        )
+    out.sort(key=lambda p: (-abs(p["change_s"]), p["name"]))
+    return out
+
+
+def _compare_graph_breaks(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
+    gb, gn = b.get("graph_breaks") or {}, n.get("graph_breaks") or {}
+    out: dict[str, Any] = {"base_total": int(_num(gb.get("total"))), "new_total": int(_num(gn.get("total")))}
+    lb, ln = gb.get("by_location"), gn.get("by_location")
+    if isinstance(lb, list) and isinstance(ln, list):  # by code and location
+        new, gone, moved = [], [], []
+        for x, y in match(lb, ln, fn="code", path="file", line="line"):
+            if x is None and y is not None:
+                new.append(dict(y))
+            elif y is None and x is not None:
+                gone.append(dict(x))
+            elif x is not None and y is not None:
+                if x.get("line") != y.get("line"):
+                    moved.append({**y, "base_line": x.get("line")})
+                if _num(y.get("count")) > _num(x.get("count")):
+                    new.append({**y, "count": int(_num(y.get("count")) - _num(x.get("count"))), "more": True})
+        out.update(new=new, gone=gone, moved=moved, by="location")
+        return out
+    cb = {(c.get("code"), c.get("type")): int(_num(c.get("count"))) for c in gb.get("by_code") or []}
+    cn = {(c.get("code"), c.get("type")): int(_num(c.get("count"))) for c in gn.get("by_code") or []}
+    out.update(
+        new=[{"code": k[0], "type": k[1], "file": None, "line": None, "count": v} for k, v in cn.items() if k not in cb],
+        gone=[{"code": k[0], "type": k[1], "file": None, "line": None, "count": v} for k, v in cb.items() if k not in cn],
+        moved=[],
+        by="code",  # a summary without locations (an older torch-otel's)
+    )
+    return out
+
+
+def _recompiling(s: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    r = s.get("recompiling_frames")
+    return [f for f in r if isinstance(f, Mapping)] if isinstance(r, list) else None
+
+
+def _compare_recompiles(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
+    rb, rn = b.get("recompiles") or {}, n.get("recompiles") or {}
+    cb, cn = rb.get("by_category") or {}, rn.get("by_category") or {}
+    reasons_n = [r for r in rn.get("top_reasons") or [] if isinstance(r, Mapping)]
+    reasons_b = [r for r in rb.get("top_reasons") or [] if isinstance(r, Mapping)]
+    out: dict[str, Any] = {
+        "base_total": int(_num(rb.get("total"))),
+        "new_total": int(_num(rn.get("total"))),
+        "by_category": {c: {"base": int(_num(cb.get(c))), "new": int(_num(cn.get(c)))} for c in sorted(set(cb) | set(cn))},
+    }
+    fb, fn = _recompiling(b), _recompiling(n)
+    new: list[dict[str, Any]] = []
+    gone: list[dict[str, Any]] = []
+    if fb is not None and fn is not None:  # per frame: a category this frame did not recompile for before
+        for x, y in match(fb, fn):
+            xc = (x or {}).get("by_category") or {}
+            yc = (y or {}).get("by_category") or {}
+            ref = y or x
+            assert ref is not None
+            label = where(ref.get("function"), ref.get("file"), ref.get("line"))
+            for c, k in yc.items():
+                if c not in xc:
+                    top = [r for r in (y or {}).get("top_reasons") or [] if r.get("category") == c]
+                    new.append(
+                        {"category": c, "frame": label, "count": int(_num(k)), "reasons": [r.get("reason") for r in top[:3]]}
+                    )
+            for c, k in xc.items():
+                if c not in yc:
+                    gone.append({"category": c, "frame": label, "count": int(_num(k)), "reasons": []})
+        out["by"] = "frame"
+    else:
+        for c, k in cn.items():
+            if c not in cb:
+                new.append(
+                    {
+                        "category": c,
+                        "frame": None,
+                        "count": int(_num(k)),
+                        "reasons": [r.get("reason") for r in reasons_n if r.get("category") == c][:3],
+                    }
+                )
+        for c, k in cb.items():
+            if c not in cn:
+                gone.append(
+                    {
+                        "category": c,
+                        "frame": None,
+                        "count": int(_num(k)),
+                        "reasons": [r.get("reason") for r in reasons_b if r.get("category") == c][:3],
+                    }
+                )
+        out["by"] = "run"
+    out["new"], out["gone"] = new, gone
+    return out
+
+
+def _compare_failures(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
+    fb, fn = b.get("failures") or {}, n.get("failures") or {}
+    out: dict[str, Any] = {"base_total": int(_num(fb.get("total"))), "new_total": int(_num(fn.get("total")))}
+    lb, ln = fb.get("by_frame"), fn.get("by_frame")
+    if isinstance(lb, list) and isinstance(ln, list):
+        seen = {(x.get("type"), x.get("function"), _base(x.get("file"))) for x in lb if isinstance(x, Mapping)}
+        out["new"] = [
+            dict(y) for y in ln if isinstance(y, Mapping) and (y.get("type"), y.get("function"), _base(y.get("file"))) not in seen
+        ]
+    else:
+        tb = fb.get("by_type") or {}
+        out["new"] = [
+            {"type": t, "function": None, "file": None, "line": None, "count": k}
+            for t, k in (fn.get("by_type") or {}).items()
+            if t not in tb
+        ]
+    # recompile-limit hits, by frame where the summaries say (else by count)
+    rb, rn = _recompiling(b), _recompiling(n)
+    hits: list[dict[str, Any]] = []
+    if rb is not None and rn is not None:
+        for x, y in match(rb, rn):
+            if y is not None and _num(y.get("limit_hits")) > 0 and (x is None or _num(x.get("limit_hits")) == 0):
+                hits.append(
+                    {"frame": where(y.get("function"), y.get("file"), y.get("line")), "count": int(_num(y.get("limit_hits")))}
+                )
+    elif _num(n.get("recompile_limit_hits")) > _num(b.get("recompile_limit_hits")):
+        hits.append({"frame": None, "count": int(_num(n.get("recompile_limit_hits")) - _num(b.get("recompile_limit_hits")))})
+    out["limit_hits"] = {
+        "base": int(_num(b.get("recompile_limit_hits"))),
+        "new": int(_num(n.get("recompile_limit_hits"))),
+        "new_frames": hits,
+    }
+    return out
+
+
+def _compare_cache(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
+    cb, cn = b.get("caches") or {}, n.get("caches") or {}
+    rates: dict[str, Any] = {}
+    hb, hn = cb.get("hit_rate") or {}, cn.get("hit_rate") or {}
+    for cache in sorted(set(hb) | set(hn)):
+        x, y = hb.get(cache), hn.get(cache)
+        rates[cache] = {
+            "base": None if x is None else _num(x.get("rate")),
+            "new": None if y is None else _num(y.get("rate")),
+            "base_lookups": 0 if x is None else int(_num(x.get("hits")) + _num(x.get("misses"))),
+            "new_lookups": 0 if y is None else int(_num(y.get("hits")) + _num(y.get("misses"))),
+        }
+    mb = {(m.get("cache"), m.get("cause")): int(_num(m.get("count"))) for m in cb.get("misses_by_cache_and_cause") or []}
+    mn = {(m.get("cache"), m.get("cause")): int(_num(m.get("count"))) for m in cn.get("misses_by_cache_and_cause") or []}
+    reasons_b = {(r.get("cache"), r.get("reason")) for r in cb.get("top_reasons") or []}
+    new_misses = []
+    for (cache, cause), k in sorted(mn.items(), key=lambda kv: -kv[1]):
+        if k > mb.get((cache, cause), 0):
+            why = [
+                r.get("reason")
+                for r in cn.get("top_reasons") or []
+                if r.get("cache") == cache and (r.get("cache"), r.get("reason")) not in reasons_b
+            ]
+            new_misses.append({"cache": cache, "cause": cause, "base": mb.get((cache, cause), 0), "new": k, "reasons": why[:3]})
+    return {
+        "hit_rate": rates,
+        "misses": {"base": int(_num(cb.get("misses"))), "new": int(_num(cn.get("misses")))},
+        "new_misses": new_misses,
+    }
+
+
+def _compare_recompiling_frames(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The new side's frames that keep recompiling, each with its base's count: the facts and the fix."""
+    rb, rn = _recompiling(b) or [], _recompiling(n) or []
+    out = []
+    for x, y in match(rb, rn):
+        if y is None:
+            continue
+        out.append(
+            {**y, "base_recompiles": int(_num((x or {}).get("recompiles"))), "base_limit_status": (x or {}).get("limit_status")}
+        )
+    out.sort(key=lambda f: (-(f.get("recompiles") or 0) + f["base_recompiles"], str(f.get("function"))))
+    return out
+
+
+def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
+    """Every fact the diff shows, of two run summaries (``RunSummary.to_dict()``)."""
+    bs, ns = _num(b.get("wall_s")), _num(n.get("wall_s"))
+    return {
+        "total": {
+            "base_s": round(bs, 6),
+            "new_s": round(ns, 6),
+            "change_s": round(ns - bs, 6),
+            "change_pct": _pct(bs, ns),
+            "base_compiles": int(_num(b.get("compiles"))),
+            "new_compiles": int(_num(n.get("compiles"))),
+        },
+        "frames": _compare_frames(b, n),
+        "phases": _compare_phases(b, n),
+        "graph_breaks": _compare_graph_breaks(b, n),
+        "recompiles": _compare_recompiles(b, n),
+        "failures": _compare_failures(b, n),
+        "cache": _compare_cache(b, n),
+        "recompiling_frames": _compare_recompiling_frames(b, n),
+    }
+
+
+def flags(facts: Mapping[str, Any], gate: Gate) -> list[dict[str, str]]:
+    """What changed that the gate's conditions (or, with no gate, the defaults) flag: kind and one line each."""
+    out: list[dict[str, str]] = []
+    th = gate.conditions if gate.conditions else {c: DEFAULTS.get(c, (None, None)) for c in CONDITIONS}
+    t = facts["total"]
+    if "time" in th and grew(t["base_s"], t["new_s"], th["time"]):
+        out.append(
+            {
+                "kind": "time",
+                "text": f"compile time grew {_secs(t['change_s'])} ({_pct_text(t['change_pct'])}): "
+                f"{t['base_s']:.2f} s -> {t['new_s']:.2f} s",
+            }
+        )
+    if "frame-time" in th:
+        for f in facts["frames"]:
+            if f["status"] != "gone" and grew(f["base_s"], f["new_s"], th["frame-time"]):
+                out.append(
+                    {
+                        "kind": "frame-time",
+                        "text": f"{where(f['function'], f['file'], f['line'])} compile time grew "
+                        f"{_secs(f['change_s'])} ({_pct_text(f['change_pct'])})",
+                    }
+                )
+    if "graph-breaks" in th:
+        for g in facts["graph_breaks"]["new"]:
+            at = f" at {_base(g.get('file'))}:{g.get('line')}" if g.get("file") else ""
+            out.append({"kind": "graph-breaks", "text": f"new graph break {g.get('code')} {g.get('type') or ''}".rstrip() + at})
+    if "recompiles" in th:
+        for r in facts["recompiles"]["new"]:
+            on = f" in {r['frame']}" if r.get("frame") else ""
+            out.append({"kind": "recompiles", "text": f"new recompiles: {r['category']}{on} ({r['count']})"})
+    if "failures" in th:
+        for f in facts["failures"]["new"]:
+            on = f" in {where(f.get('function'), f.get('file'), f.get('line'))}" if f.get("function") else ""
+            out.append({"kind": "failures", "text": f"new failure {f.get('type')}{on} ({f.get('count')})"})
+        for h in facts["failures"]["limit_hits"]["new_frames"]:
+            on = f" in {h['frame']}" if h.get("frame") else ""
+            out.append({"kind": "failures", "text": f"new recompile-limit hit{on} ({h['count']})"})
+    if "cache" in th:
+        pct = th["cache"][0] or 0.0
+        for cache, r in facts["cache"]["hit_rate"].items():
+            if r["base"] is not None and r["new"] is not None and r["new_lookups"] and 100 * (r["base"] - r["new"]) > pct:
+                out.append({"kind": "cache", "text": f"{cache} hit rate fell: {r['base']:.0%} -> {r['new']:.0%}"})
+    return out
+
+
+def _secs(s: float) -> str:
+    return f"{s:+.2f} s"
+
+
+def _pct_text(p: float | None) -> str:
+    return "new" if p is None else ">+999%" if p > 999 else f"{p:+.0f}%"
+
+
+def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
+    """The diff's facts: both sides, what is compared and what not, the run's changes, each rank's, the gate."""
+    gate = gate or Gate()
+    compared: list[str] = []
+    b_sum, n_sum = base.summary, new.summary
+    rb, rn = sorted(base.ranks), sorted(new.ranks)
+    per_rank: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+    if len(rb) > 1 and len(rn) > 1:
+        common = sorted(set(rb) & set(rn))
+        per_rank = {r: (base.ranks[r], new.ranks[r]) for r in common}
+        if set(rb) != set(rn):
+            compared.append(
+                f"base has {len(rb)} ranks ({_ranks(rb)}), new has {len(rn)} ({_ranks(rn)}): ranks {_ranks(common) or 'none'} "
+                "are compared one to one; the totals cover each side's ranks"
+            )
+    elif len(rb) > 1 or len(rn) > 1:  # one process against a job: against the job's rank of the same number
+        single, many, single_side = (base, new, "base") if len(rn) > 1 else (new, base, "new")
+        own = sorted(single.ranks) or list(single.summary.get("ranks") or []) or [0]
+        r = own[0]
+        if r in many.ranks:
+            other = sorted(set(many.ranks) - {r})
+            compared.append(
+                f"{single_side} is one process (rank {r}), the other side {len(many.ranks)} ranks: comparing with its rank {r}; "
+                f"ranks {_ranks(other)} are not compared"
+            )
+            if single_side == "base":
+                n_sum = many.ranks[r]
+            else:
+                b_sum = many.ranks[r]
+        else:
+            compared.append(
+                f"{single_side} is one process (rank {r}), the other side {len(many.ranks)} ranks without a rank {r}: "
+                "the totals compare one process against the whole job; no rank is compared"
+            )
+    for side, name in ((base, "base"), (new, "new")):
+        for note in side.notes:
+            compared.append(f"{name}: {note}")
+    vb, vn = set(b_sum.get("torch_versions") or []), set(n_sum.get("torch_versions") or [])
+    if vb and vn and vb != vn:
+        compared.append(
+            f"torch releases differ ({', '.join(sorted(vb))} -> {', '.join(sorted(vn))}): compile times, phases and cache "
+            "keys change with the release; every fact is compared, the cause of a cache miss names the version"
+        )
+    facts = compare_summaries(b_sum, n_sum)
+    facts["flags"] = flags(facts, gate)
+    ranks_out: dict[str, Any] = {}
+    if per_rank:
+        changed = []
+        rows = []
+        for r, (x, y) in sorted(per_rank.items()):
+            rf = compare_summaries(x, y)
+            fl = flags(rf, gate)
+            rows.append(
+                {
+                    "rank": r,
+                    "total": rf["total"],
+                    "flags": fl,
+                    "graph_breaks": {k: rf["graph_breaks"][k] for k in ("new", "gone", "base_total", "new_total")},
+                    "recompiles": {k: rf["recompiles"][k] for k in ("new", "gone", "base_total", "new_total")},
+                    "failures": {"new": rf["failures"]["new"], "limit_hits": rf["failures"]["limit_hits"]},
+                    "cache": {"hit_rate": rf["cache"]["hit_rate"], "new_misses": rf["cache"]["new_misses"]},
+                }
+            )
+            if fl:
+                changed.append(r)
+        ranks_out = {
+            "base": rb,
+            "new": rn,
+            "compared": sorted(per_rank),
+            "only_base": sorted(set(rb) - set(rn)),
+            "only_new": sorted(set(rn) - set(rb)),
+            "changed": changed,
+            "per_rank": rows,
+        }
+    failed: list[dict[str, str]] = []
+    if gate.conditions:
+        # a rank's own changes name the rank; the run's time is the run's (each rank's is part of it)
+        by_rank: dict[str, tuple[str, list[int]]] = {}
+        for row in ranks_out.get("per_rank", []):
+            for f in row["flags"]:
+                if f["kind"] != "time":
+                    by_rank.setdefault(f["text"], (f["kind"], []))[1].append(row["rank"])
+        for f in facts["flags"]:
+            rs = by_rank.pop(f["text"], (f["kind"], []))[1]
+            failed.append({**f, "text": f["text"] + (f" (rank{'s' if len(rs) > 1 else ''} {_ranks(rs)})" if rs else "")})
+        for text, (kind, rs) in by_rank.items():
+            failed.append({"kind": kind, "text": f"rank{'s' if len(rs) > 1 else ''} {_ranks(rs)}: {text}"})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "base": {
+            "path": base.path,
+            "form": base.form,
+            "describe": base.describe(),
+            "ranks": rb or list(base.summary.get("ranks") or []),
+        },
+        "new": {
+            "path": new.path,
+            "form": new.form,
+            "describe": new.describe(),
+            "ranks": rn or list(new.summary.get("ranks") or []),
+        },
+        "compared": compared,
+        **facts,
+        "ranks": ranks_out,
+        "gate": {
+            "conditions": gate.describe(),
+            "failed": failed,
+            "passed": not failed,
+            "exit": EXIT_GATE_FAILED if failed else EXIT_OK,
+        }
+        if gate.conditions
+        else None,
+    }
+
+
+def _ranks(rs: Iterable[int]) -> str:
+    rs = sorted(rs)
+    if not rs:
+        return ""
+    out, start, prev = [], rs[0], rs[0]
+    for r in [*rs[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ", ".join(out)
+
+
+# -- one screen of text ------------------------------------------------------------------------------------------
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _sec(title: str, lines: list[str], keep: int = 1) -> tuple[str, list[str], int]:
+    return (title, lines, keep)
+
+
+def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
+    """The diff on one screen: at most ``max_lines`` lines of ``width`` columns; --json and --html hold everything."""
+    w = max(72, width)
+    secs: list[tuple[str, list[str], int]] = []
+    head = [
+        _cut(f"torch-otel diff   base: {d['base']['path']}", w),
+        _cut(f"                  ({d['base']['describe']})", w),
+        _cut(f"                  new:  {d['new']['path']}", w),
+        _cut(f"                  ({d['new']['describe']})", w),
+    ]
+    head += [_cut(f"  note: {c}", w) for c in d["compared"]]
+    secs.append(_sec("head", head, len(head)))
+    t = d["total"]
+    secs.append(
+        _sec(
+            "total",
+            [
+                f"compile time {t['base_s']:.3f} s -> {t['new_s']:.3f} s, {_secs(t['change_s'])} ({_pct_text(t['change_pct'])});"
+                f" compiles {t['base_compiles']} -> {t['new_compiles']}"
+            ],
+        )
+    )
+    name_w = w - 46
+    fr = [f for f in d["frames"] if f["change_s"] or f["status"] != "both"]
+    lines = [f"{'frames (by function and file:line)':<{name_w}} {'compiles':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
+    for f in fr:
+        tag = " (new)" if f["status"] == "new" else " (gone)" if f["status"] == "gone" else ""
+        label = _cut(where(f["function"], f["file"], f["line"]), name_w - 2 - len(tag)) + tag
+        ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>5}"
+        lines.append(
+            f"  {label:<{name_w - 2}} {f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
+        )
+    if len(lines) == 1:
+        lines.append("  no frame changed")
+    secs.append(_sec("frames", lines, 2))
+    ph = [p for p in d["phases"] if p["change_s"]]
+    lines = [f"{'phases, self time':<{name_w}} {'':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
+    for p in ph:
+        lines.append(
+            f"  {_cut(p['name'], name_w - 2):<{name_w - 2}} {'':>11} {p['base_self_s']:>9.3f} {p['new_self_s']:>9.3f} {p['change_s']:>+13.3f}"
+        )
+    secs.append(_sec("phases", lines if len(lines) > 1 else [], 2))
+    g = d["graph_breaks"]
+    lines = [f"graph breaks: {g['base_total']} -> {g['new_total']}" + ("" if g["new"] or g["gone"] else ": none new, none gone")]
+    for x in g["new"]:
+        lines.append(_cut(f"  new   {_gb(x)}", w))
+    for x in g["gone"]:
+        lines.append(_cut(f"  gone  {_gb(x)}", w))
+    secs.append(_sec("graph_breaks", lines, 2))
+    r = d["recompiles"]
+    cats = ", ".join(f"{c} {v['base']}->{v['new']}" for c, v in r["by_category"].items() if v["base"] != v["new"])
+    lines = [
+        f"recompiles: {r['base_total']} -> {r['new_total']}"
+        + (f" ({cats})" if cats else "")
+        + ("" if r["new"] or r["gone"] else "; no category new or gone")
+    ]
+    for x in r["new"]:
+        on = f" in {x['frame']}" if x.get("frame") else ""
+        lines.append(_cut(f"  new   {x['category']}{on}: {x['count']}" + (f"; {x['reasons'][0]}" if x.get("reasons") else ""), w))
+    for x in r["gone"]:
+        on = f" in {x['frame']}" if x.get("frame") else ""
+        lines.append(_cut(f"  gone  {x['category']}{on}: {x['count']}", w))
+    secs.append(_sec("recompiles", lines, 2))
+    f = d["failures"]
+    lh = f["limit_hits"]
+    lines = [f"failures: {f['base_total']} -> {f['new_total']}; recompile-limit hits: {lh['base']} -> {lh['new']}"]
+    for x in f["new"]:
+        on = f" in {where(x.get('function'), x.get('file'), x.get('line'))}" if x.get("function") else ""
+        lines.append(_cut(f"  new   {x.get('type')}{on}: {x.get('count')}", w))
+    for x in lh["new_frames"]:
+        lines.append(_cut(f"  new   recompile-limit hit{' in ' + x['frame'] if x.get('frame') else ''}: {x['count']}", w))
+    secs.append(_sec("failures", lines, 2))
+    c = d["cache"]
+    rates = ", ".join(f"{k} {_rate(v['base'])} -> {_rate(v['new'])}" for k, v in c["hit_rate"].items())
+    lines = [f"cache hit rate: {rates}" if rates else "cache: no lookups on either side"]
+    lines[0] += f"; misses {c['misses']['base']} -> {c['misses']['new']}" if rates else ""
+    for x in c["new_misses"]:
+        why = f": {x['reasons'][0]}" if x.get("reasons") else ""
+        lines.append(_cut(f"  new misses  {x['cache']} {x['cause']} {x['base']} -> {x['new']}{why}", w))
+    secs.append(_sec("cache", [_cut(x, w) for x in lines], 2))
+    lines = []
+    for x in d["recompiling_frames"]:
+        if (x.get("recompiles") or 0) < 2 and not x.get("limit_hits") and x.get("limit_status") != "near":
+            continue
+        lines.append(
+            _cut(
+                f"  {where(x['function'], x['file'], x['line'])}: {x['base_recompiles']} -> {x['recompiles']} recompiles, {limit_words(x)}",
+                w,
+            )
+        )
+        for gl in (x.get("guards") or [])[:1]:
+            lines.append(_cut(f"    {gl['line']}", w))
+        if x.get("fixes"):
+            lines.append(_cut(f"    fix: {x['fixes'][0]['fix']}", w))
+            lines.append(_cut(f"      {x['fixes'][0]['link']}", w))
+        elif x.get("unclear"):
+            lines.append(_cut(f"    {x['unclear']}", w))
+    if lines:
+        secs.append(_sec("recompiling", ["frames that keep recompiling (new side):", *lines], 3))
+    rk = d.get("ranks") or {}
+    if rk:
+        changed = rk["changed"]
+        lines = [f"ranks compared: {_ranks(rk['compared'])}; changed: {_ranks(changed) or 'none'}"]
+        for row in rk["per_rank"]:
+            if row["flags"]:
+                lines.append(_cut(f"  rank {row['rank']}: " + "; ".join(fl["text"] for fl in row["flags"]), w))
+        secs.append(_sec("ranks", lines, 2))
+    gate = d.get("gate")
+    if gate is not None:
+        if gate["passed"]:
+            lines = [_cut(f"gate: passed ({gate['conditions']})", w)]
+        else:
+            lines = [_cut(f"gate: FAILED, exit {gate['exit']} ({gate['conditions']})", w)]
+            lines += [_cut(f"  {x['text']}", w) for x in gate["failed"]]
+        secs.append(_sec("gate", lines, min(len(lines), 4)))
+    else:
+        fl = d.get("flags") or []
+        lines = [_cut("changes past the default thresholds: " + ("; ".join(x["text"] for x in fl) if fl else "none"), w)]
+        secs.append(_sec("flags", lines, 1))
+    return "\n".join(_cut(line, w) for line in _fit(secs, max_lines)) + "\n"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def _gb(x: Mapping[str, Any]) -> str:
+    at = f" at {_base(x.get('file'))}:{x.get('line')}" if x.get("file") else ""
+    fr = f" in {x['frame']}" if x.get("frame") else ""
+    moved = " (more than before)" if x.get("more") else ""
+    return f"{x.get('code')} {x.get('type') or ''}".rstrip() + at + fr + f": {x.get('count')}" + moved
+
+
+def _fit(secs: list[tuple[str, list[str], int]], max_lines: int) -> list[str]:
+    """The sections, each cut (to no fewer than its ``keep`` lines, and a line saying how many were left out) so that
+    all fit in ``max_lines``, the longest cut first."""
+    sizes = [len(lines) for _, lines, _ in secs]
+    while sum(sizes) > max_lines:
+        i = max(range(len(secs)), key=lambda k: sizes[k] - secs[k][2] if sizes[k] > secs[k][2] else -1)
+        if sizes[i] <= secs[i][2]:
+            break
+        sizes[i] -= 1
+    out: list[str] = []
+    for (_name, lines, _keep), n in zip(secs, sizes, strict=True):
+        if n >= len(lines):
+            out.extend(lines)
+        elif n > 0:
+            out.extend(lines[: n - 1])
+            out.append(f"  ({len(lines) - n + 1} more lines: --json or --html has them)")
+    return out[:max_lines]
+
+
+# -- several ranks' summaries as one (a directory of TORCH_OTEL_SUMMARY=summary-{rank}.json) --------------------------
+
+
+def merge_summaries(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The facts the diff reads, summed over several runs' summaries (one per rank)."""
+
+    def add_rows(key: Callable[[Mapping[str, Any]], Any], rows: Iterable[Any], counts: tuple[str, ...]) -> list[dict[str, Any]]:
+        merged: dict[Any, dict[str, Any]] = {}
+        for r in rows:
+            if not isinstance(r, Mapping):
+                continue
+            k = key(r)
+            if k not in merged:
+                merged[k] = dict(r)
+            else:
+                for c in counts:
+                    merged[k][c] = round(_num(merged[k].get(c)) + _num(r.get(c)), 6)
+        return list(merged.values())
+
+    def counter(dicts: Iterable[Any]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in dicts:
+            for k, v in (d or {}).items():
+                out[k] = out.get(k, 0) + int(_num(v))
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    ps = [p for p in parts if isinstance(p, Mapping)]
+    rates: dict[str, dict[str, Any]] = {}
+    for p in ps:
+        for cache, r in ((p.get("caches") or {}).get("hit_rate") or {}).items():
+            x = rates.setdefault(cache, {"hits": 0, "misses": 0})
+            x["hits"] += int(_num(r.get("hits")))
+            x["misses"] += int(_num(r.get("misses")))
+    for x in rates.values():
+        x["rate"] = round(x["hits"] / (x["hits"] + x["misses"]), 4) if x["hits"] + x["misses"] else 0.0
+    rec_frames = add_rows(
+        lambda r: (r.get("function"), _base(r.get("file")), r.get("line")),
+        [f for p in ps for f in p.get("recompiling_frames") or []],
+        ("recompiles", "compiles", "limit_hits"),
+    )
+    by_cat: dict[tuple[Any, ...], dict[str, int]] = {}
+    for p in ps:
+        for f in p.get("recompiling_frames") or []:
+            k = (f.get("function"), _base(f.get("file")), f.get("line"))
+            for c, n in (f.get("by_category") or {}).items():
+                by_cat.setdefault(k, {})[c] = by_cat.setdefault(k, {}).get(c, 0) + int(_num(n))
+    for f in rec_frames:
+        f["by_category"] = by_cat.get((f.get("function"), _base(f.get("file")), f.get("line")), {})
+    return {
+        "schema_version": 1,
+        "source": ps[0].get("source") if ps else None,
+        "compiles": int(sum(_num(p.get("compiles")) for p in ps)),
+        "wall_s": round(sum(_num(p.get("wall_s")) for p in ps), 6),
+        "phases": add_rows(
+            lambda r: r.get("name"), [x for p in ps for x in p.get("phases") or []], ("count", "total_s", "self_s")
+        ),
+        "frames": add_rows(
+            lambda r: (r.get("function"), _base(r.get("file")), r.get("line")),
+            [x for p in ps for x in p.get("frames") or []],
+            ("compiles", "total_s"),
+        ),
+        "recompiles": {
+            "total": int(sum(_num((p.get("recompiles") or {}).get("total")) for p in ps)),
+            "by_category": counter((p.get("recompiles") or {}).get("by_category") for p in ps),
+            "top_reasons": add_rows(
+                lambda r: (r.get("category"), r.get("reason")),
+                [x for p in ps for x in (p.get("recompiles") or {}).get("top_reasons") or []],
+                ("count",),
+            ),
+        },
+        "graph_breaks": {
+            "total": int(sum(_num((p.get("graph_breaks") or {}).get("total")) for p in ps)),
+            "by_code": add_rows(
+                lambda r: (r.get("code"), r.get("type")),
+                [x for p in ps for x in (p.get("graph_breaks") or {}).get("by_code") or []],
+                ("count",),
+            ),
+            **(
+                {
+                    "by_location": add_rows(
+                        lambda r: (r.get("code"), _base(r.get("file")), r.get("line"), r.get("frame")),
+                        [x for p in ps for x in (p.get("graph_breaks") or {}).get("by_location") or []],
+                        ("count",),
+                    )
+                }
+                if all("by_location" in (p.get("graph_breaks") or {}) for p in ps)
+                else {}
+            ),
+        },
+        "failures": {
+            "total": int(sum(_num((p.get("failures") or {}).get("total")) for p in ps)),
+            "by_type": counter((p.get("failures") or {}).get("by_type") for p in ps),
+            **(
+                {
+                    "by_frame": add_rows(
+                        lambda r: (r.get("type"), r.get("function"), _base(r.get("file")), r.get("line")),
+                        [x for p in ps for x in (p.get("failures") or {}).get("by_frame") or []],
+                        ("count",),
+                    )
+                }
+                if all("by_frame" in (p.get("failures") or {}) for p in ps)
+                else {}
+            ),
+        },
+        "recompile_limit_hits": int(sum(_num(p.get("recompile_limit_hits")) for p in ps)),
+        "caches": {
+            "hit_rate": rates,
+            "misses": int(sum(_num((p.get("caches") or {}).get("misses")) for p in ps)),
+            "misses_by_cache_and_cause": add_rows(
+                lambda r: (r.get("cache"), r.get("cause")),
+                [x for p in ps for x in (p.get("caches") or {}).get("misses_by_cache_and_cause") or []],
+                ("count",),
+            ),
+            "top_reasons": add_rows(
+                lambda r: (r.get("cache"), r.get("reason")),
+                [x for p in ps for x in (p.get("caches") or {}).get("top_reasons") or []],
+                ("count",),
+            ),
+        },
+        **({"recompiling_frames": rec_frames} if all("recompiling_frames" in p for p in ps) else {}),
+        "ranks": sorted({r for p in ps for r in p.get("ranks") or []}),
+        "torch_versions": sorted({v for p in ps for v in p.get("torch_versions") or []}),
+    }

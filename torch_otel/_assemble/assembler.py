@@ -1,0 +1,682 @@
+"""Typed events -> finished compiles (:class:`CompileRecord`), the one place both live and replay meet.
+
+A compile is a root chromium event (``dynamo`` for a frame compile,
+``entire_backward_compile`` for a lazily compiled backward, ``compiled_autograd``
+for a compiled-autograd graph, and the standalone compiles: ``fullgraph_capture``
+for a strict ``torch.export`` or an AOT precompile, ``compile_fx_aot`` for
+AOTInductor, ``export`` for the live hook around ``torch.export``) with the phases
+nested inside it, plus its ``CompilationMetrics`` record, graph breaks and (full
+capture) artifacts.
+
+A standalone compile's root carries no compile id: torch logs it outside any
+compile context. It takes the id of the first phase that has one (a strict
+export's ``0/0``), and records without an id (AOTInductor logs none at all) join
+it while it is the only such compile in flight.
+State is bounded: at most ``max_open`` compiles in flight, and a bounded number
+of phases, graph breaks and artifacts per compile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .._analysis.recompiles import NEAR, recompile_limit_of
+from .._core.compile_id import CompileId
+from .._core.errors import record_error
+from .._model.events import (
+    ArtifactEvent,
+    CacheLookupEvent,
+    DebugDirEvent,
+    Event,
+    GraphBreakEvent,
+    GraphScheduleEvent,
+    LogEvent,
+    MetricsEvent,
+    PhaseEvent,
+    RecompileReasonsEvent,
+    StartEvent,
+)
+from .._model.record import ROOTS, RUNTIME, STANDALONE, CodeLocation, CompileRecord, Linked, PhaseNode, Recent, Sink
+
+# torch's functions on a standalone compile's stack that say what it is
+_STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
+
+MAX_PHASES = 2000
+MAX_GRAPH_BREAKS = 256
+MAX_ARTIFACTS = 512
+MAX_LOGS = 32
+MAX_RECOMPILE_REASONS = 32
+MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
+MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
+MAX_CACHE_LOOKUPS = 256  # cache lookups per compile (two per inductor graph)
+# Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
+# recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
+RECENT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """How an event that belongs to a compile joins its record: one row per event type in :data:`ATTACH`.
+
+    The event's compile is found by its id (``prefer``: the kind of compile an id names first, for ids a frame
+    and its lazy backward share). It is appended to ``field`` of the record, at most ``bound`` of them (the rest
+    counted in ``dropped``); with no compile open it is counted as ``orphan_<field>``. ``dated``: an event
+    without a time takes the compile's latest (replay); ``raises_attempt``: its attempt is the record's too.
+    """
+
+    field: str
+    bound: int
+    prefer: str | None = None
+    dated: bool = False
+    raises_attempt: bool = False
+    value: Callable[[Any], Any] | None = None  # what is kept (default: the event itself)
+    merge: Callable[[CompileRecord, Any], bool] | None = None  # True: the event was merged into what is kept
+
+
+def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:
+    """Replay: torch logs a graph's tensor metadata (LOG_TLPARSE=1) just before its collective schedule."""
+    last = rec.schedules[-1] if rec.schedules else None
+    if ev.tensor_meta is None and last is not None and last.tensor_meta and not last.collectives:
+        last.collectives = ev.collectives
+        return True
+    return False
+
+
+def _debug_dir_path(ev: DebugDirEvent) -> str:
+    return ev.path
+
+
+# The table of events that attach to a compile (phases, metrics, starts and recompile reasons shape the
+# record itself and have handlers of their own).
+ATTACH: dict[type, Attach] = {
+    GraphBreakEvent: Attach("graph_breaks", MAX_GRAPH_BREAKS, prefer="frame", dated=True),
+    ArtifactEvent: Attach("artifacts", MAX_ARTIFACTS, dated=True, raises_attempt=True),
+    LogEvent: Attach("logs", MAX_LOGS, prefer="frame"),
+    GraphScheduleEvent: Attach("schedules", MAX_SCHEDULES, merge=_merge_schedule),
+    DebugDirEvent: Attach("debug_dirs", MAX_SCHEDULES, value=_debug_dir_path),
+    CacheLookupEvent: Attach("cache_lookups", MAX_CACHE_LOOKUPS, raises_attempt=True),
+}
+
+
+class Tracing(Protocol):
+    """Builds a finished compile's trace; returns its root's ``(trace id, span id)``, or None when not traced."""
+
+    def emit(self, record: CompileRecord) -> tuple[int, int] | None: ...
+
+
+class CacheKeys(Protocol):
+    """Derives the facts of a compile's cache lookups: why each miss missed (:class:`torch_otel._cache.KeyHistory`)."""
+
+    def derive(self, record: CompileRecord) -> None: ...
+
+
+class CacheLoads(Protocol):
+    """What a mega-cache load put in this process's caches (:class:`torch_otel._mega_cache.LoadedKeys`)."""
+
+    def hits(self, record: CompileRecord) -> dict[str, int]: ...
+
+
+class Assembler:
+    """Feeds typed events in, hands finished :class:`CompileRecord` objects to the sinks.
+
+    Before any sink sees a finished record, the assembler derives what is not in torch's records for it
+    (:meth:`_derive`): the code location, the backward's forward, the compiled-autograd graph, the mega-cache
+    hits, then its trace identity from ``tracing`` (the span mapper, which builds the compile's trace).
+    ``stamp`` is the source's own word on a record (replay: the process that wrote it), called as a record
+    begins (``ended=False``) and as it ends (``ended=True``), before the derivation.
+    """
+
+    def __init__(
+        self,
+        sinks: Sequence[Sink] = (),
+        max_open: int = 256,
+        *,
+        tracing: Tracing | None = None,
+        cache_loads: CacheLoads | None = None,
+        cache_keys: CacheKeys | None = None,
+        stamp: Callable[[CompileRecord, bool], None] | None = None,
+        recent: int | None = None,
+        recompile_limit: Callable[[], int | None] | None = None,
+    ) -> None:
+        recent = RECENT if recent is None else recent
+        self.sinks: list[Sink] = list(sinks)
+        self.max_open = max_open
+        self.tracing = tracing
+        self.cache_loads = cache_loads
+        self.cache_keys = cache_keys
+        self.stamp = stamp
+        # live: torch._dynamo.config.recompile_limit, for a compile whose metrics do not say it
+        self.recompile_limit = recompile_limit
+        self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
+        self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
+        self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
+        self._early_starts: dict[CompileId, StartEvent] = {}  # dynamo_start logged before its compile's root
+        # What later compiles inherit, bounded whatever the job's length: a frame's code by (autograd id,
+        # frame id); forwards by compile id (a lazy backward's); compiled-autograd graphs by their id
+        self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
+        self._forwards: Recent[str, Linked] = Recent(recent)
+        self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
+        # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
+        self._frame_compiles: Recent[tuple[int | None, int | None], int] = Recent(recent)
+        self._near_limit: Recent[tuple[int | None, int | None], bool] = Recent(recent)
+        self._lock = threading.RLock()
+        self.stats: Counter[str] = Counter()
+        # One handler per event type.
+        self._handlers: dict[type, Any] = {
+            PhaseEvent: self._phase,
+            MetricsEvent: self._metrics,
+            StartEvent: self._start,
+            RecompileReasonsEvent: self._recompile_reasons,
+            **{t: self._attach for t in ATTACH},
+        }
+
+    # -- public -----------------------------------------------------------
+    def feed(self, event: Event) -> None:
+        with self._lock:
+            handler = self._handlers.get(type(event))
+            if handler is not None:
+                handler(event)
+
+    def _attach(self, event: Any) -> None:
+        row = ATTACH[type(event)]
+        rec = self._find(event.compile_id, prefer=row.prefer)
+        if rec is None:
+            self.stats[f"orphan_{row.field}"] += 1
+            if isinstance(event, LogEvent):
+                self._notify_orphan_log(event)
+            return
+        if row.merge is not None and row.merge(rec, event):
+            return
+        kept: list[Any] = getattr(rec, row.field)
+        if len(kept) >= row.bound:
+            rec.dropped += 1
+            return
+        if row.dated and event.ts_ns is None:
+            event.ts_ns = rec.last_ts_ns
+        kept.append(event if row.value is None else row.value(event))
+        if row.raises_attempt:
+            rec.attempt = max(rec.attempt, event.attempt)
+
+    def _recompile_reasons(self, event: RecompileReasonsEvent) -> None:
+        if event.for_next:  # compiled autograd logs its cache miss before the graph's compile begins
+            self._next_reasons[event.for_next] = event.reasons
+            return
+        rec = self._find(event.compile_id, prefer="frame")
+        if rec is None:
+            self.stats["orphan_recompile_reasons"] += 1
+        else:
+            self._set_reasons(rec, event.reasons)
+
+    @staticmethod
+    def _set_reasons(rec: CompileRecord, reasons: list[str]) -> None:
+        if rec.kind == "compiled_autograd" and rec.compile_id is not None and not rec.compile_id.compiled_autograd_id:
+            return  # the first compiled-autograd graph: a cache miss on an empty cache is no recompile
+        rec.recompile_reasons = reasons[:MAX_RECOMPILE_REASONS]
+        rec.dropped += max(0, len(reasons) - MAX_RECOMPILE_REASONS)
+
+    def _join_early_start(self, rec: CompileRecord) -> None:
+        """A frame compile whose dynamo_start came before it (older logs) takes it now."""
+        if self._early_starts and rec.kind == "frame" and rec.compile_id is not None:
+            early = self._early_starts.pop(rec.compile_id, None)
+            if early is not None:
+                self._start(early)
+
+    def _start(self, event: StartEvent) -> None:
+        rec = self._find(event.compile_id, prefer="frame")
+        if rec is None:
+            # older logs write dynamo_start before the compile's root event: it waits for its compile (bounded)
+            if event.compile_id is not None and len(self._early_starts) < MAX_EARLY_STARTS:
+                self._early_starts[event.compile_id] = event
+            else:
+                self.stats["orphan_starts"] += 1
+        else:
+            if rec.start_stack is None:
+                rec.start_stack = event.stack
+            rec.attempt = max(rec.attempt, event.attempt)
+
+    def flush(self, reason: str = "the process exited before the compile ended", cut_ns: int | None = None) -> None:
+        """Finish every compile in flight (ended ones normally, the rest as incomplete).
+
+        ``cut_ns`` is when the cut was seen (live: now). A cut compile and its open phases end
+        then; without it (replay of a truncated log) they end at the last time torch reported.
+        """
+        with self._lock:
+            for rec in list(self._open.values()):
+                if not rec._ended:
+                    rec.incomplete = reason
+                    if cut_ns is not None:
+                        self._cut(rec, cut_ns)
+                self._finish(rec)
+            if self._early_starts:  # their compile never began
+                self.stats["orphan_starts"] += len(self._early_starts)
+                self._early_starts.clear()
+
+    @staticmethod
+    def _cut(rec: CompileRecord, cut_ns: int) -> None:
+        open_nodes = list(rec._stack)  # the phases still open, the root among them
+        for lane in (rec._lanes or {}).values():
+            open_nodes.extend(lane)
+        for node in open_nodes:
+            if node.end_ns is None:
+                node.end_ns = max(cut_ns, node.start_ns)
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    # -- internals --------------------------------------------------------
+
+    def _only_compile_in_flight(self, ev: PhaseEvent) -> CompileRecord | None:
+        """A phase with no compile id: inductor's compile workers (``compile_file``) run on threads that carry none.
+
+        When exactly one compile is in flight, they served it: the phase joins it and says so on its span.
+        Otherwise it cannot be known, and the phase is counted (``torch_otel_unattributed_phases_total``).
+        """
+        running = [r for r in self._open.values() if not r._ended and r.kind != RUNTIME]
+        if not running:  # no compile: runtime work (GPU benchmarking inside runtime autotuning) of one graph
+            running = [r for r in self._open.values() if not r._ended]
+        if len(running) != 1:
+            self.stats["unattributed_phases"] += 1
+            return None
+        ev.args = {**ev.args, "attributed": "the only compile in flight"}
+        return running[0]
+
+    def _standalone(self, cid: CompileId | None) -> CompileRecord | None:
+        """The standalone compile (export, AOTInductor) a record of id ``cid`` belongs to, if one can tell.
+
+        The only one in flight that has no id yet, or whose id is ``cid``; a record with no id joins the only one in
+        flight, whatever its id (torch's capture ends with no id inside a live export that took its phases' id). A
+        record with an id gives the compile its id (a strict export's root has none; its phases say ``0/0``).
+        """
+        found = [
+            r
+            for r in self._open.values()
+            if r.kind in STANDALONE and not r._ended and (cid is None or r.compile_id is None or r.compile_id == cid)
+        ]
+        if len(found) != 1:
+            return None
+        rec = found[0]
+        if rec.compile_id is None and cid is not None:
+            self._rekey(rec, cid, rec.kind)
+        return rec
+
+    def _rekey(self, rec: CompileRecord, cid: CompileId | None, kind: str) -> None:
+        if rec._key is not None and self._open.get(rec._key) is rec:
+            del self._open[rec._key]
+        rec.compile_id, rec.kind = cid, kind
+        self._place(rec, (cid, kind))
+
+    def _place(self, rec: CompileRecord, key: tuple[CompileId | None, str]) -> None:
+        """Put ``rec`` among the compiles in flight under ``key``; one already there is finished, cut short."""
+        old = self._open.pop(key, None)
+        if old is not None and old is not rec:
+            old.incomplete = old.incomplete or "a new compile with the same id started"
+            self._finish(old, pop=False)
+        rec._key = key
+        self._open[key] = rec
+
+    def _find(self, cid: CompileId | None, prefer: str | None = None) -> CompileRecord | None:
+        if cid is None:
+            return self._standalone(None) if self._open else None
+        if prefer is not None:
+            rec = self._open.get((cid, prefer))
+            if rec is not None:
+                return rec
+        for kind in ("frame", "backward", "compiled_autograd"):
+            rec = self._open.get((cid, kind))
+            if rec is not None and not rec._ended:
+                return rec
+        for kind in ("frame", "backward", "compiled_autograd"):
+            rec = self._open.get((cid, kind))
+            if rec is not None:
+                return rec
+        for kind in STANDALONE:
+            rec = self._open.get((cid, kind))
+            if rec is not None:
+                return rec
+        return self._standalone(cid) if self._open else None
+
+    def _phase(self, ev: PhaseEvent) -> None:
+        kind = ROOTS.get(ev.name)
+        if kind == "export" and ev.origin is not None and ev.origin.root_kind:
+            kind = ev.origin.root_kind
+        if kind in STANDALONE and self._inside_standalone(ev):
+            kind = None  # torch's fullgraph_capture inside the live export root: one of its phases
+        if kind is not None and ev.ph == "B":
+            self._finish_pending()
+            rec = CompileRecord(
+                kind,
+                ev.compile_id,
+                PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args)),
+                attempt=ev.attempt,
+                rank=ev.rank,
+                origin=ev.origin,
+                last_ts_ns=ev.ts_ns,
+            )
+            rec._stack.append(rec.root)
+            self._place(rec, (ev.compile_id, kind))
+            self._join_early_start(rec)
+            reasons = self._next_reasons.pop(kind, None) if self._next_reasons else None
+            if reasons:
+                self._set_reasons(rec, reasons)
+            if kind == "backward":
+                n = self._backwards.get(ev.compile_id, 0)
+                rec.backward_index = n
+                if n or len(self._backwards) < 100_000:
+                    self._backwards[ev.compile_id] = n + 1
+            while len(self._open) > self.max_open:
+                _, oldest = next(iter(self._open.items()))
+                oldest.incomplete = oldest.incomplete or "evicted: too many compiles in flight"
+                self.stats["evicted"] += 1
+                self._finish(oldest)
+            self._began(rec)
+            return
+        if kind is not None and ev.ph == "E":
+            ending = self._open.get((ev.compile_id, kind))
+            if ending is None and kind in STANDALONE:
+                ending = self._ending_standalone(ev.name, ev.compile_id)
+            if ending is None:
+                self.stats["orphan_phases"] += 1
+                return
+            ending.root.end_ns = ending.last_ts_ns = ev.ts_ns
+            began = ending.origin.cpu_ns if ending.origin is not None else None
+            if ev.cpu_ns is not None and began is not None:
+                ending.cpu_ns = max(0, ev.cpu_ns - began)
+                child_began = ending.origin.child_cpu_ns if ending.origin is not None else None
+                if ev.child_cpu_ns is not None and child_began is not None:
+                    ending.child_cpu_ns = min(ending.cpu_ns, max(0, ev.child_cpu_ns - child_began))
+            ending.root.args.update(ev.args)
+            ending.attempt = max(ending.attempt, ev.attempt)
+            if ev.rank is not None:
+                ending.rank = ev.rank
+            ending._stack.clear()
+            ending._ended = True
+            if ending.metrics is not None or ending.kind == "compiled_autograd" or ev.final:
+                self._finish(ending)
+            return
+        worker = False
+        if ev.compile_id is not None:
+            found = self._find(ev.compile_id)
+        else:  # AOTInductor logs its phases without an id; inductor's compile workers carry none either
+            found = self._standalone(None)
+            if found is None:
+                found = self._only_compile_in_flight(ev)
+                worker = found is not None
+        if found is None or found._ended:
+            runtime = self._runtime(ev)
+            if runtime is None:
+                self.stats["orphan_phases"] += 1
+                return
+            found = runtime
+        rec = found
+        rec.last_ts_ns = ev.ts_ns
+        if ev.name.startswith("compile_attempt_"):
+            try:
+                rec.attempt = max(rec.attempt, int(ev.name.rsplit("_", 1)[1]))
+            except ValueError:
+                pass
+        rec.attempt = max(rec.attempt, ev.attempt)
+        top = rec._stack[-1] if rec._stack else rec.root
+        if worker and ev.ph != "i":
+            self._worker_phase(rec, ev, top)
+            return
+        if ev.ph == "B":
+            if rec._nodes >= MAX_PHASES:
+                rec.dropped += 1
+                return
+            node = PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args))
+            top.children.append(node)
+            rec._stack.append(node)
+            rec._nodes += 1
+        elif ev.ph == "E":
+            # Pop to the matching begin, as torch's own logger does.
+            for i in range(len(rec._stack) - 1, 0, -1):
+                if rec._stack[i].name == ev.name:
+                    node = rec._stack[i]
+                    node.end_ns = ev.ts_ns
+                    node.args.update(ev.args)
+                    for unclosed in rec._stack[i + 1 :]:
+                        unclosed.end_ns = ev.ts_ns
+                        self.stats["unmatched_phase_begins"] += 1
+                    del rec._stack[i:]
+                    if rec.kind == RUNTIME and len(rec._stack) == 1:  # its outermost phase ended: so has it
+                        rec.root.end_ns = ev.ts_ns
+                        rec._stack.clear()
+                        rec._ended = True
+                        self._finish(rec)
+                    return
+            self.stats["unmatched_phase_ends"] += 1
+        else:
+            if len(top.instants) < 64:
+                top.instants.append((ev.name, ev.ts_ns, dict(ev.args)))
+
+    def _worker_phase(self, rec: CompileRecord, ev: PhaseEvent, top: PhaseNode) -> None:
+        """A phase on one of inductor's compile workers (a kernel build, ``compile_file``), beside the compile's stack.
+
+        Builds run in parallel while the compile goes on (and waits in ``async_compile.wait``), so they never
+        nest in one another nor close the compile's phases. A build is a child of the phase the compile was in
+        when it began. Live, each worker thread has its own stack. On replay the thread is unknown: an end
+        closes the earliest-begun open phase of its name, so each build's time may be another's of the same
+        name, and their sum is exact.
+        """
+        lanes = rec._lanes if rec._lanes is not None else {}
+        rec._lanes = lanes
+        lane = lanes.setdefault(ev.thread, [])
+        if ev.ph == "B":
+            if rec._nodes >= MAX_PHASES:
+                rec.dropped += 1
+                return
+            node = PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args))
+            (lane[-1] if lane and ev.thread is not None else top).children.append(node)
+            lane.append(node)
+            rec._nodes += 1
+            return
+        order = range(len(lane) - 1, -1, -1) if ev.thread is not None else range(len(lane))
+        for i in order:
+            node = lane[i]
+            if node.name == ev.name:
+                node.end_ns = ev.ts_ns
+                node.args.update(ev.args)
+                if ev.thread is not None:  # a thread's phases nest: the ones begun inside it end with it
+                    for unclosed in lane[i + 1 :]:
+                        unclosed.end_ns = ev.ts_ns
+                        self.stats["unmatched_phase_begins"] += 1
+                    del lane[i:]
+                else:
+                    del lane[i]
+                return
+        self.stats["unmatched_phase_ends"] += 1
+
+    def _metrics(self, ev: MetricsEvent) -> None:
+        if ev.is_runtime:
+            self.stats["runtime_metrics"] += 1
+            return
+        kind = "frame" if ev.is_forward else "backward"
+        rec = self._open.get((ev.compile_id, kind))
+        if rec is None:
+            rec = self._standalone_for_metrics(ev)
+        if rec is None:
+            rec = self._synthesize(ev, kind)
+        rec.metrics = ev.fields
+        rec.attempt = max(rec.attempt, ev.attempt)
+        if ev.rank is not None:
+            rec.rank = ev.rank
+        if rec._ended:
+            self._finish(rec)
+
+    def _runtime(self, ev: PhaseEvent) -> CompileRecord | None:
+        """The runtime record of a phase whose compile has ended (begun now, for a begin), or None."""
+        if ev.compile_id is None:
+            return None
+        key = (ev.compile_id, RUNTIME)
+        rec = self._open.get(key)
+        if rec is None and ev.ph == "B":
+            rec = CompileRecord(RUNTIME, ev.compile_id, PhaseNode(RUNTIME, ev.ts_ns), rank=ev.rank, last_ts_ns=ev.ts_ns)
+            rec._stack.append(rec.root)
+            self._place(rec, key)
+            self._began(rec)
+        return rec
+
+    def _inside_standalone(self, ev: PhaseEvent) -> bool:
+        """A standalone root's event inside a running standalone compile of the same id (or none) is its phase."""
+        for r in self._open.values():
+            if r.kind in STANDALONE and not r._ended and r.root.name != ev.name:
+                if r.compile_id is None or ev.compile_id is None or r.compile_id == ev.compile_id:
+                    return any(n.name == ev.name for n in r._stack) if ev.ph == "E" else True
+        return False
+
+    def _ending_standalone(self, name: str, cid: CompileId | None) -> CompileRecord | None:
+        """The running standalone compile whose root this end closes (its id may have been given since it began)."""
+        for r in reversed(self._open.values()):
+            if r.kind in STANDALONE and not r._ended and r.root.name == name and (cid is None or r.compile_id in (None, cid)):
+                return r
+        return None
+
+    def _standalone_for_metrics(self, ev: MetricsEvent) -> CompileRecord | None:
+        """The standalone compile a CompilationMetrics record ends: torch logs an export's and a precompile's without id."""
+        for r in reversed(self._open.values()):
+            if r.kind in STANDALONE and r.metrics is None and (ev.compile_id is None or r.compile_id in (None, ev.compile_id)):
+                stack = ev.stack_functions
+                if r.kind == "export" and r.root.name == "fullgraph_capture" and stack:
+                    for fn, kind in _STACK_KINDS:
+                        if fn in stack:
+                            if kind != r.kind:
+                                self._rekey(r, r.compile_id, kind)
+                            break
+                return r
+        return None
+
+    def _synthesize(self, ev: MetricsEvent, kind: str) -> CompileRecord:
+        """A metrics record with no chromium events around it (older logs, or lost events)."""
+        f = ev.fields
+        start_us = f.get("start_time_us")
+        if not isinstance(start_us, (int, float)):
+            st = f.get("start_time")
+            start_us = st * 1e6 if isinstance(st, (int, float)) else 0
+        dur_us = f.get("duration_us")
+        if not isinstance(dur_us, (int, float)):
+            secs = f.get("entire_frame_compile_time_s")
+            dur_us = secs * 1e6 if isinstance(secs, (int, float)) else 0
+        start_ns = int(start_us * 1000)
+        root = PhaseNode("dynamo" if kind == "frame" else "entire_backward_compile", start_ns, start_ns + int(dur_us * 1000))
+        rec = CompileRecord(kind, ev.compile_id, root, rank=ev.rank)
+        rec._ended = True
+        self.stats["synthesized"] += 1
+        self._place(rec, (ev.compile_id, kind))
+        self._join_early_start(rec)
+        self._began(rec)
+        return rec
+
+    def _finish_pending(self) -> None:
+        for rec in [r for r in self._open.values() if r._ended]:
+            self._finish(rec)
+
+    def _finish(self, rec: CompileRecord, pop: bool = True) -> None:
+        if pop:
+            key = rec._key if rec._key is not None else (rec.compile_id, rec.kind)
+            if self._open.get(key) is rec:
+                del self._open[key]
+        if rec.root.end_ns is None:
+            ends = [n.end_ns or n.start_ns for n, _ in rec.root.walk()]
+            rec.root.end_ns = max(ends) if ends else rec.root.start_ns
+        for node, _ in rec.root.walk():
+            if node.end_ns is None:
+                node.end_ns = rec.root.end_ns
+                if rec.incomplete is None:  # a phase torch began in a compile that ended, and never ended
+                    self.stats["unmatched_phase_begins"] += 1
+        rec._stack.clear()
+        rec._lanes = None
+        if rec.kind == "export" and rec.root.name == "fullgraph_capture":
+            # A strict export that torch logged on its own (replay): its tree is the live one's, torch.export around
+            # torch's capture. The log holds nothing of the export call before and after the capture.
+            capture = rec.root
+            rec.root = PhaseNode("export", capture.start_ns, capture.end_ns, args={"strict": True}, children=[capture])
+        self.stats[f"compiles_{rec.kind}"] += 1
+        if self.stamp is not None:
+            self._guard("stamp", self.stamp, rec, True)
+        self._derive(rec)
+        self._notify("on_finish", rec)
+
+    def _began(self, rec: CompileRecord) -> None:
+        if self.stamp is not None:
+            self._guard("stamp", self.stamp, rec, False)
+        self._notify("on_start", rec)
+
+    def _derive(self, rec: CompileRecord) -> None:
+        """Every fact a sink reads that torch's records for this compile do not hold, worked out once, here."""
+        cid = rec.compile_id
+        code = rec.own_code()
+        if rec.kind == "frame" and cid is not None:
+            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
+            key = (cid.compiled_autograd_id, cid.frame_id)
+            if code.function and code.file:
+                self._frame_code.remember(key, code)
+            else:
+                code = self._frame_code.get(key, code)
+            self._recompile_facts(rec, key)
+        if rec.kind == "backward":
+            rec.forward = self._forwards.get(rec.id_str)
+            if rec.forward is not None and not code.function:
+                code = rec.forward.code
+        rec.code = code
+        if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
+            rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
+        if self.cache_loads is not None:
+            rec.mega_cache_hits = self._guard("mega-cache hits", self.cache_loads.hits, rec) or {}
+        if self.cache_keys is not None and rec.cache_lookups:
+            self._guard("cache keys", self.cache_keys.derive, rec)
+        if self.tracing is not None:
+            ids = self._guard("tracing", self.tracing.emit, rec)
+            if ids is not None:
+                rec.trace_id, rec.span_id = ids
+        if rec.kind == "frame":
+            self._forwards.remember(rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code))
+        elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
+            self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
+
+    def _recompile_facts(self, rec: CompileRecord, key: tuple[int | None, int | None]) -> None:
+        """A frame compile's place against the recompile limit: its frame's compiles so far, the limit, near it or not."""
+        m = rec.metrics or {}
+        before = self._frame_compiles.get(key, 0)
+        self._frame_compiles.remember(key, before + 1)
+        size = m.get("cache_size")
+        rec.frame_recompiles = size if isinstance(size, int) and not isinstance(size, bool) else before
+        limit = recompile_limit_of(m)
+        if limit is None and self.recompile_limit is not None:
+            limit = self._guard("recompile limit", self.recompile_limit)
+        rec.recompile_limit = limit
+        if (
+            limit is not None
+            and rec.frame_recompiles >= 1
+            and not rec.recompile_limit_hit
+            and limit - rec.frame_recompiles - 1 <= NEAR
+            and key not in self._near_limit
+        ):
+            rec.recompile_limit_near = True
+            self._near_limit.remember(key, True)
+
+    @staticmethod
+    def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a derivation must not starve the sinks
+            record_error(f"assembler {what}", exc)
+            return None
+
+    def _notify_orphan_log(self, ev: LogEvent) -> None:
+        for sink in self.sinks:
+            try:
+                sink.on_orphan_log(ev)
+            except Exception as exc:  # noqa: BLE001
+                record_error(f"{type(sink).__name__}.on_orphan_log", exc)
+
+    def _notify(self, what: str, rec: CompileRecord) -> None:
+        for sink in self.sinks:
+            try:
+                getattr(sink, what)(rec)
+            except Exception as exc:  # noqa: BLE001 - one sink must not starve the others
+                record_error(f"{type(sink).__name__}.{what}", exc)

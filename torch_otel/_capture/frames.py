@@ -1,0 +1,95 @@
+"""Walking the Python stack at a compile's start: the compiled code, and the user's line that called it.
+
+Live capture calls :func:`find_code_and_caller` from its root-event hook. The user's line is the nearest frame
+outside torch, the bridge, installed libraries and the standard library (a model in ``transformers`` is called
+from the user's script, not from ``transformers``); failing that, the nearest frame outside torch and the bridge's
+hooks. The frames on the way, at most :data:`MAX_STACK`, are kept for ``code.stacktrace``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from types import FrameType
+
+from .._model.events import Origin
+
+__all__ = ["MAX_STACK", "capture_kind", "find_code_and_caller", "skip_dirs"]
+
+MAX_STACK = 8  # frames kept in ``code.stacktrace``: from the compiled call out to the user's line
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # torch_otel/, this module's folder's parent
+_BRIDGE_DIR = _PACKAGE_DIR + os.sep
+_WORKLOAD_FILES = (os.sep + "_demo.py",)  # the bridge's only module that calls torch.compile as a user would
+
+
+def _beside_the_hooks(path: str) -> bool:
+    """The demo's workload, a module of the bridge: a caller of last resort. Never a hook's own frame (the export
+    hook's wrapper sits between the user's call and torch)."""
+    return path.startswith(_BRIDGE_DIR) and path.endswith(_WORKLOAD_FILES)
+
+
+def skip_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(never a caller: torch, the bridge, logging; not the user's code: installed libraries, the standard library)."""
+    import contextlib
+    import site
+    import sysconfig
+
+    import torch
+
+    never = [os.path.dirname(torch.__file__), _PACKAGE_DIR, os.path.dirname(logging.__file__)]
+    libraries = [p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")]
+    try:
+        libraries += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    both = {d for p in libraries if p for d in (os.path.normpath(p), os.path.realpath(p))}
+    return (
+        tuple(d + os.sep for d in never) + (contextlib.__file__, "<frozen"),
+        tuple(sorted(d + os.sep for d in both)),
+    )
+
+
+def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[str, ...], libraries: tuple[str, ...]) -> None:
+    """Fill ``origin``'s compiled code (dynamo's ``_compile`` frame), caller and stack, walking out from ``frame``."""
+    f = frame
+    stack: list[tuple[str, int, str]] = []
+    fallback: FrameType | None = None
+    while f is not None:
+        co = f.f_code
+        fn = co.co_filename
+        if origin.code_name is None and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
+            code = f.f_locals.get("code")
+            if code is not None and hasattr(code, "co_name"):
+                origin.code_name = code.co_name
+                origin.code_file = code.co_filename
+                origin.code_line = code.co_firstlineno
+        elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
+            if len(stack) < MAX_STACK:
+                stack.append((fn, f.f_lineno, co.co_name))
+            if fallback is None:
+                fallback = f
+            if not fn.startswith(libraries) and not fn.startswith(skip):
+                fallback = f
+                break
+            if len(stack) >= MAX_STACK:
+                break
+        f = f.f_back
+    if fallback is not None:
+        origin.caller_file = fallback.f_code.co_filename
+        origin.caller_line = fallback.f_lineno
+        origin.caller_function = fallback.f_code.co_name
+    origin.stack = stack
+
+
+def capture_kind() -> str:
+    """Who called torch's ``fullgraph_capture``: an AOT precompile (``torch.compile(...).aot_compile``) or an export."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(40):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "aot_compile_fullgraph":
+            return "precompile"
+        frame = frame.f_back
+    return "export"

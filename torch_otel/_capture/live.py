@@ -1,0 +1,548 @@
+"""Live capture: torch's own hooks -> typed events -> the assembler.
+
+Default capture uses only sources that cost torch nothing extra (docs/configuration.md, capture levels):
+``torch._dynamo.utils.record_chromium_event_internal`` (every begin/end phase
+event), ``torch._dynamo.utils.log_compilation_event`` (one CompilationMetrics
+per compile) and the ``graph_breaks`` artifact loggers (handled with
+``propagate=False`` unless the user asked for that artifact in TORCH_LOGS, so
+torch prints nothing new). Full capture adds a handler on ``torch.__trace``:
+torch then builds every payload, exactly as with ``TORCH_TRACE``.
+
+The hooks only take what must be read at the moment (the event itself, and for a
+compile's root: the caller's frame, trace context and rank) and queue it. The
+parsing, assembly, spans and metrics run off the compile's path, in batches, on
+a worker thread that wakes at most ``BATCH_DELAY_S`` after a compile ends; or
+at once in :meth:`LiveCapture.drain` (``force_flush``, ``shutdown``). Batching
+several compiles keeps the bridge's code warm in the CPU caches that torch's
+compile evicts: the same work costs about half as much as inline (``bench/``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from threading import get_ident
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from .._assemble.assembler import Assembler
+from .._core.compile_id import CompileId, current_compile_id
+from .._core.errors import _in_bridge, guarded, record_error, warn_once
+from .._core.graph_breaks import parse_graph_break
+from .._model.events import (
+    ArtifactEvent,
+    DebugDirEvent,
+    Event,
+    GraphBreakEvent,
+    GraphScheduleEvent,
+    LogEvent,
+    Origin,
+    PhaseEvent,
+    RecompileReasonsEvent,
+)
+from .._model.record import ROOTS
+from .._parse.records import RecordError, chromium_to_event, metrics_to_event, parse_record
+from .cpu import compile_cpu_ns
+from .frames import capture_kind, find_code_and_caller, skip_dirs
+from .mega_cache import MegaCacheHook
+from .sources import INDUCTOR_DEBUG, WARNING_LOGGERS, Attached, attach_all, detach_all, reattach, release_line
+from .torch_export import TorchExportHook
+from .warnings import WarningRecordHook
+
+BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
+MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
+
+
+# A queued piece of work: (handler, three arguments).
+_Item = tuple[Callable[[Any, Any, Any], None], Any, Any, Any]
+
+
+def _rank() -> int | None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def _aot_graph() -> str | None:
+    """The AOTAutograd graph being compiled (``"5_backward"``): torch sets it just before a lazy backward's root event.
+
+    DDP's optimizer splits one frame into a graph per bucket, each with its own lazy backward under the
+    same compile id; this tells them apart.
+    """
+    lu = sys.modules.get("torch._functorch._aot_autograd.logging_utils")
+    names = getattr(lu, "graph_being_compiled", None)
+    return str(names[0]) if isinstance(names, list) and names else None
+
+
+class _ForwardingHandler(logging.Handler):
+    """Hands each record of a torch logger to one of the capture's hooks. Adds no output, prints no traceback."""
+
+    def __init__(self, hook: Callable[[logging.LogRecord], None], level: int = logging.DEBUG) -> None:
+        super().__init__(level)
+        self._hook = hook
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._hook(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
+class _TraceHandler(logging.Handler):
+    def __init__(self, capture: LiveCapture) -> None:
+        super().__init__(logging.DEBUG)
+        self._capture = capture
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Called for every record torch traces: no filters to run, and no lock to take (the queue is thread-safe).
+        self._capture._on_trace_record(record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._capture._on_trace_record(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
+class _LoggerState:
+    __slots__ = ("level", "propagate", "changed", "set_level", "set_propagate")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.level = logger.level
+        self.propagate = logger.propagate
+        self.changed = False
+        self.set_level = logger.level
+        self.set_propagate = logger.propagate
+
+
+class LiveCapture:
+    """Installs and removes the hooks; every hook is guarded and never raises."""
+
+    def __init__(
+        self,
+        assembler: Assembler,
+        level: str = "default",
+        warnings: bool = False,
+        on_first_compile: list[Callable[[], None]] | None = None,
+        after_compile_in_child: Callable[[], None] | None = None,
+    ) -> None:
+        self.assembler = assembler
+        # A forked child processes each compile as it ends, then calls this (the bridge exports at once)
+        self._after_compile_in_child = after_compile_in_child
+        # Run once, as the first compile starts (lazy servers, arming the push).
+        self._first_compile = list(on_first_compile or ())
+        self.level = level
+        self.warnings: bool = warnings
+        # torch's compile warnings for log records: taken as torch creates them, with no handler on its loggers
+        self._warning_hook = WarningRecordHook(self._on_warning, WARNING_LOGGERS)
+        self.installed = False
+        # torch's functions the capture replaced, by "module.name" (the sources put them back on detach)
+        self.originals: dict[str, Any] = {}
+        self.attached = Attached()
+        self.attach_lock = threading.Lock()
+        self._torch_debug_dir: Any = None  # inductor's DebugContext.create_debug_dir, kept once seen
+        self._schedule_tls = threading.local()
+        self._gb_handler = _ForwardingHandler(self._on_graph_break)
+        # compiled autograd's cache-miss lines (TORCH_LOGS=compiled_autograd_verbose): attached without changing
+        # the logger's level, so torch formats and logs them only if the user asked
+        self._ca_miss_handler = _ForwardingHandler(self._on_compiled_autograd_miss)
+        self._trace_handler = _TraceHandler(self)
+        self._logger_states: dict[str, _LoggerState] = {}
+        self._interned: dict[int, str] = {}
+        self._skip: tuple[str, ...] = ()
+        self._libraries: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+        self._pending: deque[_Item] = deque()
+        self._drain_lock = threading.RLock()
+        self._wake = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._stop = threading.Event()
+        # Full capture: a chromium record held back until we know whether torch's chromium hook follows it
+        # (a phase begin or end, which the hook delivers without JSON) or not (an instant).
+        self._held = threading.local()
+        self._pid = os.getpid()  # in a forked child there is no worker: each compile is processed as it ends
+        # event types an attached tap (an EventTap row) delivers: full capture's trace records skip them
+        self.tapped: set[type] = set()
+        self._torch_export_hook = TorchExportHook(self._on_export, self._origin)
+        self._mega_cache_hook = MegaCacheHook()
+
+    # -- lifecycle ------------------------------------------------------------
+    def install(self) -> None:
+        """Attach every source of the table (:mod:`._sources`) that this capture level uses; say once what this torch lacks."""
+        with self._lock:
+            if self.installed:
+                return
+            import torch
+
+            version = str(torch.__version__)
+            line = release_line(version)
+            if line:
+                warn_once("torch-release", "%s", line)
+            self._skip, self._libraries = skip_dirs()
+            self._stop, self._worker = threading.Event(), None
+            self.installed = True
+        # Outside the lock: a row on a module torch has imported already attaches at once.
+        attached = attach_all(self, version)
+        with self._lock:
+            self.attached = attached
+
+    def uninstall(self) -> None:
+        with self._lock:
+            if not self.installed:
+                return
+            with self.attach_lock:
+                self.installed = False
+                detach_all(self, self.attached)
+            self._logger_states.clear()
+            self._stop.set()
+            self._wake.set()
+        self.drain()
+
+    def _reattach(self) -> None:
+        """torch's set_logs() clears handlers and resets levels: put ours back as each compile starts."""
+        reattach(self, self.attached)
+
+    def logger_state(self, name: str, lg: logging.Logger) -> _LoggerState:
+        """What a logger was before the capture changed it (taken again if someone changed it since)."""
+        state = self._logger_states.get(name)
+        if state is None or (lg.level, lg.propagate) != (state.set_level, state.set_propagate):
+            state = self._logger_states[name] = _LoggerState(lg)
+        return state
+
+    def restore_logger(self, name: str, lg: logging.Logger) -> None:
+        """Put back only what the capture changed and nobody has changed since."""
+        state = self._logger_states.pop(name, None)
+        if state is not None and state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
+            lg.setLevel(state.level)
+            lg.propagate = state.propagate
+
+    # -- origin ---------------------------------------------------------------
+    def _origin(self) -> Origin:
+        """Who compiled: the compiled frame, and the user's line that called it.
+
+        The user's line is the nearest frame outside torch, the bridge, installed libraries and the
+        standard library (a model in ``transformers`` is called from the user's script, not from
+        ``transformers``). Failing that, the nearest frame outside torch and the bridge's hooks. The
+        frames on the way, at most ``MAX_STACK``, are kept for ``code.stacktrace``.
+        """
+        cpu_ns, child_cpu_ns = compile_cpu_ns()
+        origin = Origin(
+            parent_context=otel_context.get_current(),
+            thread=threading.current_thread().name,
+            cpu_ns=cpu_ns,
+            child_cpu_ns=child_cpu_ns,
+        )
+        find_code_and_caller(origin, sys._getframe(1), self._skip, self._libraries)
+        return origin
+
+    # -- the queue -------------------------------------------------------------
+    def drain(self) -> None:
+        """Process every queued event now, in order, on the calling thread. Never raises."""
+        with self._drain_lock:
+            token = _in_bridge.set(True)  # torch events our own processing might cause are not captured
+            try:
+                pop = self._pending.popleft
+                while True:
+                    try:
+                        fn, a, b, c = pop()
+                    except IndexError:
+                        return
+                    try:
+                        fn(a, b, c)
+                    except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others
+                        record_error("live event processing", exc)
+            finally:
+                _in_bridge.reset(token)
+
+    def after_fork_in_child(self) -> None:
+        """The parent's queued events are the parent's to report; the locks may be held by its threads."""
+        self._pending.clear()
+        self._drain_lock = threading.RLock()
+        self._wake = threading.Event()
+        self._worker = None
+
+    def _run_first_compile(self) -> None:
+        callbacks, self._first_compile = self._first_compile, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception as exc:  # noqa: BLE001
+                record_error("first-compile setup", exc)
+
+    def _compile_ended(self) -> None:
+        """A compile ended (its root's end, or its metrics): have the queue processed soon."""
+        if os.getpid() != self._pid:
+            # A forked child may be killed (pool.terminate) at any time: process and export each compile as it ends.
+            self.drain()
+            if self._after_compile_in_child is not None:
+                try:
+                    self._after_compile_in_child()
+                except Exception as exc:  # noqa: BLE001
+                    record_error("export in a forked child", exc)
+            return
+        if len(self._pending) > MAX_PENDING:
+            self.drain()
+            return
+        if self._worker is None:
+            with self._lock:  # two threads ending their first compiles at once start one worker
+                if self._worker is None and self.installed:
+                    self._worker = threading.Thread(target=self._run, name="torch-otel-live", daemon=True)
+                    self._worker.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        wake, stop = self._wake, self._stop
+        while True:
+            wake.wait()
+            # Cleared before the delay, never after: a stop (which also sets ``wake``) can then not be missed.
+            wake.clear()
+            # Let the compiles that follow this one queue up: one batch processes them all.
+            if stop.wait(BATCH_DELAY_S):
+                return  # uninstall processes what is left
+            self.drain()
+
+    # -- hooks (on torch's path: take what must be read now, queue the rest) ----
+    def _record_chromium_event(self, event: dict[str, Any]) -> None:
+        orig = self.originals.get("torch._dynamo.utils.record_chromium_event_internal")
+        self._on_chromium(event)
+        if orig is not None:
+            orig(event)
+
+    def _log_compilation_event(self, metrics: Any) -> None:
+        orig = self.originals.get("torch._dynamo.utils.log_compilation_event")
+        self._on_metrics(metrics)
+        if orig is not None:
+            orig(metrics)
+
+    def _recompilation_reasons(self, *args: Any, **kwargs: Any) -> Any:
+        orig: Any = self.originals.get("torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons")
+        if orig is None:  # uninstalled, but someone wrapped this hook since: torch's own function, untouched
+            from torch._dynamo.guards import get_and_maybe_log_recompilation_reasons as orig
+        reasons = orig(*args, **kwargs)
+        self._on_reasons(reasons)
+        return reasons
+
+    def _log_collective_schedule(self, nodes: Any) -> None:
+        orig: Any = self.originals.get(INDUCTOR_DEBUG + ".log_collective_schedule")
+        if orig is None:  # uninstalled, but someone wrapped this hook since
+            from torch._inductor.debug import log_collective_schedule as orig
+        self._schedule_tls.ops = None
+        try:
+            orig(nodes)
+        finally:
+            self._on_schedule()
+
+    def _dump_collective_schedule(self, schedule: Any) -> None:
+        orig: Any = self.originals.get(INDUCTOR_DEBUG + "._dump_collective_schedule")
+        if orig is None:
+            from torch._inductor.debug import _dump_collective_schedule as orig
+        self._schedule_tls.ops = schedule
+        orig(schedule)
+
+    def _create_debug_dir(self, folder_name: str) -> str | None:
+        # torch's own, kept after uninstall: someone may have wrapped ours since, and still call it
+        orig = self.originals.get(INDUCTOR_DEBUG + ".DebugContext.create_debug_dir")
+        if orig is not None:
+            self._torch_debug_dir = orig
+        path: str | None = self._torch_debug_dir.__func__(folder_name)
+        if orig is not None:
+            self._on_debug_dir(path)
+        return path
+
+    @guarded("debug directory hook")
+    def _on_debug_dir(self, path: object) -> None:
+        if self.installed and isinstance(path, str):
+            self._pending.append((self._process_event, DebugDirEvent(current_compile_id(), path), None, None))
+
+    @guarded("collective schedule hook")
+    def _on_schedule(self) -> None:
+        if not self.installed:
+            return
+        ops = getattr(self._schedule_tls, "ops", None)
+        self._schedule_tls.ops = None
+        names = [str(op) for op in ops] if isinstance(ops, list) else []
+        ev = GraphScheduleEvent(current_compile_id(), names)
+        self._pending.append((self._process_event, ev, None, None))
+
+    @guarded("chromium event hook")
+    def _on_chromium(self, event: dict[str, Any]) -> None:
+        if not self.installed:
+            return  # someone wrapped our hook, so uninstall could not take it out
+        self._held.item = None  # full capture: this event's trace record, replaced by the event itself
+        name = event.get("name") if type(event) is dict else None
+        if name in ROOTS:
+            ph = event.get("ph")
+            if ph == "B":
+                origin = self._origin()
+                if name == "entire_backward_compile":
+                    origin.aot_graph = _aot_graph()
+                elif name == "fullgraph_capture":
+                    origin.root_kind = capture_kind()
+                self._pending.append((self._process_chromium, event, origin, _rank()))
+                self._reattach()  # torch's set_logs() clears handlers: put ours back
+                if self._first_compile:
+                    self._run_first_compile()
+                return
+            if ph == "E":
+                self._pending.append((self._process_root_end, event, None, compile_cpu_ns()))
+                self._compile_ended()
+            else:
+                self._pending.append((self._process_chromium, event, None, None))
+            return
+        # A phase: the thread it ran on tells inductor's parallel kernel builds apart (see Assembler._worker_phase)
+        self._pending.append((self._process_phase, event, None, get_ident()))
+
+    def queue_events(self, convert: Callable[[], list[Event]]) -> None:
+        """An EventTap row's call (on torch's path: queued; turned into events with the rest, off it)."""
+        self._pending.append((self._process_events, convert, None, None))
+
+    def _on_export(self, ev: PhaseEvent) -> None:
+        """A torch.export call began or ended (the torch.export hook): a root, queued like torch's own."""
+        if not self.installed:
+            return
+        self._pending.append((self._process_event, ev, ev.origin, _rank() if ev.ph == "B" else None))
+        if ev.ph == "B":
+            self._reattach()
+            if self._first_compile:
+                self._run_first_compile()
+        else:
+            self._compile_ended()
+
+    @guarded("compilation metrics hook")
+    def _on_metrics(self, metrics: Any) -> None:
+        if not self.installed:
+            return
+        fields = metrics if isinstance(metrics, dict) else getattr(metrics, "__dict__", None)
+        if fields is None:
+            import dataclasses
+
+            fields = {f.name: getattr(metrics, f.name, None) for f in dataclasses.fields(metrics)}
+        fields = dict(fields)
+        interrupt = sys.exc_info()[1]
+        if not fields.get("fail_type") and isinstance(interrupt, BaseException) and not isinstance(interrupt, Exception):
+            # torch records failures from ``except Exception``: a compile cut by Ctrl-C (or SystemExit)
+            # would read as a success. It is logged while the interrupt is in flight on this thread.
+            fields["fail_type"] = type(interrupt).__name__
+            fields["fail_reason"] = f"the compile was interrupted ({type(interrupt).__name__})"
+        self._pending.append((self._process_metrics, fields, None, None))
+        self._compile_ended()
+
+    @guarded("recompile reasons hook")
+    def _on_reasons(self, reasons: Any) -> None:
+        if self.installed and isinstance(reasons, list) and reasons:
+            ev = RecompileReasonsEvent(current_compile_id(), [str(r) for r in reasons])
+            self._pending.append((self._process_event, ev, None, None))
+
+    @guarded("warning hook")
+    def _on_warning(self, record: logging.LogRecord) -> None:
+        if record.name.endswith("__graph_breaks"):
+            return  # graph breaks are their own events
+        ev = LogEvent(current_compile_id(), int(record.created * 1e9), record.levelno, record.name, record.getMessage())
+        self._pending.append((self._process_event, ev, None, None))
+
+    @guarded("compiled autograd cache-miss handler")
+    def _on_compiled_autograd_miss(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.installed and message.startswith("Cache miss due to"):
+            ev = RecompileReasonsEvent(None, [message], for_next="compiled_autograd")
+            self._pending.append((self._process_event, ev, None, None))
+
+    @guarded("graph break handler")
+    def _on_graph_break(self, record: logging.LogRecord) -> None:
+        cid, message = current_compile_id(), record.getMessage()
+        self._pending.append((self._process_graph_break, cid, message, int(record.created * 1e9)))
+
+    @guarded("torch.__trace handler")
+    def _on_trace_record(self, record: logging.LogRecord) -> None:
+        md = getattr(record, "metadata", None)
+        if not isinstance(md, dict):
+            return
+        payload = getattr(record, "payload", None)
+        payload = payload if isinstance(payload, str) else None
+        held = getattr(self._held, "item", None)
+        if held is not None:  # no chromium hook came after it: an instant event
+            self._held.item = None
+            self._pending.append(held)
+        item = (self._process_trace_record, md, payload, int(record.created * 1e9))
+        if "chromium_event" in md:
+            self._held.item = item
+            return
+        self._pending.append(item)
+        if "compilation_metrics" in md:
+            self._compile_ended()
+
+    # -- processing (off the compile's path) ------------------------------------
+    def _malformed(self, exc: RecordError) -> None:
+        """A torch record of a shape the parser cannot use: torch's, not the bridge's error. Counted."""
+        self.assembler.stats[f"malformed:{str(exc).split(':', 1)[0]}"] += 1
+
+    def _process_event(self, ev: Event, origin: Origin | None, rank: int | None) -> None:
+        if origin is not None and isinstance(ev, PhaseEvent):
+            ev.origin = origin
+            if ev.rank is None:
+                ev.rank = rank
+        self.assembler.feed(ev)
+
+    def _event(self, event: Any) -> PhaseEvent | None:
+        try:
+            return chromium_to_event(event)
+        except RecordError as exc:
+            self._malformed(exc)
+            return None
+
+    def _process_events(self, convert: Callable[[], list[Event]], _b: None, _c: None) -> None:
+        for ev in convert():
+            self.assembler.feed(ev)
+
+    def _process_chromium(self, event: Any, origin: Origin | None, rank: int | None) -> None:
+        ev = self._event(event)
+        if ev is not None:
+            self._process_event(ev, origin, rank)
+
+    def _process_root_end(self, event: Any, _origin: None, cpu: tuple[int, int]) -> None:
+        ev = self._event(event)
+        if ev is not None:
+            ev.cpu_ns, ev.child_cpu_ns = cpu
+            self._process_event(ev, None, None)
+
+    def _process_phase(self, event: Any, _origin: None, thread: int) -> None:
+        ev = self._event(event)
+        if ev is not None:
+            ev.thread = thread
+            self.assembler.feed(ev)
+
+    def _process_metrics(self, fields: dict[str, Any], _b: None, _c: None) -> None:
+        self.assembler.feed(metrics_to_event(fields))
+
+    def _process_graph_break(self, cid: CompileId | None, message: str, ts_ns: int) -> None:
+        gb = parse_graph_break(message)
+        self.assembler.feed(GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, ts_ns=ts_ns))
+
+    def _process_trace_record(self, md: dict[str, Any], payload: str | None, ts_ns: int) -> None:
+        try:
+            kind, events = parse_record(md, payload, self._interned)
+        except RecordError as exc:
+            self._malformed(exc)
+            return
+        if events is None:
+            self.assembler.stats[f"unknown_kind:{kind}"] += 1
+            return
+        for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
+            if isinstance(ev, GraphScheduleEvent) and ev.tensor_meta is None:
+                continue  # the schedule hook delivered it, for every graph (this record only comes with collectives)
+            if type(ev) in self.tapped:
+                continue  # a tap delivered it as torch made it
+            if isinstance(ev, (GraphBreakEvent, ArtifactEvent)):
+                ev.ts_ns = ts_ns  # when torch logged it
+            self.assembler.feed(ev)

@@ -1,0 +1,165 @@
+"""torch's cache lookups (FX graph, AOTAutograd), as a kind of event: what torch logs of each, read once.
+
+torch logs each lookup as an instant event (``fx_graph_cache_miss``, ``autograd_cache_hit``, ...) whose metadata
+holds the key, the result and the parts torch computed the key from (``components``: lines ``[hash] name: text``),
+and writes the same as an artifact. Both live capture (the instant, as torch logs it) and replay (the chromium event
+in the log, and the artifact) turn them into a :class:`CacheLookupEvent` here; why a miss missed is
+torch_otel._analysis.caches's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._model.events import CacheLookupEvent
+
+CACHES = ("fx_graph", "aot_autograd")
+RESULTS = ("hit", "miss", "bypass", "disabled")
+MAX_PARTS = 4096  # components kept per lookup (torch's FX graph key has about 640)
+MAX_TEXT = 80  # characters of a part's value shown in an explanation
+
+_LINE = re.compile(r"^\[(\w+)\] ([^:\n]*):(?: (.*))?$", re.S)
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+# component name (before any ``[...]``) -> class
+_CLASS_OF = {
+    "gm": "graph",
+    "example_inputs": "inputs",
+    "inputs_to_check": "inputs",
+    "torch_version": "versions",
+    "triton_version": "versions",
+    "system_info": "system",
+}
+_CONFIG_NAMES = (
+    "inductor_config",
+    "fx_kwargs",
+    "deterministic_algorithms_settings",
+    "cuda_matmul_settings",
+    "default_dtype",
+    "cpp_runtime_thread_count",
+    "provenance_tracking_level",
+    "precompile_enabled",
+    "cache_key_tag",
+    "custom_backend_passes",
+    "_fuse_ddp_communication_passes",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One part of a cache key: its name, torch's hash of it, and its text where that is safe to show."""
+
+    name: str
+    digest: str
+    text: str | None = None
+
+
+def component_class(name: str) -> str:
+    base = name.split("[", 1)[0]
+    if base in _CLASS_OF:
+        return _CLASS_OF[base]
+    if name == "fx_kwargs[static_input_idxs]":
+        return "inputs"
+    if base in _CONFIG_NAMES or base.endswith(("_custom_pass", "_custom_pre_pass", "_custom_post_pass", "_partitioner_fn")):
+        return "config"
+    return "other"
+
+
+def _safe_text(name: str, text: str | None, payloads: bool) -> str | None:
+    """The part's text as an explanation may show it, or None where it may carry source or user data."""
+    if text is None:
+        return None
+    cls = component_class(name)
+    if cls in ("graph", "versions", "system") and not payloads:
+        return None  # the graph's code, binary version strings, a hash of the machine
+    text = _ADDRESS.sub("", text.strip())
+    if payloads:
+        return text[:4096]
+    if cls == "inputs":
+        return text[:1024]  # TensorMetadata: dtypes, shapes, strides, devices; no values
+    if "/" in text or "\\" in text or "\n" in text or len(text) > MAX_TEXT:
+        return None  # a path, code, or a long repr: its hash only
+    return text
+
+
+def parse_components(lines: Any, payloads: bool = False) -> tuple[Component, ...]:
+    """torch's ``components`` (lines ``[hash] name: text``) -> parts; lines of another shape are left out."""
+    if not isinstance(lines, (list, tuple)):
+        return ()
+    out = []
+    for line in lines[:MAX_PARTS]:
+        m = _LINE.match(line) if isinstance(line, str) else None
+        if m:
+            out.append(Component(m.group(2).strip(), m.group(1), _safe_text(m.group(2).strip(), m.group(3), payloads)))
+    return tuple(out)
+
+
+def _backward_of(parts: Sequence[Component], metadata: dict[str, Any]) -> bool | None:
+    flag = metadata.get("is_backward")
+    if isinstance(flag, bool):
+        return flag
+    for c in parts:
+        if c.name == "fx_kwargs[is_backward]" and c.text in ("True", "False"):
+            return c.text == "True"
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def cache_lookup(
+    cache: str, result: str, ts_ns: int | None, metadata: Any, compile_id: Any, attempt: int = 0, rank: int | None = None
+) -> CacheLookupEvent | None:
+    """torch's cache instant event (``fx_graph_cache_miss``, ``autograd_cache_hit``...) -> a lookup of ``cache``.
+
+    ``result`` is the event name's (its ``cache_state`` decides where it has one). The same for live capture (the
+    instant as torch logs it) and replay (the chromium event in the log); :data:`torch_otel._parse.INSTANTS` routes
+    each name here.
+    """
+    md = metadata if isinstance(metadata, dict) else {}
+    state = md.get("cache_state")
+    result = state if isinstance(state, str) and state in RESULTS else result
+    if result not in RESULTS:
+        return None
+    parts = parse_components(md.get("components"))
+    saved = _int(md.get("time_saved_ns"))
+    if saved is None and _int(md.get("time_saved_ms")) is not None:
+        saved = int(md["time_saved_ms"] * 1_000_000)
+    reason = md.get("cache_bypass_reason")
+    key = md.get("key")
+    return CacheLookupEvent(
+        compile_id,
+        cache,
+        result,
+        key=key if isinstance(key, str) and key else None,
+        components=parts,
+        ts_ns=ts_ns,
+        time_saved_ns=saved if result == "hit" else None,
+        time_taken_ns=_int(md.get("time_taken_ns")),
+        bypass_reason=str(reason)[:4096] if reason else None,
+        backward=_backward_of(parts, md),
+        attempt=attempt,
+        rank=rank,
+    )
+
+
+BYPASS_CATEGORIES = ("custom_pass", "unsupported_op", "pickle", "config", "other")
+# torch's bypass reasons (BypassFxGraphCache, BypassAOTAutogradCache) -> a bounded label, first match wins
+_BYPASS_RULES = (
+    ("custom_pass", re.compile(r"custom .*pass|uuid|raw callable|context_fn|cache_hash", re.I)),
+    ("unsupported_op", re.compile(r"unsupported (node op|call_function|call_method)", re.I)),
+    ("pickle", re.compile(r"pickl|stable cache key", re.I)),
+    ("config", re.compile(r"freezing|not enabled|fakify_first_call|requires triton|disabled", re.I)),
+)
+
+
+def bypass_category(reason: str | None) -> str:
+    """A bypass reason (torch's exception text) -> one of :data:`BYPASS_CATEGORIES`."""
+    for name, pattern in _BYPASS_RULES:
+        if reason and pattern.search(reason):
+            return name
+    return "other"

@@ -1,0 +1,189 @@
+"""Small typed events: what live capture and TORCH_TRACE replay both produce.
+
+Every source (the live hooks, the ``torch.__trace`` handler of full capture,
+the replay reader) turns torch's records into these, once; one assembler and
+one span/metric mapping consume them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core.compile_id import CompileId
+
+
+@dataclass(slots=True)
+class Origin:
+    """Where a live compile came from (not in TORCH_TRACE logs)."""
+
+    parent_context: Any = None  # opentelemetry Context active when the compile started
+    caller_file: str | None = None
+    caller_line: int | None = None
+    caller_function: str | None = None
+    code_name: str | None = None
+    code_file: str | None = None
+    code_line: int | None = None
+    thread: str | None = None
+    stack: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
+    aot_graph: str | None = None  # a lazy backward's AOTAutograd graph, as torch names it ("5_backward")
+    root_kind: str | None = None  # a standalone compile's kind when the live hook knows it ("precompile")
+    # CPU time when the compile began, of the process and the processes working for it (torch_otel._cpu), and of
+    # those other processes alone
+    cpu_ns: int | None = None
+    child_cpu_ns: int | None = None
+
+
+@dataclass(slots=True)
+class PhaseEvent:
+    """A chromium event: ``ph`` is ``B`` (begin), ``E`` (end) or ``i`` (instant)."""
+
+    compile_id: CompileId | None
+    name: str
+    ph: str
+    ts_ns: int
+    args: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    rank: int | None = None
+    origin: Origin | None = None
+    final: bool = False  # a root's end after which torch logs nothing more of its compile (the live torch.export hook)
+    thread: int | None = None  # live: the thread torch logged it on; replay: unknown (torch's log writes tid 0)
+    cpu_ns: int | None = None  # live, a root's end: the CPU time then, as Origin.cpu_ns
+    child_cpu_ns: int | None = None  # and of it, as Origin.child_cpu_ns
+
+
+@dataclass(slots=True)
+class MetricsEvent:
+    """One ``CompilationMetrics`` record (``compilation_metrics`` / ``bwd_...``)."""
+
+    compile_id: CompileId | None
+    fields: dict[str, Any]
+    is_forward: bool = True
+    is_runtime: bool = False
+    rank: int | None = None
+    attempt: int = 0  # replay: the record's attempt (a restarted compile's metrics say its last)
+    stack_functions: tuple[str, ...] = ()  # replay: the functions of the stack torch logged with it (says export or precompile)
+
+
+@dataclass(slots=True)
+class GraphBreakEvent:
+    compile_id: CompileId | None
+    reason: str
+    gb_type: str | None = None
+    filename: str | None = None
+    lineno: int | None = None
+    skipped_frame: bool = False
+    attempt: int = 0
+    rank: int | None = None
+    ts_ns: int | None = None  # when torch logged it (live); None: the assembler dates it by the compile's phases
+
+
+@dataclass(slots=True)
+class ArtifactEvent:
+    """Full capture only: a named structured-trace record and its payload's size/hash."""
+
+    compile_id: CompileId | None
+    kind: str  # the record's first metadata key: artifact, dynamo_output_graph, ...
+    name: str
+    size: int = 0
+    digest: str | None = None
+    payload: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    rank: int | None = None
+    ts_ns: int | None = None  # as for GraphBreakEvent
+
+
+@dataclass(slots=True)
+class RecompileReasonsEvent:
+    """Why a frame recompiled: one guard failure per cached entry that did not match (tlparse lists them all)."""
+
+    compile_id: CompileId | None
+    reasons: list[str]
+    attempt: int = 0
+    rank: int | None = None
+    for_next: str | None = None  # logged before the compile it explains begins: the next root of this kind
+
+
+@dataclass(slots=True)
+class GraphScheduleEvent:
+    """One inductor graph's schedule, as torch logs it for cross-rank diagnostics.
+
+    ``collectives`` are the collective ops in the order inductor scheduled them (torch's
+    ``inductor_collective_schedule``); ``tensor_meta`` is a digest of the per-op output shapes,
+    strides and dtypes (``inductor_runtime_and_tensor_meta``, logged only with ``LOG_TLPARSE=1``),
+    or None when the source does not have it.
+    """
+
+    compile_id: CompileId | None
+    collectives: list[str]
+    tensor_meta: str | None = None
+    attempt: int = 0
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class CacheLookupEvent:
+    """One lookup in one of torch's compile caches (``fx_graph``, ``aot_autograd``), as torch logs it.
+
+    ``components`` are the parts torch computed the key from (:class:`torch_otel._cache.Component`); the
+    assembler sets ``explanation`` on a miss (:meth:`torch_otel._cache.KeyHistory.explain`).
+    """
+
+    compile_id: CompileId | None
+    cache: str
+    result: str  # hit, miss, bypass, disabled
+    key: str | None = None
+    components: tuple[Any, ...] = ()
+    ts_ns: int | None = None
+    time_saved_ns: int | None = None  # a hit: what torch says the entry saved
+    time_taken_ns: int | None = None  # a miss: what torch says compiling the entry took
+    bypass_reason: str | None = None
+    backward: bool | None = None
+    attempt: int = 0
+    rank: int | None = None
+    explanation: Any = None  # derived: why it missed (torch_otel._cache.Explanation)
+    phase_ns: int | None = None  # derived: the duration of the phase that did the lookup (load or compile)
+
+
+@dataclass(slots=True)
+class StartEvent:
+    """``dynamo_start``: the user stack of the frame being compiled."""
+
+    compile_id: CompileId | None
+    stack: list[dict[str, Any]]
+    attempt: int = 0
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class LogEvent:
+    """A warning or error torch logged (``torch._dynamo``/``torch._inductor``), live capture only."""
+
+    compile_id: CompileId | None
+    ts_ns: int
+    level: int
+    logger: str
+    message: str
+
+
+@dataclass(slots=True)
+class DebugDirEvent:
+    """Inductor made a graph's debug directory (``TORCH_COMPILE_DEBUG=1`` / ``config.trace.enabled``), live only."""
+
+    compile_id: CompileId | None
+    path: str
+
+
+Event = (
+    PhaseEvent
+    | MetricsEvent
+    | GraphBreakEvent
+    | ArtifactEvent
+    | StartEvent
+    | LogEvent
+    | RecompileReasonsEvent
+    | GraphScheduleEvent
+    | DebugDirEvent
+    | CacheLookupEvent
+)

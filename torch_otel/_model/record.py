@@ -1,0 +1,340 @@
+"""The compile record: what the assembler hands every sink, and the sink's interface.
+
+A compile is a root chromium event (``dynamo`` for a frame compile, ``entire_backward_compile`` for a lazily
+compiled backward, ``compiled_autograd`` for a compiled-autograd graph, and the standalone compiles) with the
+phases nested inside it (:class:`PhaseNode`), its ``CompilationMetrics`` record, graph breaks and artifacts.
+
+Every fact a sink needs that is not in torch's own records is derived once, by the assembler, before any sink
+sees the record (the derived block of :class:`CompileRecord`): the code location a compile inherits from its
+frame or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, the mega-cache
+hits and the trace identity. Sinks read the record; none writes into it, and their order carries no meaning.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
+
+from .._core.categories import is_recompile_limit_hit
+from .._core.compile_id import CompileId
+from .events import ArtifactEvent, CacheLookupEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
+
+__all__ = [
+    "BYPASS_PHASES",
+    "CACHE_METRIC_PREFIXES",
+    "DURATION_KINDS",
+    "ROOTS",
+    "ROOT_NAMES",
+    "RUNTIME",
+    "STANDALONE",
+    "CodeLocation",
+    "CompileRecord",
+    "Linked",
+    "PhaseNode",
+    "Recent",
+    "Sink",
+]
+
+# torch's root chromium events -> the kind of compile each begins
+ROOTS: dict[str, str] = {
+    "dynamo": "frame",
+    "entire_backward_compile": "backward",
+    "compiled_autograd": "compiled_autograd",
+    "export": "export",  # the live hook around torch.export (torch logs no root of its own for it)
+    "fullgraph_capture": "export",  # strict export; an AOT precompile's is told apart by its stack
+    "compile_fx_aot": "aot_inductor",
+}
+# Compiles that are not a frame's: each is its own trace, and nests no other root of its family.
+STANDALONE = frozenset({"export", "precompile", "aot_inductor"})
+# Not a compile: work torch times for a compiled graph after its compile ended, at its first calls (GPU: cudagraph
+# set-up, runtime autotuning). Each outermost such phase is a record of this kind, under its graph's compile id.
+RUNTIME = "runtime"
+# The root span's name of each kind of record
+ROOT_NAMES = {
+    "frame": "torch.compile",
+    "backward": "torch.compile.backward",
+    "compiled_autograd": "torch.compiled_autograd",
+    "export": "torch.export",
+    "precompile": "torch.compile.aot_compile",
+    "aot_inductor": "torch._inductor.aot_compile",
+    "runtime": "torch.compile.runtime",
+}
+# cache -> the prefix of its counts in torch's CompilationMetrics; the phase that reports its bypass
+CACHE_METRIC_PREFIXES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd"))
+BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
+# The kinds whose duration is torch's CompilationMetrics.duration_us (CompileRecord.duration_ns); the others' root
+# covers more than torch's record (an export's: the whole call) or torch logs no record for them
+DURATION_KINDS = frozenset({"frame", "backward"})
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Recent(OrderedDict[K, V]):
+    """A dict that keeps only the ``limit`` most recently set keys."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key: K, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
+class CodeLocation(NamedTuple):
+    """The compiled code: function, file and first line (each None where no record says)."""
+
+    function: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Linked:
+    """Another compile this one belongs with (a backward's forward, a frame's compiled-autograd graph)."""
+
+    compile_id: str
+    trace_id: int | None = None
+    span_id: int | None = None
+    attempt: int = 0
+    code: CodeLocation = CodeLocation()
+
+
+@dataclass(slots=True)
+class PhaseNode:
+    name: str
+    start_ns: int
+    end_ns: int | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    children: list[PhaseNode] = field(default_factory=list)
+    instants: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+
+    def walk(self) -> Iterable[tuple[PhaseNode, int]]:
+        """Depth-first (node, depth), this node first."""
+        stack: list[tuple[PhaseNode, int]] = [(self, 0)]
+        while stack:
+            node, depth = stack.pop()
+            yield node, depth
+            stack.extend((c, depth + 1) for c in reversed(node.children))
+
+
+@dataclass(slots=True)
+class CompileRecord:
+    kind: str
+    compile_id: CompileId | None
+    root: PhaseNode
+    attempt: int = 0
+    rank: int | None = None
+    origin: Origin | None = None
+    metrics: dict[str, Any] | None = None
+    graph_breaks: list[GraphBreakEvent] = field(default_factory=list)
+    logs: list[LogEvent] = field(default_factory=list)
+    artifacts: list[ArtifactEvent] = field(default_factory=list)
+    start_stack: list[dict[str, Any]] | None = None
+    recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
+    # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
+    schedules: list[GraphScheduleEvent] = field(default_factory=list)
+    # torch's cache lookups during this compile (FX graph, AOTAutograd), in order
+    cache_lookups: list[CacheLookupEvent] = field(default_factory=list)
+    incomplete: str | None = None
+    dropped: int = 0
+    # inductor's debug directories of this compile, one per graph (TORCH_COMPILE_DEBUG=1)
+    debug_dirs: list[str] = field(default_factory=list)
+    # replay: the TORCH_TRACE file it came from (live: torch's own trace file, looked up when it is mapped)
+    trace_file: str | None = None
+    # a lazy backward: the n-th (from 0) of its compile id in this process (DDP's buckets each have one)
+    backward_index: int | None = None
+    # torch's time of the latest phase event of this compile: the date of a record that carries none (replay)
+    last_ts_ns: int | None = None
+    # Replay: the process that wrote the log (from its lines) and its torch version (torch_version artifact)
+    process_id: int | None = None
+    torch_version: str | None = None
+    # live: the CPU time from the compile's start to its end of this process (every thread's: inductor's compile
+    # threads too) and of the processes working for it (torch_otel._cpu: the C++ compilers inductor ran, its compile
+    # worker processes); ``child_cpu_ns`` is the part in those other processes
+    cpu_ns: int | None = None
+    child_cpu_ns: int | None = None
+    # -- Derived by the assembler, once, before any sink sees the record (Assembler._derive) --
+    # the compiled code: its own, else its frame's earlier compile's (a compile that stops before dynamo reports
+    # its code: the recompile-limit check), else (a lazy backward) its forward's
+    code: CodeLocation = CodeLocation()
+    forward: Linked | None = None  # a lazy backward: its forward compile, when still remembered
+    compiled_autograd: Linked | None = None  # a frame traced under compiled autograd: that graph's compile
+    mega_cache_hits: dict[str, int] = field(default_factory=dict)  # cache -> hits on entries a mega-cache load put there
+    # the trace identity of the compile's root span (None: not traced); exemplars and log records name it
+    trace_id: int | None = None
+    span_id: int | None = None
+    # a frame compile: the frame's compiles before this one (torch's cache_size, the entries its recompile limit
+    # counts; else those the assembler saw), the limit in effect (the compile's dynamo_config, else live config; None:
+    # unknown), and whether this is its frame's first compile within two recompiles of that limit
+    frame_recompiles: int | None = None
+    recompile_limit: int | None = None
+    recompile_limit_near: bool = False
+    _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
+    _stack: list[PhaseNode] = field(default_factory=list)
+    # Phases open on inductor's compile workers, apart from the compile's own stack: worker thread -> its open
+    # phases (live), or None -> every worker's, in the order they began (replay: torch's log does not say the thread)
+    _lanes: dict[int | None, list[PhaseNode]] | None = None
+    _ended: bool = False
+    _nodes: int = 1
+
+    @property
+    def id_str(self) -> str:
+        return str(self.compile_id) if self.compile_id is not None else "-/-"
+
+    def _text(self, field_name: str) -> str | None:
+        """A CompilationMetrics text field; else the root's end event's (torch puts ``fail_type`` there too)."""
+        v = (self.metrics or {}).get(field_name)
+        if not (isinstance(v, str) and v):
+            v = self.root.args.get(field_name)
+        return v if isinstance(v, str) and v else None
+
+    @property
+    def fail_type(self) -> str | None:
+        """torch's ``fail_type`` (``Unsupported``, ``InductorError``, ...) of a failed compile."""
+        return self._text("fail_type")
+
+    @property
+    def fail_reason(self) -> str | None:
+        return self._text("fail_reason")
+
+    @property
+    def recompile_reason(self) -> str | None:
+        if self.kind == "compiled_autograd":  # no metrics record: the cache miss torch logged for it
+            return self.recompile_reasons[0] if self.recompile_reasons else None
+        return self._text("recompile_reason")
+
+    @property
+    def recompile_limit_hit(self) -> bool:
+        """The frame exceeded ``recompile_limit``: it runs in eager from now on."""
+        return is_recompile_limit_hit(self.fail_type, self.fail_reason)
+
+    @property
+    def eager_fallback(self) -> bool:
+        """This compile left its frame running in eager (limit hit, skipped frame, no guarded code)."""
+        return (
+            self.recompile_limit_hit
+            or (self.metrics or {}).get("has_guarded_code") is False
+            or any(gb.skipped_frame for gb in self.graph_breaks)
+        )
+
+    def cache_counts(self) -> dict[tuple[str, str, str], int]:
+        """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
+
+        Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked
+        ``cache_state=bypass`` (local: a bypass never reaches a remote cache).
+        """
+        m: dict[str, Any] = self.metrics or {}
+        out: dict[tuple[str, str, str], int] = {}
+        for cache, prefix in CACHE_METRIC_PREFIXES:
+            for location in ("local", "remote"):
+                for result in ("hit", "miss"):
+                    n = m.get(f"{prefix}_{location}_cache_{result}_count")
+                    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                        out[(cache, location, result)] = n
+        for node, _ in self.root.walk():
+            if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
+                key = (BYPASS_PHASES[node.name], "local", "bypass")
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def own_code(self) -> CodeLocation:
+        """The compiled code as this compile's own records say: torch's metrics, else the live origin, else dynamo_start.
+
+        Sinks read :attr:`code`, which the assembler derives from this and the compiles before it.
+        """
+        m = self.metrics or {}
+        origin = self.origin
+        name = m.get("co_name") or (origin.code_name if origin else None)
+        path = m.get("co_filename") or (origin.code_file if origin else None)
+        line = m.get("co_firstlineno") or (origin.code_line if origin else None)
+        if (not name or not path) and self.start_stack:
+            top = self.start_stack[-1]
+            name, path, line = name or top.get("name"), path or top.get("filename_str"), line or top.get("line")
+        return CodeLocation(
+            name if isinstance(name, str) and name else None,
+            path if isinstance(path, str) and path else None,
+            line if isinstance(line, int) and not isinstance(line, bool) else None,
+        )
+
+    def caller(self) -> CodeLocation:
+        """The user's line that called the compiled code: the live origin's, else the frame below it in dynamo_start."""
+        origin = self.origin
+        if origin is not None:
+            return CodeLocation(origin.caller_function or None, origin.caller_file or None, origin.caller_line)
+        if self.start_stack and len(self.start_stack) >= 2:
+            c = self.start_stack[-2]
+            name, path, line = c.get("name"), c.get("filename_str"), c.get("line")
+            return CodeLocation(
+                name if isinstance(name, str) else None,
+                path if isinstance(path, str) else None,
+                line if isinstance(line, int) and not isinstance(line, bool) else None,
+            )
+        return CodeLocation()
+
+    @property
+    def span_ns(self) -> int:
+        """The root span's duration: torch's outer event (a frame's ``dynamo``), or the live hook's."""
+        end = self.root.end_ns if self.root.end_ns is not None else self.root.start_ns
+        return max(0, end - self.root.start_ns)
+
+    @property
+    def duration_ns(self) -> int:
+        """The compile's duration, as torch records it (docs/metrics.md, "Compile time").
+
+        A frame compile or a lazy backward: torch's ``CompilationMetrics.duration_us``, which is its
+        ``entire_frame_compile`` (``entire_backward_compile``). The root span is torch's outer event, which also
+        covers torch recording and logging that record (a frame's ``dynamo``: a few ms more). Any other
+        compile, or one torch logged no metrics for: the root span's.
+        """
+        if self.kind in DURATION_KINDS:
+            us = (self.metrics or {}).get("duration_us")
+            if isinstance(us, (int, float)) and not isinstance(us, bool) and us >= 0:
+                return int(us * 1000)
+        return self.span_ns
+
+    @property
+    def duration_s(self) -> float:
+        return self.duration_ns / 1e9
+
+    @property
+    def handled_graph_breaks(self) -> list[GraphBreakEvent]:
+        """The graph breaks torch handled (it split the graph and went on): torch's ``counters["graph_break"]``.
+
+        A graph break torch could not handle (``skipped_frame``: the frame is skipped and runs in eager) is not
+        one of them: torch counts it once, as the compile's failure (``counters["unimplemented"]``).
+        """
+        return [gb for gb in self.graph_breaks if not gb.skipped_frame]
+
+
+class Sink(abc.ABC):
+    """What the assembler hands its compiles to: spans, metrics, the run summary, log records, replay's stamps.
+
+    The assembler calls ``on_start`` as a compile begins (optional) and ``on_finish`` once it has ended and
+    every derived fact is on the record. A sink only reads the record. The owner of the pipeline (the bridge,
+    replay) calls ``force_flush`` and ``shutdown``; a sink with nothing buffered keeps the defaults.
+    Exceptions are caught by the caller, counted and logged once: a sink never reaches the user's compile.
+    """
+
+    def on_start(self, record: CompileRecord) -> None:  # noqa: B027 - optional, empty by design
+        """A compile began (its record holds only the root so far)."""
+
+    @abc.abstractmethod
+    def on_finish(self, record: CompileRecord) -> None:
+        """A compile ended: the whole record, derived facts included."""
+
+    def on_orphan_log(self, event: LogEvent) -> None:  # noqa: B027 - optional, empty by design
+        """A torch warning logged outside any compile the assembler knows of."""
+
+    def force_flush(self, timeout_millis: int = 10_000) -> bool:
+        """Deliver what the sink holds; True when done in time."""
+        return True
+
+    def shutdown(self) -> None:  # noqa: B027 - optional, empty by design
+        """Release what the sink holds; safe to call twice."""

@@ -1,0 +1,158 @@
+"""Serving and pushing the Prometheus series: the ``/metrics`` endpoint and the Pushgateway push at exit."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._core.errors import warn_once
+from .._core.ranks import env_rank
+
+
+def prometheus_port(env: Mapping[str, str]) -> int:
+    """OTEL_EXPORTER_PROMETHEUS_PORT (default 9464) plus torchrun's LOCAL_RANK: one port per rank on a node."""
+    raw = (env.get("OTEL_EXPORTER_PROMETHEUS_PORT") or "9464").strip()
+    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
+        warn_once(f"promport:{raw}", "OTEL_EXPORTER_PROMETHEUS_PORT=%r is not a port; use 0-65535 (using 9464)", raw)
+        raw = "9464"
+    port = int(raw)
+    local_rank = env.get("LOCAL_RANK", "").strip()
+    if port and local_rank.isdigit():
+        port = min(65535, port + int(local_rank))
+    return port
+
+
+def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any = None) -> tuple[Any, int] | None:
+    """Serve ``/metrics`` on OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default 127.0.0.1:9464, + LOCAL_RANK).
+
+    A port in use gives one warning line and no server; training goes on.
+    """
+    from prometheus_client import REGISTRY, start_http_server
+
+    env = os.environ if env is None else env
+    host = (env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1").strip()
+    port = prometheus_port(env)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=_UpToDate(registry or REGISTRY))
+    except OSError as exc:
+        fix = (
+            "set OTEL_EXPORTER_PROMETHEUS_HOST to an address of this machine"
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
+            else "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port"
+        )
+        warn_once(
+            f"promserve:{host}:{port}",
+            "cannot serve metrics on %s:%d (%s); %s. torch.compile and the other exporters go on.",
+            host,
+            port,
+            exc.strerror or exc,
+            fix,
+        )
+        return None
+    return server, server.server_address[1]
+
+
+# What brings the registry up to date before a scrape: the running bridge's queue drain (set by the bridge as it
+# instruments, cleared as it stops). None: nothing to process.
+_before_scrape: Callable[[], None] | None = None
+
+
+def set_before_scrape(drain: Callable[[], None] | None) -> None:
+    """The bridge's ``LiveCapture.drain`` (or None): run before each scrape, so compiles that ended are served."""
+    global _before_scrape
+    _before_scrape = drain
+
+
+class _UpToDate:
+    """The registry as the endpoint serves it: compiles that ended are processed before each scrape."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+
+    def _sync(self) -> None:
+        drain = _before_scrape
+        if drain is not None:
+            drain()
+
+    def collect(self) -> Any:
+        self._sync()
+        return self.registry.collect()
+
+    def restricted_registry(self, names: Any) -> Any:  # ``/metrics?name[]=...``
+        self._sync()
+        return self.registry.restricted_registry(names)
+
+
+class LazyPrometheusServer:
+    """The ``/metrics`` endpoint, started at the first compile (``start``) and stopped with the bridge."""
+
+    def __init__(self, env: Mapping[str, str], registry: Any = None) -> None:
+        self.env = dict(env)
+        self.registry = registry
+        self.port: int | None = None
+        self._server: Any = None
+        self._lock = threading.Lock()
+        self._tried = False
+
+    def start(self) -> None:
+        with self._lock:
+            if self._tried:
+                return
+            self._tried = True
+            started = start_prometheus_server(self.env, self.registry)
+            if started is not None:
+                self._server, self.port = started
+                self._pid = os.getpid()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            try:
+                if getattr(self, "_pid", None) == os.getpid():
+                    server.shutdown()  # a forked child has no serving thread to wait for
+                server.server_close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class PushAtExit:
+    """Pushes the registry to a Prometheus Pushgateway when the bridge shuts down (short jobs).
+
+    Grouping key: ``job`` and ``rank``. One bounded attempt; a failure is one
+    warning line.
+    """
+
+    def __init__(self, url: str, job: str, env: Mapping[str, str], registry: Any = None, timeout_s: float = 5.0) -> None:
+        from prometheus_client import REGISTRY
+
+        self.url, self.job, self.timeout_s = url, job, timeout_s
+        self.grouping_key = {"rank": str(env_rank(env))}
+        self.registry = registry or REGISTRY
+        self.armed = False
+        self._pid = os.getpid()
+
+    def arm(self) -> None:
+        """Called at the first compile: a process that compiled nothing pushes nothing (a torchrun launcher
+        would otherwise overwrite rank 0's group with empty series)."""
+        self.armed = True
+
+    def shutdown(self) -> None:
+        from prometheus_client import push_to_gateway
+
+        if not self.armed or self._pid != os.getpid():  # forked children never push over their parent's group
+            return
+        self.armed = False
+        try:
+            push_to_gateway(self.url, self.job, self.registry, grouping_key=self.grouping_key, timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - an unreachable gateway never fails the job
+            warn_once(
+                f"push:{self.url}",
+                "cannot push metrics to the Pushgateway at %s (%s); check TORCH_OTEL_PUSHGATEWAY_URL",
+                self.url,
+                exc,
+            )

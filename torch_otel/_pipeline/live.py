@@ -1,0 +1,430 @@
+"""The bridge's lifecycle: instrument / uninstrument / force_flush / shutdown."""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from .._analysis.cache_index import live_key_history
+from .._analysis.caches import LOADED
+from .._analysis.recompiles import NearLimitWarning, live_recompile_limit
+from .._assemble.assembler import Assembler
+from .._capture.live import LiveCapture
+from .._core.errors import logger, record_error, warn_once
+from .._core.health import set_live_stats
+from .._core.paths import path_problem
+from .._core.ranks import env_rank
+from .._core.settings import Settings, capture_level, load_settings
+from .._model.record import Sink
+from .._otel.exposition import set_before_scrape
+from .._sinks.logs import LogSink
+from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
+from .._sinks.spans import SpanMapper
+from .._sinks.summary import RunSummary
+from .._version import __version__
+
+_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
+_lock = threading.RLock()
+
+
+def prometheus_backend(registry: CollectorRegistry) -> Backend:
+    """One set of series per registry (prometheus_client refuses duplicates)."""
+    with _lock:
+        b = _backends.get(registry)
+        if b is None:
+            b = _backends[registry] = PrometheusBackend(registry)
+        return b
+
+
+def otel_backend(meter_provider: MeterProvider) -> Backend:
+    """One set of instruments per meter provider."""
+    with _lock:
+        b = _backends.get(meter_provider)
+        if b is None:
+            b = _backends[meter_provider] = OTelBackend(meter_provider.get_meter("torch_otel", __version__))
+        return b
+
+
+_CHILD_FLUSH_MS = 1_000  # a slow collector costs a forked child's compile at most this
+
+
+def _flush_in_child() -> None:
+    """In a forked child, export each compile as it finishes: pool workers are often killed (terminate) before exit."""
+    force_flush(_CHILD_FLUSH_MS)
+
+
+@dataclass
+class Bridge:
+    settings: Settings
+    assembler: Assembler
+    capture: LiveCapture
+    tracer_provider: Any
+    metrics: CompileMetrics | None
+    owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
+    summary: RunSummary | None = None  # TORCH_OTEL_SUMMARY: written when the bridge stops
+    save_cache_index: Callable[[], None] | None = None  # the cache key index, the next run's baseline
+
+
+_bridge: Bridge | None = None
+_atexit_registered = False
+
+
+def instrument(
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    *,
+    logger_provider: Any = None,
+    registry: CollectorRegistry | None = REGISTRY,
+    capture: str | None = None,
+    settings: Settings | None = None,
+    _owned: list[Any] | None = None,
+    _on_first_compile: list[Callable[[], None]] | None = None,
+    summary: RunSummary | None = None,
+) -> Bridge | None:
+    """Start turning torch.compile compiles into traces and metrics.
+
+    ``tracer_provider`` and ``meter_provider`` default to the global ones
+    (never replaced). The metrics go both to ``registry`` (prometheus_client;
+    ``None`` for none) and to the meter provider's readers (OTLP).
+    ``logger_provider`` (none by default) turns torch's compile warnings and
+    graph breaks into log records correlated with the compile's trace.
+    ``capture`` is ``"default"``, ``"full"`` or ``"off"`` (default:
+    ``TORCH_OTEL_CAPTURE``). ``summary`` is filled with every compile (as
+    ``TORCH_OTEL_SUMMARY`` asks for one). Instrumenting twice is a no-op.
+    """
+    global _bridge, _atexit_registered
+    with _lock:
+        if _bridge is not None:
+            return _bridge
+        settings = settings or load_settings()
+        level = settings.capture
+        if capture is not None:
+            problems: list[str] = []
+            level = capture_level(capture, "capture", problems)
+            for p in problems:
+                logger.warning("%s", p)
+        if level == "off":
+            return None
+        provider = tracer_provider or trace.get_tracer_provider()
+        tracer = provider.get_tracer("torch_otel", __version__)
+        sinks: list[Sink] = []
+        metrics = None
+        if settings.metrics:
+            backends = [prometheus_backend(registry)] if registry is not None else []
+            backends.append(otel_backend(meter_provider or otel_metrics.get_meter_provider()))
+            metrics = CompileMetrics(backends, detail_ranks=settings.detail_ranks)
+            sinks.append(metrics)
+        if logger_provider is not None:
+            sinks.append(
+                LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths, not settings.capture_payloads)
+            )
+        if summary is None and settings.summary:
+            summary = RunSummary("live", settings.capture_payloads)
+        if summary is not None:
+            sinks.append(summary)
+        sinks.append(NearLimitWarning())  # one line per frame near the recompile limit
+        cache_keys, save_cache_index = live_key_history(settings)
+        assembler = Assembler(
+            sinks,
+            max_open=settings.max_open_compiles,
+            tracing=SpanMapper(tracer, settings, live=True),
+            cache_loads=LOADED,
+            cache_keys=cache_keys,
+            recompile_limit=live_recompile_limit,
+        )
+        cap = LiveCapture(
+            assembler,
+            level,
+            warnings=logger_provider is not None,
+            on_first_compile=_on_first_compile,
+            after_compile_in_child=_flush_in_child,
+        )
+        try:
+            cap.install()
+        except Exception as exc:  # noqa: BLE001 - never break the user's program
+            record_error("instrument", exc)
+            return None
+        _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []), summary, save_cache_index)
+        set_live_stats(assembler.stats)
+        set_before_scrape(cap.drain)  # /metrics serves the compiles that ended
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _register_multiprocessing_hook()
+            _atexit_registered = True
+        return _bridge
+
+
+def is_instrumented() -> bool:
+    return _bridge is not None
+
+
+def current() -> Bridge | None:
+    return _bridge
+
+
+def uninstrument(timeout_millis: int | None = None) -> None:
+    """Remove every hook and leave torch's loggers exactly as they were; stop what the bridge started."""
+    global _bridge
+    from .._core.arm import cancel
+
+    cancel()  # an arming still waiting for torch._dynamo's import (torch_otel.auto, the instrumentor) is off too
+    with _lock:
+        b = _bridge
+        if b is None:
+            return
+        _bridge = None
+        set_live_stats(None)
+        set_before_scrape(None)
+        try:
+            b.capture.uninstall()
+        except Exception as exc:  # noqa: BLE001
+            record_error("uninstrument", exc)
+        try:
+            b.assembler.flush("the bridge was uninstrumented during the compile", cut_ns=time.time_ns())
+        except Exception as exc:  # noqa: BLE001
+            record_error("uninstrument flush", exc)
+    if b.save_cache_index is not None:
+        try:
+            b.save_cache_index()
+        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
+            record_error("cache key index", exc)
+    if b.summary is not None and b.settings.summary:
+        _write_summary(b.summary, b.settings.summary)
+    _stop_owned(b, b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
+
+
+def _write_summary(summary: RunSummary, destinations: tuple[str, ...]) -> None:
+    """TORCH_OTEL_SUMMARY: the run summary to each destination; a path that cannot be written is one line."""
+    rank = env_rank()
+    for d in destinations:
+        path = d if d in ("stderr", "stdout") else d.format(rank=rank, pid=os.getpid())
+        try:
+            summary.write(path)
+        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
+            warn_once(
+                f"summary:{path}",
+                "cannot write the run summary to %s (%s); set TORCH_OTEL_SUMMARY to a writable path or to stderr",
+                path,
+                (path_problem(path) if d not in ("stderr", "stdout") else None) or getattr(exc, "strerror", None) or exc,
+            )
+
+
+def _stop_owned(b: Bridge, timeout_millis: int) -> None:
+    """Flush and stop the providers and servers the bridge started, within ``timeout_millis`` in all.
+
+    The work runs on a daemon thread: an unreachable or slow collector can cost
+    at most the timeout, then the process goes on (or exits) without waiting.
+    """
+    if not b.owned:
+        return
+    owned, b.owned = list(b.owned), []
+    from .._otel.delivery import LOST_DATA, problems_at_exit, reachable, targets
+
+    dead = sorted(t for t in targets() if not reachable(t))
+    if dead:
+        warn_once(  # the same key as a failed export's line: a process that lost data says so once
+            LOST_DATA,
+            "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
+            ", ".join(dead),
+        )
+    # TLS to a plaintext collector (or the reverse), a certificate that does not verify, the other protocol's port
+    untrusted = problems_at_exit(sorted(targets() - set(dead)))
+    if (dead or untrusted) and len(dead) + len(untrusted) == len(targets()):
+        timeout_millis = min(timeout_millis, 200)
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            for obj in owned:
+                flush = getattr(obj, "force_flush", None)
+                if flush is not None:
+                    _call(flush, timeout_millis)
+            for obj in owned:
+                stop = getattr(obj, "shutdown", None)
+                if stop is not None:
+                    _call(stop, timeout_millis)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="torch-otel-shutdown", daemon=True).start()
+    if not done.wait(timeout_millis / 1000) and not dead and not untrusted:
+        warn_once(
+            "shutdown-timeout",
+            "could not finish exporting to %s within %.1f s (is the collector reachable?); going on without waiting. "
+            "Set TORCH_OTEL_SHUTDOWN_TIMEOUT to wait longer",
+            ", ".join(sorted(targets())) or "the exporters",
+            timeout_millis / 1000,
+        )
+
+
+def _call(fn: Callable[..., Any], timeout_millis: int) -> None:
+    try:
+        if "timeout_millis" in inspect.signature(fn).parameters:
+            fn(timeout_millis=timeout_millis)
+        else:
+            fn()
+    except Exception as exc:  # noqa: BLE001
+        record_error(f"{getattr(fn, '__qualname__', fn)}", exc)
+
+
+_flushing: threading.Thread | None = None  # the flush in flight, if any: a hung collector never piles up threads
+
+
+def force_flush(timeout_millis: int = 10_000) -> bool:
+    """Export everything finished so far, waiting at most ``timeout_millis``. Compiles still running are not cut short.
+
+    The SDK's batch processors do not bound their flush (a slow collector holds
+    it for the exporter's whole retry time), so the flush runs on a daemon
+    thread and the caller waits for it at most ``timeout_millis``. Returns
+    whether it finished in time.
+    """
+    global _flushing
+    b = _bridge
+    if b is not None:
+        b.capture.drain()  # the compiles that ended: their spans and metrics, now
+    provider = b.tracer_provider if b is not None else trace.get_tracer_provider()
+    flush = getattr(provider, "force_flush", None)
+    if flush is None:
+        return True
+    ok: list[bool] = []
+
+    def work() -> None:
+        try:
+            ok.append(bool(flush(timeout_millis)))
+        except Exception as exc:  # noqa: BLE001
+            record_error("force_flush", exc)
+            ok.append(False)
+
+    with _lock:
+        worker = _flushing
+        if worker is None or not worker.is_alive():
+            worker = _flushing = threading.Thread(target=work, name="torch-otel-flush", daemon=True)
+            worker.start()
+    worker.join(timeout_millis / 1000)
+    return bool(ok and ok[0]) and not worker.is_alive()
+
+
+def shutdown(timeout_millis: int | None = None) -> None:
+    """Finish compiles in flight (as incomplete), flush, and stop what the bridge started. Safe twice.
+
+    Waits at most ``timeout_millis`` (default ``TORCH_OTEL_SHUTDOWN_TIMEOUT``) for exporters.
+    """
+    b = _bridge
+    if b is None:
+        return
+    try:
+        b.capture.drain()
+        b.assembler.flush(cut_ns=time.time_ns())  # a compile cut short (SIGTERM, exit) ends now, not at its last phase
+    except Exception as exc:  # noqa: BLE001
+        record_error("shutdown flush", exc)
+    if not b.owned:  # providers the application owns: flush them, as before
+        force_flush(b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
+    uninstrument(timeout_millis)
+
+
+_sigterm_installed = False
+
+
+def flush_on_sigterm() -> bool:
+    """On SIGTERM, shut the bridge down (flushing what finished), then die of SIGTERM as before.
+
+    Installed only over the default disposition and from the main thread: a
+    handler the application set is never replaced. Returns whether it was installed.
+    """
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return False
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            try:
+                shutdown()
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except (ValueError, OSError) as exc:  # not the main interpreter, or no SIGTERM here
+        record_error("SIGTERM handler", exc)
+        return False
+    _sigterm_installed = True
+    return True
+
+
+def _after_fork_in_child() -> None:
+    b = _bridge
+    if b is None:
+        return
+    # The parent's compiles in flight are the parent's to report.
+    b.capture.after_fork_in_child()
+    b.assembler._open.clear()
+    b.assembler._lock = threading.RLock()
+
+
+class _ForkToken:
+    """Kept alive for multiprocessing's after-fork registry (it holds objects weakly)."""
+
+
+_fork_token = _ForkToken()
+
+
+def _in_multiprocessing_child(_token: object) -> None:
+    # multiprocessing children leave through os._exit (no atexit): flush from its own exit hook.
+    # Registered here, after Process._bootstrap has cleared the finalizers inherited from the parent.
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, shutdown, exitpriority=10)
+
+
+def _register_multiprocessing_hook() -> None:
+    try:
+        import multiprocessing.util
+
+        multiprocessing.util.register_after_fork(_fork_token, _in_multiprocessing_child)
+    except Exception as exc:  # noqa: BLE001
+        record_error("multiprocessing hook", exc)
+
+
+def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
+    """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None.
+
+    What ``torch_otel.auto``, ``torch-otel run`` and the ``opentelemetry-instrument`` instrumentor call.
+    """
+    from .._core.arm import sdk_disabled
+    from .._otel.providers import configure_providers
+
+    env = os.environ if env is None else env
+    if sdk_disabled(env):
+        return None
+    settings = load_settings(env)
+    if settings.capture == "off":
+        return None
+    c = configure_providers(env, settings)
+    bridge = instrument(
+        tracer_provider or c.tracer_provider,
+        meter_provider or c.meter_provider,
+        logger_provider=c.logger_provider,
+        settings=settings,
+        _owned=c.owned,
+        _on_first_compile=c.on_first_compile,
+    )
+    if bridge is not None and settings.flush_on_sigterm:
+        flush_on_sigterm()
+    return bridge

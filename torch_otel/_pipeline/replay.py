@@ -1,0 +1,433 @@
+"""``torch-otel replay``'s pipeline: the tracing, sinks and exports of a replay, and its exit status.
+
+The CLI parses the arguments into :class:`ReplayOptions` and calls :func:`run_replay`; everything a replay
+builds (the per-process tracers, the span backpressure, the metrics for a Pushgateway or OTLP, the divergence
+report, the JSON and HTML outputs) is put together here, from the same settings and providers as live capture.
+
+Exit status: 0 done, 1 nothing could be parsed, 2 a path is missing, 3 spans were made but not exported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .._analysis.cache_index import baseline_keys, remember_key
+from .._analysis.caches import KeyHistory
+from .._assemble.assembler import Assembler, CacheKeys, Tracing
+from .._core.paths import check_writable, write_error
+from .._core.settings import Settings, load_settings, url_setting
+from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
+from .._model.record import CompileRecord, Sink
+from .._parse.records import RecordError, parse_record
+from .._parse.trace_log import (
+    RANK_IN_NAME,
+    Progress,
+    ReplayStats,
+    Writer,
+    iter_records,
+    log_files,
+    not_a_trace_log,
+    open_log,
+    torch_version_of,
+)
+from .._sinks.summary import RunSummary
+
+__all__ = ["ReplayOptions", "run_replay"]
+
+EXIT_OK, EXIT_NOTHING_PARSED, EXIT_MISSING_PATH, EXIT_NOT_EXPORTED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What ``torch-otel replay`` was asked for (see ``torch-otel replay --help``)."""
+
+    paths: list[str]
+    output: str | None = None  # OTLP-JSON lines file, instead of exporting per OTEL_*
+    capture: str = "default"  # "full": artifact events too
+    payloads: bool = False
+    pushgateway: str | None = None
+    json_path: str | None = None  # "-": stdout (the text goes to stderr)
+    html: str | None = None
+    run: str | None = None  # the `run` label of pushed metrics (default: the path's name)
+    baseline: str | None = (
+        None  # a previous run's TORCH_TRACE log or directory, or a key index: what misses are explained against
+    )
+
+
+def _stamp(writer: Writer) -> Callable[[CompileRecord, bool], None]:
+    """Replay's own word on each compile (the assembler's ``stamp``): the process that wrote it, its log, its torch."""
+
+    def stamp(record: CompileRecord, ended: bool) -> None:
+        if not ended:
+            record.process_id = writer.pid
+            record.trace_file = writer.path
+            return
+        if record.process_id is None:
+            record.process_id = writer.pid
+        version = (record.metrics or {}).get("pytorch_version")
+        record.torch_version = version if isinstance(version, str) and version else writer.torch_version
+
+    return stamp
+
+
+def replay_file(
+    path: Path,
+    sinks: list[Sink],
+    stats: ReplayStats,
+    keep_all_payloads: bool = False,
+    progress: Progress | None = None,
+    artifacts: bool = False,
+    tracing: Tracing | None = None,
+    cache_keys: CacheKeys | None = None,
+) -> None:
+    stats.files += 1
+    rank_hint = RANK_IN_NAME.search(path.name)
+    interned: dict[int, str] = {}
+    writer = Writer(path=str(path))
+    assembler = Assembler(sinks, max_open=4096, tracing=tracing, cache_keys=cache_keys, stamp=_stamp(writer))
+    try:
+        fh = open_log(path)
+    except OSError as exc:
+        stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
+        return
+    raw = getattr(fh, "fileobj", fh)  # a gzip file's position in the compressed bytes
+    with fh:
+        for md, payload, size in iter_records(fh, stats, keep_all_payloads, writer):
+            stats.records += 1
+            if progress is not None and stats.records % 200 == 0:
+                progress.update(raw.tell(), stats.records, path.name)
+            if rank_hint and "rank" not in md:
+                md["rank"] = int(rank_hint.group(1))
+            try:
+                kind, events = parse_record(md, payload, interned, payload_size=size)
+            except RecordError as exc:
+                stats.skipped[str(exc)] += 1
+                continue
+            except Exception as exc:  # noqa: BLE001 - a record of unexpected shape is a skipped line, never a crash
+                stats.skipped[f"unusable {type(exc).__name__}"] += 1
+                continue
+            if events is None:
+                stats.unknown_kinds[kind] += 1
+                continue
+            if kind != "str":
+                stats.kinds[kind] += 1
+            for ev in events:
+                if isinstance(ev, PhaseEvent):
+                    if writer.offset_ns is None:
+                        writer.calibrate(ev.ts_ns)
+                elif isinstance(ev, (GraphBreakEvent, ArtifactEvent)) and ev.ts_ns is None:
+                    ev.ts_ns = writer.line_ns()  # its own line's time (else: the compile's latest event's)
+                if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
+                    writer.torch_version = torch_version_of(ev.payload) or writer.torch_version
+                if isinstance(ev, ArtifactEvent) and cache_keys is not None:
+                    remember_key(cache_keys, ev, writer.torch_version)
+                if isinstance(ev, ArtifactEvent) and not artifacts:
+                    continue  # default capture: the same events a live default capture sees
+                assembler.feed(ev)
+    assembler.flush("the log ends before the compile ended")
+    for k, v in assembler.stats.items():
+        if k.startswith("orphan"):
+            stats.skipped[f"{k.replace('_', ' ')} (no compile open for them)"] += v
+    stats.unmatched["begins never ended"] += assembler.stats["unmatched_phase_begins"]
+    stats.unmatched["ends with no begin open"] += assembler.stats["unmatched_phase_ends"]
+
+
+def print_summary(stats: ReplayStats, out: IO[str]) -> None:
+    """The run summary of what was replayed, then what the replay itself met (unmatched events, skipped lines)."""
+    out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
+    if stats.run is not None:
+        out.write(stats.run.format_text())
+    if not (stats.run and stats.run.by_kind) and stats.kinds:
+        held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
+        out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")
+    out.write("\n")
+    unmatched = sum(stats.unmatched.values())
+    out.write(
+        f"phase events unmatched: {unmatched}"
+        + (" (" + ", ".join(f"{k}: {v}" for k, v in stats.unmatched.items() if v) + ")" if unmatched else "")
+        + "\n"
+    )
+    out.write(f"lines skipped: {sum(stats.skipped.values())}\n")
+    for k, v in stats.skipped.most_common():
+        out.write(f"  {v:6d}  {k}\n")
+    out.write("event kinds not recognised:" + (" none" if not stats.unknown_kinds else "") + "\n")
+    for k, v in stats.unknown_kinds.most_common():
+        out.write(f"  {v:6d}  {k}\n")
+
+
+def replay_paths(
+    paths: list[str],
+    sinks: list[Sink],
+    keep_all_payloads: bool = False,
+    out: IO[str] = sys.stdout,
+    artifacts: bool = False,
+    tracing: Tracing | None = None,
+    cache_keys: CacheKeys | None = None,
+) -> tuple[int, ReplayStats]:
+    """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
+    run = RunSummary("replay", capture_payloads=keep_all_payloads)
+    stats = ReplayStats(run=run)
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            sys.stderr.write(
+                f"torch-otel replay: {p}: no such file or directory; pass a TORCH_TRACE log, a .gz of one, or its directory\n"
+            )
+            return 2, stats
+        found = log_files(path)
+        if not found:
+            stats.problems.append(
+                f"{p}: the directory holds no files; pass the directory TORCH_TRACE named when the job ran (it writes one "
+                "log per process there)"
+            )
+        for f in found:
+            why = not_a_trace_log(f)
+            if why:
+                stats.problems.append(f"{f}: {why}")
+            else:
+                files.append(f)
+    total_bytes = sum(f.stat().st_size for f in files)
+    stats.bytes = total_bytes
+    progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
+    for f in files:
+        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts, tracing, cache_keys)
+        if progress is not None:
+            progress.file_done(f.stat().st_size)
+    if progress is not None:
+        progress.close()
+    if files:
+        print_summary(stats, out)
+    for p in stats.problems:
+        sys.stderr.write(f"torch-otel replay: {p}\n")
+    if not stats.kinds and not stats.unknown_kinds:
+        if files:
+            sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
+        return 1, stats
+    return 0, stats
+
+
+class _Backpressure(Sink):
+    """Replay produces spans faster than an exporter sends them: drain the batch queue before it can overflow."""
+
+    def __init__(self, provider: Any, every_spans: int = 1000) -> None:
+        self.provider = provider
+        self.every = every_spans
+        self.pending = 0
+        self.spans = 0  # every span the replay made (a compile's phases and its root)
+
+    def on_finish(self, record: CompileRecord) -> None:
+        n = sum(1 for _ in record.root.walk())
+        self.spans += n
+        self.pending += n
+        if self.pending >= self.every:
+            self.pending = 0
+            self.provider.force_flush()
+
+
+def run_name(paths: list[str]) -> str:
+    name = Path(paths[0]).resolve().name or "replay"
+    return name[:64]
+
+
+@dataclass
+class _ReplayMetrics:
+    sink: Any
+    registry: Any
+    meter_provider: Any
+    url: str | None
+    run: str
+
+
+def _replay_metrics(
+    pushgateway: str | None, run: str, settings: Settings, env: Mapping[str, str], err: IO[str]
+) -> _ReplayMetrics | None:
+    """The metrics sink of a replay: a fresh registry for the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER asks."""
+    if not pushgateway and not env.get("OTEL_METRICS_EXPORTER"):
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from .._otel.providers import METRIC_EXPORTERS, build_meter_provider, exporter_names
+    from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
+
+    backends: list[Backend] = []
+    registry = None
+    url = None
+    if pushgateway:
+        problems: list[str] = []
+        url = url_setting({"--pushgateway": pushgateway}, "--pushgateway", problems)
+        if url is None:
+            print(f"torch-otel replay: {problems[0]}", file=err)
+        else:
+            registry = CollectorRegistry()
+            backends.append(PrometheusBackend(registry))
+    meter_provider = None
+    if env.get("OTEL_METRICS_EXPORTER"):
+        names = exporter_names(env, "OTEL_METRICS_EXPORTER", "none", METRIC_EXPORTERS)
+        pushed = [n for n in names if n in ("otlp", "console")]  # prometheus: nothing to serve after a replay
+        from .._otel.replay_tracers import replay_resource
+
+        # not the replaying machine's host or pid; each series says its rank
+        meter_provider = build_meter_provider(env, pushed, resource=replay_resource(None, None, None, run))
+        if meter_provider is not None:
+            backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
+    if not backends:
+        return None
+    sink = CompileMetrics(backends, run_id=run, detail_ranks=settings.detail_ranks)
+    return _ReplayMetrics(sink, registry, meter_provider, url, run)
+
+
+def _finish_replay_metrics(m: _ReplayMetrics, code: int, out: IO[str], err: IO[str]) -> None:
+    if m.meter_provider is not None:
+        m.meter_provider.shutdown()
+    if m.registry is not None and m.url and code == EXIT_OK:
+        from prometheus_client import push_to_gateway
+
+        try:
+            push_to_gateway(m.url, "torch_compile_replay", m.registry, grouping_key={"run": m.run}, timeout=10)
+            print(f"metrics pushed to {m.url} (job torch_compile_replay, run {m.run})", file=out)
+        except Exception as exc:  # noqa: BLE001
+            print(f"torch-otel replay: cannot push metrics to {m.url} ({exc}); check --pushgateway", file=err)
+
+
+def _write_report(path: str, run: Any, err: IO[str]) -> None:
+    try:
+        run.write(path)
+    except OSError as exc:
+        print(f"torch-otel replay: {write_error(path, '--html', exc)}", file=err)
+        return
+    print(f"compile time report written to {path}", file=err)
+
+
+def replay_document(stats: ReplayStats, divergence: dict[str, Any]) -> dict[str, Any]:
+    """``replay --json``: the run summary's document (its ``schema_version``, as TORCH_OTEL_SUMMARY writes it), with
+    what the replay itself met under ``replay`` and the cross-rank report under ``divergence``."""
+    assert stats.run is not None
+    doc: dict[str, Any] = stats.run.to_dict()
+    doc["replay"] = {
+        "files": stats.files,
+        "records": stats.records,
+        "lines_skipped": dict(stats.skipped),
+        "phase_events_unmatched": dict(stats.unmatched),
+        "unknown_kinds": dict(stats.unknown_kinds),
+    }
+    doc["divergence"] = divergence
+    return doc
+
+
+def _write_json(path: str, stats: ReplayStats, divergence: dict[str, Any], err: IO[str]) -> None:
+    doc = replay_document(stats, divergence)
+    if path == "-":
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return
+    try:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    except OSError as exc:
+        print(f"torch-otel replay: {write_error(path, '--json', exc)}", file=err)
+
+
+def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int:
+    """Replay ``opts.paths`` into spans, metrics, the run summary and the divergence report; the exit status."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import NoOpTracer
+
+    from .._analysis.divergence import DivergenceReport
+    from .._core.arm import sdk_disabled
+    from .._otel.delivery import GOES_ON, dropped, explained, problems_at_exit, targets
+    from .._otel.otlp_json import OTLPJsonFileSpanExporter
+    from .._otel.providers import build_span_processors
+    from .._otel.replay_tracers import ReplayTracers
+    from .._sinks.spans import SpanMapper
+
+    env = os.environ if env is None else env
+    err = sys.stderr
+    # every output path checked before the replay: one line and exit 2, not an error after the whole run
+    for option, path in (("--output", opts.output), ("--json", opts.json_path), ("--html", opts.html)):
+        line = check_writable(path, option) if path and path != "-" else None
+        if line:
+            print(f"torch-otel replay: {line}", file=err)
+            return EXIT_MISSING_PATH
+    settings = load_settings(env)
+    if opts.payloads:
+        settings = dataclasses.replace(settings, capture_payloads=True)
+    run = opts.run or run_name(opts.paths)
+    processors: list[Any] = []
+    if opts.output:
+        if os.path.isfile(opts.output):
+            open(opts.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
+        exporter = OTLPJsonFileSpanExporter(opts.output, setting="--output")
+        processors = [BatchSpanProcessor(exporter, max_queue_size=65536)]
+    elif not sdk_disabled(env):
+        processors = build_span_processors(env)
+    # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
+    provider = ReplayTracers(processors, run) if processors else None
+    sinks: list[Sink] = []
+    tracing = None
+    backpressure = None
+    GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
+    lost_before = dropped()["traces"]
+    if provider is not None:
+        tracing = SpanMapper(NoOpTracer(), settings, live=False, tracer_for=provider.tracer_for)
+        backpressure = _Backpressure(provider)
+        sinks.append(backpressure)
+    metrics = _replay_metrics(opts.pushgateway, run, settings, env, err)
+    if metrics is not None:
+        sinks.append(metrics.sink)
+    divergence = DivergenceReport()
+    sinks.append(divergence)
+    keys = KeyHistory()
+    if opts.baseline:
+        found, problems = baseline_keys(opts.baseline, setting="--baseline")
+        for p in problems:
+            print(f"torch-otel replay: {p}", file=err)
+        keys = KeyHistory(found)
+    text = err if opts.json_path == "-" else sys.stdout  # stdout is the JSON's
+    code, stats = replay_paths(
+        opts.paths,
+        sinks,
+        keep_all_payloads=opts.payloads,
+        out=text,
+        artifacts=opts.capture == "full",
+        tracing=tracing,
+        cache_keys=keys,
+    )
+    summary = divergence.summary()
+    divergence.write(text, summary)
+    if opts.json_path:
+        _write_json(opts.json_path, stats, summary, err)
+    if opts.html and stats.run is not None:
+        _write_report(opts.html, stats.run, err)
+    if provider is not None:
+        problems_at_exit(sorted(targets()))  # a TLS or protocol mix-up: one line now, not after the retries
+        provider.shutdown()
+    if metrics is not None:
+        _finish_replay_metrics(metrics, code, sys.stdout, err)
+    lost = dropped()["traces"] - lost_before
+    if lost and code == EXIT_OK:
+        made = backpressure.spans if backpressure is not None else lost
+        what = "nothing was exported" if lost >= made else f"{lost} of {made} spans were not exported"
+        known = [explained(t) for t in sorted(targets())]
+        if any(known):  # the cause is known: say it, not a guess
+            cause = "; ".join(k for k in known if k)
+            print(f"torch-otel replay: {what}: {cause}", file=err)
+        else:
+            print(
+                f"torch-otel replay: {what}: the spans could not be delivered to "
+                f"{', '.join(sorted(targets())) or 'the collector'}; start a collector there, point "
+                "OTEL_EXPORTER_OTLP_ENDPOINT at one, or write them to a file with --output FILE",
+                file=err,
+            )
+        code = EXIT_NOT_EXPORTED
+    if opts.output and code == EXIT_OK:
+        print(f"spans written to {opts.output}", file=text)
+    return code

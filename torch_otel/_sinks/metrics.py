@@ -1,0 +1,575 @@
+"""Finished compiles -> metric observations -> Prometheus series and/or OpenTelemetry instruments.
+
+One table (``SERIES``) names every series once; one function
+(``CompileMetrics.on_finish``) decides what a compile observes. Two backends
+apply the same observations: a prometheus_client registry (``/metrics``,
+Pushgateway, OpenMetrics exemplars) and an OpenTelemetry meter (OTLP), so both
+expositions always carry the same series.
+
+Names follow the contract: ``torch_compile_*``, histograms in ``_seconds``,
+counters exposed with ``_total``, every series labelled ``rank``. Label values
+come from bounded sets only.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from prometheus_client import CollectorRegistry, Histogram
+
+from .._analysis.divergence import RankFingerprints
+from .._core.categories import PHASES, PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
+from .._core.errors import record_error
+from .._core.graph_breaks import graph_break_code
+from .._core.ranks import RankSet, env_rank
+from .._kinds.cache_lookups import bypass_category
+from .._model.record import RUNTIME, CompileRecord, PhaseNode, Sink
+from .._version import __version__, torch_version
+
+# A further rank (not a detail rank): its failures and graph breaks by their first few kinds, the rest as ``other``
+FURTHER_FAIL_TYPES = 4
+FURTHER_GRAPH_BREAK_CODES = 8
+# 10 ms .. 30 min: compiles of big models take many minutes.
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
+GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
+
+# info: a gauge of which each rank serves one series at a time (a new label set replaces the rank's last)
+Kind = Literal["counter", "histogram", "updown", "gauge", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One series: ``name`` is the Prometheus name without ``_total``."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+    unit: str = ""
+    buckets: tuple[float, ...] | None = None
+
+
+SERIES: dict[str, Series] = {
+    s.name: s
+    for s in (
+        Series(
+            "torch_compile_frame_duration_seconds",
+            "histogram",
+            "A compile's time: torch's duration_us for a frame or a lazy backward, else its root span's (docs/metrics.md).",
+            ("rank", "kind", "status"),
+            "s",
+            DURATION_BUCKETS,
+        ),
+        Series(
+            "torch_compile_phase_duration_seconds",
+            "histogram",
+            "Time one compile spent in a phase: its stretches summed, parallel ones each, nested ones once (docs/metrics.md).",
+            ("rank", "phase"),
+            "s",
+            DURATION_BUCKETS,
+        ),
+        Series("torch_compile_compiles", "counter", "Compiles finished.", ("rank", "kind", "status")),
+        Series(
+            "torch_compile_seconds",
+            "counter",
+            "Seconds spent compiling, as torch records them (duration_us), on every rank (docs/metrics.md).",
+            ("rank", "kind", "status"),
+            "s",
+        ),
+        Series("torch_compile_recompiles", "counter", "Recompiles, by guard-failure category.", ("rank", "reason")),
+        Series(
+            "torch_compile_graph_breaks", "counter", "Graph breaks, by torch's graph-break registry code.", ("rank", "reason")
+        ),
+        Series("torch_compile_failures", "counter", "Failed compiles, by torch's fail_type.", ("rank", "fail_type")),
+        Series(
+            "torch_compile_recompile_limit_hits",
+            "counter",
+            "Frames that hit the recompile limit and now run in eager.",
+            ("rank",),
+        ),
+        Series("torch_compile_eager_fallbacks", "counter", "Compiles that left their frame running in eager.", ("rank", "kind")),
+        Series("torch_compile_cache_requests", "counter", "Compile cache lookups.", ("rank", "cache", "location", "result")),
+        Series(
+            "torch_compile_cache_time_saved_seconds",
+            "counter",
+            "Compile time saved by FX graph cache hits, local and remote (torch's remote_cache_time_saved_s).",
+            ("rank",),
+            "s",
+        ),
+        Series(
+            "torch_compile_cache_misses",
+            "counter",
+            "Compile cache lookups that missed, by cache and by the cause found (docs/caches.md): first_seen, "
+            "not_in_cache, or the class of what changed (versions, system, config, inputs, graph, other).",
+            ("rank", "cache", "cause"),
+        ),
+        Series(
+            "torch_compile_cache_bypasses",
+            "counter",
+            "Compile cache lookups torch bypassed, by a category of torch's reason (the reason is on the span).",
+            ("rank", "cache", "reason"),
+        ),
+        Series(
+            "torch_compile_cache_last_miss",
+            "info",
+            "This rank's latest compile cache miss, 1: the cache, its graph (compile id and pass), the cause and the "
+            "first part of the key that changed. One series per rank.",
+            ("rank", "cache", "graph", "cause", "component"),
+        ),
+        Series("torch_compile_guards", "histogram", "Guards per compiled frame.", ("rank",), "", GUARD_BUCKETS),
+        Series("torch_compile_in_progress", "updown", "Compiles running now.", ("rank", "kind")),
+        Series(
+            "torch_compile_rank_fingerprint",
+            "gauge",
+            "What this rank compiled so far, one number per aspect (compiles, cache, collectives, graphs): "
+            "ranks of one job that compiled the same things show equal values (docs/distributed.md).",
+            ("rank", "run_id", "aspect"),
+        ),
+        Series(
+            "torch_compile_build_info",
+            "gauge",
+            "Versions of torch and torch-otel.",
+            ("rank", "torch_version", "torch_otel_version"),
+        ),
+    )
+}
+
+# (series name, label values in the series' order, value, exemplar trace/span ids)
+Observation = tuple[str, tuple[str, ...], float, "tuple[int, int] | None"]
+
+
+class Backend(Protocol):
+    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None: ...
+
+
+def default_run_id() -> str:
+    """The job's id, shared by its ranks: torchrun's ``TORCHELASTIC_RUN_ID`` (empty otherwise: Prometheus's ``job`` groups)."""
+    return os.environ.get("TORCHELASTIC_RUN_ID", "").strip()[:64]
+
+
+def default_rank() -> str:
+    """The ``rank`` label when torch.distributed is not (yet) initialised: torchrun's RANK, else 0."""
+    return str(env_rank())
+
+
+class PrometheusBackend:
+    """The series on a prometheus_client registry, with trace-id exemplars on histograms.
+
+    Histograms are prometheus_client's own. Counters and gauges are numbers kept
+    here and read by one collector at scrape time: an observation is a dict
+    update, and the exposition is the same as prometheus_client's (``_total``,
+    ``_created``).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._histograms: dict[str, Histogram] = {}
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._table = _SeriesTable()
+        for s in SERIES.values():
+            if s.kind == "histogram":
+                self._histograms[s.name] = Histogram(
+                    s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry
+                )
+        registry.register(self._table)
+        registry.register(SelfMetrics())
+        registry.register(TorchCounters())
+
+    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
+        h = self._histograms.get(name)
+        if h is None:
+            self._table.apply(name, labels, value)
+            return
+        key = (name, labels)
+        m = self._children.get(key)
+        if m is None:  # label sets are bounded: keep each child instead of looking it up per observation
+            m = self._children[key] = h.labels(*labels)
+        m.observe(value, {"trace_id": f"{exemplar[0]:032x}"} if exemplar else None)
+
+
+class _SeriesTable:
+    """The counter and gauge series of ``SERIES``, as numbers: what both backends read when they collect.
+
+    Registered on a prometheus_client registry, it is the collector that serves them at scrape time.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.detail_ranks = RankSet("all")  # the ranks whose counters carry ``_created`` (the rank is the first label)
+        self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
+            s.name: {} for s in SERIES.values() if s.kind != "histogram"
+        }
+
+    def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        series = self._values[name]
+        with self._lock:
+            cell = series.get(labels)
+            if SERIES[name].kind == "info":  # the rank's one series: a new label set replaces its last
+                for other in [k for k in series if k[0] == labels[0] and k != labels]:
+                    del series[other]
+            if cell is None:
+                series[labels] = [value, time.time()]  # the value, and when the series was created
+            elif SERIES[name].kind in ("gauge", "info"):
+                cell[0] = value
+            else:
+                cell[0] += value
+
+    def rows(self, name: str) -> list[tuple[tuple[str, ...], float, float]]:
+        """Every series of ``name`` as it stands: (label values, value, when it was created)."""
+        with self._lock:
+            return [(labels, cell[0], cell[1]) for labels, cell in self._values[name].items()]
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client import metrics as prometheus_metrics
+
+        created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
+        for name in self._values:
+            s, fam = SERIES[name], _family(SERIES[name])
+            for labels, value, since in self.rows(name):
+                if s.kind == "counter":
+                    fam.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
+                else:
+                    fam.add_metric(labels, value)
+            yield fam
+
+    def describe(self) -> list[Any]:
+        """Every family ``collect`` yields, empty: the registry refuses a second metric of one of these names."""
+        return [_family(SERIES[name]) for name in self._values]
+
+
+def _family(s: Series) -> Any:
+    """``s`` as an empty prometheus_client family (a counter, else a gauge): what ``collect`` fills, ``describe`` returns."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    return (CounterMetricFamily if s.kind == "counter" else GaugeMetricFamily)(s.name, s.help, labels=s.labels)
+
+
+class _Families:
+    """A collector of fixed families: ``FAMILIES`` names each once, ``collect`` fills them from ``rows``
+    and ``describe`` returns them empty, so the registry knows every name before the first scrape."""
+
+    FAMILIES: tuple[Series, ...] = ()
+
+    def rows(self) -> dict[str, list[tuple[list[str], float]]]:
+        """Each family's samples as they stand: its name -> (label values, value) for each series."""
+        raise NotImplementedError
+
+    def collect(self) -> Iterator[Any]:
+        rows = self.rows()
+        for s in self.FAMILIES:
+            fam = _family(s)
+            for labels, value in rows[s.name]:
+                fam.add_metric(labels, value)
+            yield fam
+
+    def describe(self) -> list[Any]:
+        return [_family(s) for s in self.FAMILIES]
+
+
+class SelfMetrics(_Families):
+    """The bridge's own health: items the exporters dropped, and internal errors caught."""
+
+    FAMILIES = (
+        Series(
+            "torch_otel_dropped", "counter", "Spans, metric points and log records the exporters could not deliver.", ("signal",)
+        ),
+        Series("torch_otel_internal_errors", "counter", "Exceptions caught inside the bridge (torch.compile went on).", ()),
+        Series(
+            "torch_otel_unattributed_phases",
+            "counter",
+            "Phase events with no compile id (compile worker threads) that could not be given to a compile: "
+            "more than one was in flight.",
+            (),
+        ),
+        Series(
+            "torch_otel_compiles_not_sampled",
+            "counter",
+            "Compiles the trace sampler dropped (no spans built; their metrics are counted as any others').",
+            ("kind",),
+        ),
+        Series(
+            "torch_otel_unmatched_phase_events",
+            "counter",
+            "Phase events torch logged that did not pair up: a begin that never ended (end: the end of what "
+            "contained it), or an end with no begin open.",
+            ("event",),
+        ),
+    )
+
+    def rows(self) -> dict[str, list[tuple[list[str], float]]]:
+        from .._core.errors import internal_error_count
+        from .._core.health import live_stat, not_sampled
+        from .._otel.delivery import dropped
+
+        return {
+            "torch_otel_dropped": [([signal], n) for signal, n in sorted(dropped().items())],
+            "torch_otel_internal_errors": [([], internal_error_count())],
+            "torch_otel_unattributed_phases": [([], live_stat("unattributed_phases"))],
+            "torch_otel_compiles_not_sampled": [([kind], count) for kind, count in sorted(not_sampled().items())],
+            "torch_otel_unmatched_phase_events": [
+                (["begin"], live_stat("unmatched_phase_begins")),
+                (["end"], live_stat("unmatched_phase_ends")),
+            ],
+        }
+
+
+class TorchCounters(_Families):
+    """torch's own compiled-autograd counter (``torch._dynamo.utils.counters["compiled_autograd"]``), read at scrape.
+
+    ``captures`` counts the autograd graphs compiled autograd traced (each cache miss: a new graph or shape).
+    Nothing is read before torch's dynamo is loaded, and nothing is hooked: the scrape reads the number.
+    torch's other key there, ``compiles``, is not served: only a helper of torch's own tests adds to it, so it
+    reads 0 in a user's run. The graphs compiled autograd compiled are the records of kind ``compiled_autograd``,
+    counted in ``torch_compile_compiles_total{kind="compiled_autograd"}`` (live and on replay).
+    """
+
+    PREFIX = "torch_compile_compiled_autograd_"  # then torch's key
+    FAMILIES = (
+        Series(
+            PREFIX + "captures",
+            "counter",
+            "Autograd graphs compiled autograd captured (torch's counter: one per cache miss).",
+            ("rank",),
+        ),
+    )
+
+    def rows(self) -> dict[str, list[tuple[list[str], float]]]:
+        utils = sys.modules.get("torch._dynamo.utils")
+        counters = getattr(utils, "counters", None)
+        ca = counters.get("compiled_autograd", {}) if isinstance(counters, dict) else {}
+        rank = default_rank()
+        out: dict[str, list[tuple[list[str], float]]] = {}
+        for s in self.FAMILIES:
+            value = ca.get(s.name.removeprefix(self.PREFIX), 0) if hasattr(ca, "get") else 0
+            out[s.name] = [([rank], value if isinstance(value, int) else 0)]
+        return out
+
+
+class OTelBackend:
+    """The same series as OpenTelemetry instruments (exported over OTLP by the meter provider's readers).
+
+    Counters are named without ``_total`` (Prometheus-compatible backends add
+    it); histograms carry explicit buckets and an exemplar context pointing at
+    the compile's root span.
+
+    Counters, up-down counters and gauges are observable instruments: an
+    observation adds to a number kept here (the same table the Prometheus
+    backend serves from), and the meter reads the numbers when
+    its reader collects (every export interval). The SDK's per-measurement work
+    (attribute hashing, the exemplar reservoir, one storage per reader) is then
+    paid once per series per export, not once per compile. Only histograms,
+    which have no observable form and carry exemplars, are recorded as they come.
+    """
+
+    def __init__(self, meter: Any) -> None:
+        from opentelemetry.metrics import Observation as OTelObservation
+
+        self._observation = OTelObservation
+        self._instruments: dict[str, Any] = {}
+        self._table = _SeriesTable()
+        self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        for s in SERIES.values():
+            if s.kind == "histogram":
+                inst = meter.create_histogram(
+                    s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
+                )
+            else:
+                create = {
+                    "counter": meter.create_observable_counter,
+                    "gauge": meter.create_observable_gauge,
+                    "info": meter.create_observable_gauge,
+                    "updown": meter.create_observable_up_down_counter,
+                }[s.kind]
+                inst = create(s.name, callbacks=[functools.partial(self._observe, s.name)], unit=s.unit, description=s.help)
+            self._instruments[s.name] = inst
+
+    def _attributes(self, name: str, labels: tuple[str, ...]) -> dict[str, str]:
+        key = (name, labels)
+        a = self._attrs.get(key)
+        if a is None:  # label sets are bounded: one dict per series, never changed after
+            a = self._attrs[key] = dict(zip(SERIES[name].labels, labels, strict=True))
+        return a
+
+    def _observe(self, name: str, _options: Any) -> list[Any]:
+        """The meter's callback: every series of ``name``, as it stands."""
+        return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
+
+    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
+        if SERIES[name].kind != "histogram":
+            self._table.apply(name, labels, value)
+            return
+        ctx = _span_context(exemplar) if exemplar else None
+        self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
+
+
+def phase_times(root: PhaseNode) -> dict[str, int]:
+    """Per phase label, the time one compile spent in it (ns): the durations of its phases' stretches, summed.
+
+    Every stretch counts once, however many run at the same time (inductor's parallel kernel builds, each
+    ``compile_file``, as torch's ``compile_times()`` sums them). A stretch inside another of the same label (on
+    its path from the root) is already in that one's time, and is not added again.
+    """
+    out: dict[str, int] = {}
+    stack: list[tuple[PhaseNode, frozenset[str]]] = [(root, frozenset())]
+    while stack:
+        node, inside = stack.pop()
+        labels: tuple[str, ...] = ()
+        if node.end_ns is not None:
+            phase = PHASES.get(node.name)
+            if phase is not None:
+                labels = (phase, *PHASES_ALSO.get(node.name, ()))
+        fresh = [label for label in labels if label not in inside]
+        for label in fresh:
+            out[label] = out.get(label, 0) + max(0, (node.end_ns or node.start_ns) - node.start_ns)
+        below = inside.union(fresh) if fresh else inside
+        stack.extend((child, below) for child in node.children)
+    return out
+
+
+@functools.lru_cache(maxsize=4)  # one compile's observations share it
+def _span_context(ids: tuple[int, int]) -> Any:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+    return set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, TraceFlags(TraceFlags.SAMPLED))))
+
+
+class CompileMetrics(Sink):
+    """Turns each finished compile into observations and applies them to every backend."""
+
+    def __init__(self, backends: list[Backend], run_id: str | None = None, detail_ranks: RankSet | None = None) -> None:
+        self.backends = backends
+        self.run_id = default_run_id() if run_id is None else run_id
+        self.detail_ranks = RankSet() if detail_ranks is None else detail_ranks
+        for b in backends:
+            if isinstance(b, PrometheusBackend):
+                b._table.detail_ranks = self.detail_ranks
+        self._fingerprints = RankFingerprints()
+        self._fail_types = BoundedLabels(50)
+        self._gb_codes = BoundedLabels(200)
+        # a further rank's label sets: its failures and graph breaks by their first few kinds (the rest: other)
+        self._few_fail_types = BoundedLabels(FURTHER_FAIL_TYPES)
+        self._few_gb_codes = BoundedLabels(FURTHER_GRAPH_BREAK_CODES)
+        self._build_seen: set[str] = set()
+
+    def _emit(self, observations: Iterator[Observation]) -> None:
+        for name, labels, value, exemplar in observations:
+            for b in self.backends:
+                try:
+                    b.apply(name, labels, value, exemplar)
+                except Exception as exc:  # noqa: BLE001 - one broken backend never stops the others
+                    record_error(f"metrics backend {type(b).__name__}", exc)
+
+    def _rank(self, rec: CompileRecord) -> str:
+        return str(rec.rank) if rec.rank is not None else default_rank()
+
+    def _info(self, rank: str) -> Iterator[Observation]:
+        """Once per rank: the build info, and the alerting counters at 0.
+
+        A counter that first appears already at 1 shows no ``increase()`` in
+        Prometheus, so the series alerts and dashboards rate on exist from the
+        first compile on (bounded label sets only).
+        """
+        if rank in self._build_seen:
+            return
+        self._build_seen.add(rank)
+        yield "torch_compile_build_info", (rank, torch_version(), __version__), 1, None
+        for status in ("ok", "failed"):
+            yield "torch_compile_compiles", (rank, "frame", status), 0, None
+            yield "torch_compile_seconds", (rank, "frame", status), 0, None
+        yield "torch_compile_recompile_limit_hits", (rank,), 0, None
+        yield "torch_compile_eager_fallbacks", (rank, "frame"), 0, None
+        if rank in self.detail_ranks:  # a further rank's recompiles appear with their first
+            for reason in RECOMPILE_CATEGORIES:
+                yield "torch_compile_recompiles", (rank, reason), 0, None
+
+    def on_start(self, rec: CompileRecord) -> None:
+        self._emit(self._start(rec))
+
+    def _start(self, rec: CompileRecord) -> Iterator[Observation]:
+        rank = self._rank(rec)
+        yield from self._info(rank)
+        if rec.kind != RUNTIME:
+            yield "torch_compile_in_progress", (rank, rec.kind), 1, None
+
+    def on_finish(self, rec: CompileRecord) -> None:
+        self._emit(self.observations(rec))
+
+    @staticmethod
+    def _phases(rec: CompileRecord, rank: str, ex: tuple[int, int] | None) -> Iterator[Observation]:
+        for phase, ns in phase_times(rec.root).items():  # one observation per phase per compile: the time spent in it
+            yield "torch_compile_phase_duration_seconds", (rank, phase), ns / 1e9, ex
+
+    @staticmethod
+    def _cache_lookups(rec: CompileRecord, rank: str) -> Iterator[Observation]:
+        """Misses by cause, bypasses by reason category, and the rank's latest miss (graph, cause, component)."""
+        last = None
+        for lk in rec.cache_lookups:
+            if lk.result == "bypass":
+                yield "torch_compile_cache_bypasses", (rank, lk.cache, bypass_category(lk.bypass_reason)), 1, None
+            elif lk.result == "miss" and lk.explanation is not None:
+                yield "torch_compile_cache_misses", (rank, lk.cache, lk.explanation.cause), 1, None
+                last = lk
+        if last is not None:
+            e = last.explanation
+            graph = f"{rec.id_str} {'backward' if last.backward else 'forward' if last.backward is False else ''}".strip()
+            component = e.components[0] if e.components else ""
+            yield "torch_compile_cache_last_miss", (rank, last.cache, graph, e.cause, component), 1, None
+
+    def observations(self, rec: CompileRecord) -> Iterator[Observation]:
+        """Everything one finished compile contributes to the series."""
+        rank = self._rank(rec)
+        yield from self._info(rank)
+        ex = (rec.trace_id, rec.span_id or 0) if rec.trace_id else None
+        detail = rank in self.detail_ranks
+        if rec.kind == RUNTIME:  # not a compile: only the time its phases took (cudagraph set-up, autotuning)
+            if detail:
+                yield from self._phases(rec, rank, ex)
+            return
+        yield "torch_compile_in_progress", (rank, rec.kind), -1, None
+        m: dict[str, Any] = rec.metrics or {}
+        fail_type = rec.fail_type
+        failed = fail_type is not None or rec.incomplete is not None
+        status = "failed" if failed else "ok"
+        if detail:
+            yield "torch_compile_frame_duration_seconds", (rank, rec.kind, status), rec.duration_s, ex
+            yield from self._phases(rec, rank, ex)
+        yield "torch_compile_seconds", (rank, rec.kind, status), rec.duration_s, None
+        yield "torch_compile_compiles", (rank, rec.kind, status), 1, None
+        if rec.recompile_reason:
+            yield "torch_compile_recompiles", (rank, recompile_category(rec.recompile_reason)), 1, None
+        gb_codes = self._gb_codes if detail else self._few_gb_codes
+        for gb in rec.handled_graph_breaks:  # one torch could not handle is the compile's failure, counted there
+            yield "torch_compile_graph_breaks", (rank, gb_codes(graph_break_code(gb.gb_type, gb.reason))), 1, None
+        if fail_type:
+            yield "torch_compile_failures", (rank, (self._fail_types if detail else self._few_fail_types)(fail_type)), 1, None
+        elif rec.incomplete:
+            yield "torch_compile_failures", (rank, "Incomplete"), 1, None
+        if rec.recompile_limit_hit:
+            yield "torch_compile_recompile_limit_hits", (rank,), 1, None
+        if rec.eager_fallback:
+            yield "torch_compile_eager_fallbacks", (rank, rec.kind), 1, None
+        if detail and rec.kind != "compiled_autograd" and not failed:
+            gc = m.get("guard_count")
+            if isinstance(gc, int) and not isinstance(gc, bool):
+                yield "torch_compile_guards", (rank,), gc, None
+        lookups = rec.cache_counts()
+        served = rec.mega_cache_hits  # local hits on entries torch.compiler.load_cache_artifacts put there
+        for (cache, location, result), n in lookups.items():
+            if location == "local" and result == "hit" and served.get(cache):
+                n -= min(n, served[cache])
+                yield "torch_compile_cache_requests", (rank, cache, "mega_cache", result), served[cache], None
+            if n:
+                yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
+        yield from self._cache_lookups(rec, rank)
+        saved = m.get("remote_cache_time_saved_s")
+        if isinstance(saved, (int, float)) and saved > 0:
+            yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None
+        for aspect, value in self._fingerprints.add(rank, rec, lookups).items():
+            yield "torch_compile_rank_fingerprint", (rank, self.run_id, aspect), value, None

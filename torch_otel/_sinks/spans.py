@@ -1,0 +1,460 @@
+"""Finished compiles -> OpenTelemetry spans: the single span mapping of live capture and replay."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
+
+from .._analysis.divergence import schedule_digest
+from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.graph_breaks import graph_break_code
+from .._core.health import count_not_sampled
+from .._core.settings import Settings
+from .._kinds.cache_lookups import bypass_category
+from .._model.events import CacheLookupEvent
+from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
+from .._otel.ids import own_ids, private_random
+
+RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
+# A graph break torch could not handle: not a graph break (torch counts it as the compile's failure), but where it failed
+UNHANDLED_GRAPH_BREAK = "torch.compile.unhandled_graph_break"
+SHORT_KEY = 12  # characters of a cache key on a span (torch's keys are 52)
+MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
+
+# CompilationMetrics fields copied as numeric attributes (name -> attribute).
+_NUMERIC_FIELDS = {
+    "guard_count": "torch.compile.guard_count",
+    "shape_env_guard_count": "torch.compile.shape_env_guard_count",
+    "graph_op_count": "torch.compile.graph.op_count",
+    "graph_node_count": "torch.compile.graph.node_count",
+    "graph_input_count": "torch.compile.graph.input_count",
+    "cache_size": "torch.compile.cache_size",
+    "accumulated_cache_size": "torch.compile.accumulated_cache_size",
+    # torch's process-wide running total (counters["graph_break"]), not this compile's: named so (graph_break_count is)
+    "num_graph_breaks": "torch.compile.process.graph_breaks_so_far",
+    "entire_frame_compile_time_s": "torch.compile.entire_frame_compile_time_s",
+    "backend_compile_time_s": "torch.compile.backend_compile_time_s",
+    "inductor_compile_time_s": "torch.compile.inductor_compile_time_s",
+    "code_gen_time_s": "torch.compile.code_gen_time_s",
+    "dynamo_time_before_restart_s": "torch.compile.dynamo_time_before_restart_s",
+    # torch fills it from every FX graph cache hit, local ones too, despite its name
+    "remote_cache_time_saved_s": "torch.compile.cache.time_saved_s",
+    "structured_logging_overhead_s": "torch.compile.structured_logging_overhead_s",
+    "inductor_fx_local_cache_hit_count": "torch.compile.cache.fx_graph.local.hits",
+    "inductor_fx_local_cache_miss_count": "torch.compile.cache.fx_graph.local.misses",
+    "inductor_fx_remote_cache_hit_count": "torch.compile.cache.fx_graph.remote.hits",
+    "inductor_fx_remote_cache_miss_count": "torch.compile.cache.fx_graph.remote.misses",
+    "aotautograd_local_cache_hit_count": "torch.compile.cache.aot_autograd.local.hits",
+    "aotautograd_local_cache_miss_count": "torch.compile.cache.aot_autograd.local.misses",
+    "aotautograd_remote_cache_hit_count": "torch.compile.cache.aot_autograd.remote.hits",
+    "aotautograd_remote_cache_miss_count": "torch.compile.cache.aot_autograd.remote.misses",
+    "param_count": "torch.compile.param_count",
+    "ir_count": "torch.compile.ir_count",
+}
+
+# Phase-span args that are safe and useful (scalars only).
+_PHASE_ARG_SKIP = {"compile_id", "fn_name"}
+
+
+@functools.lru_cache(maxsize=1024)
+def _meta_key(field: str) -> str:
+    """``torch.compile.artifact.metadata.<field>``, built once per field name (torch's names are few)."""
+    return f"torch.compile.artifact.metadata.{field}"
+
+
+def torch_trace_file() -> str | None:
+    """The file torch's TORCH_TRACE handler writes to in this process, once it has opened one."""
+    internal = sys.modules.get("torch._logging._internal")
+    handler = getattr(internal, "LOG_TRACE_HANDLER", None)
+    path = getattr(handler, "_stream_path", None) or getattr(getattr(handler, "stream", None), "name", None)
+    return path if isinstance(path, str) else None
+
+
+class SpanMapper:
+    """Builds spans for a :class:`CompileRecord` with the given tracer."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        settings: Settings | None = None,
+        live: bool = True,
+        tracer_for: Callable[[CompileRecord], Tracer] | None = None,
+    ) -> None:
+        self.tracer = tracer
+        # Replay: the tracer of the process that wrote the compile's log (its own resource)
+        self.tracer_for = tracer_for
+        self.settings = settings or Settings()
+        self.live = live
+        # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
+        self._pid = os.getpid()
+
+    # -- helpers ------------------------------------------------------------
+    def _str(self, value: object) -> str:
+        s = value if isinstance(value, str) else str(value)
+        limit = self.settings.attribute_max_length
+        return s if len(s) <= limit else s[: limit - 3] + "..."
+
+    def _path(self, path: object) -> str | None:
+        if not isinstance(path, str) or not path:
+            return None
+        return os.path.basename(path) if self.settings.redact_paths else self._str(path)
+
+    # -- the mapping ----------------------------------------------------------
+    def root_attributes(self, rec: CompileRecord) -> dict[str, Any]:
+        m: Mapping[str, Any] = rec.metrics or {}
+        cid = rec.compile_id
+        a: dict[str, Any] = {"torch.compile.kind": rec.kind, "torch.compile.id": rec.id_str}
+        if cid is not None:
+            if cid.frame_id is not None:
+                a["torch.compile.frame_id"] = cid.frame_id
+                a["torch.compile.frame_compile_id"] = cid.frame_compile_id
+            if cid.compiled_autograd_id is not None:
+                a["torch.compiled_autograd.id"] = cid.compiled_autograd_id
+        if rec.kind == RUNTIME:  # not a compile: which compiled graph, and what torch timed for it
+            if rec.rank is not None:
+                a["torch.distributed.rank"] = rec.rank
+            a["torch.compile.runtime.phases"] = [n.name for n in rec.root.children][:64]
+            return a
+        a["torch.compile.attempt"] = rec.attempt
+        # torch's duration (a frame's CompilationMetrics.duration_us), as the metrics and the summary count it; its
+        # outer event, the span, is a few ms longer (docs/metrics.md). Samplers, which see attributes only, read it too
+        a["torch.compile.duration_s"] = round(rec.duration_s, 9)
+        if self.live and os.getpid() != self._pid:
+            a["process.pid"] = os.getpid()
+            a["process.parent_pid"] = self._pid
+        if rec.rank is not None:
+            a["torch.distributed.rank"] = rec.rank
+        origin = rec.origin
+        if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
+            a["torch.compile.attempt"] = rec.forward.attempt
+        self._code_attributes(rec.code, a, "code")
+        self._code_attributes(rec.caller(), a, "torch.compile.caller")
+        if origin is not None and origin.stack:  # Python's traceback form, most recent call last
+            lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
+            a["code.stacktrace"] = self._str("\n".join(lines))
+        for field, attr in _NUMERIC_FIELDS.items():
+            v = m.get(field)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                a[attr] = v
+        reason = rec.recompile_reason
+        if reason:
+            text = strip_recompile_prefix(reason)
+            if not self.settings.capture_payloads:  # the opt-in that lets source text and values out
+                text = scrub_guard_text(text)
+            a["torch.compile.recompile_reason"] = self._str(text)
+            a["torch.compile.recompile_reason.category"] = recompile_category(reason)
+        if rec.recompile_reasons:  # every cache entry's guard failure, as tlparse lists them
+            texts = [strip_recompile_prefix(r) for r in rec.recompile_reasons]
+            if not self.settings.capture_payloads:
+                texts = [scrub_guard_text(t) for t in texts]
+            a["torch.compile.recompile_reasons"] = [self._str(t) for t in texts]
+            a["torch.compile.recompile_reasons.categories"] = [recompile_category(r) for r in rec.recompile_reasons]
+        a["torch.compile.is_recompile"] = bool(reason or rec.recompile_reasons or (cid is not None and cid.frame_compile_id))
+        if rec.recompile_limit is not None and a["torch.compile.is_recompile"]:  # torch._dynamo.config's, as it compiled
+            a["torch.compile.recompile_limit"] = rec.recompile_limit
+        if isinstance(m.get("has_guarded_code"), bool):
+            a["torch.compile.has_guarded_code"] = m["has_guarded_code"]
+        restarts = m.get("restart_reasons")
+        if isinstance(restarts, (list, set, tuple)):
+            a["torch.compile.restart_count"] = len(restarts)
+        a["torch.compile.graph_break_count"] = len(rec.handled_graph_breaks)
+        if rec.recompile_limit_hit:
+            a["torch.compile.recompile_limit_exceeded"] = True
+        if rec.eager_fallback:
+            a["torch.compile.eager_fallback"] = True
+        if rec.fail_type:
+            a["error.type"] = rec.fail_type
+            fp = self._path(m.get("fail_user_frame_filename"))
+            if fp:
+                a["torch.compile.fail.file.path"] = fp
+            if isinstance(m.get("fail_user_frame_lineno"), int):
+                a["torch.compile.fail.line.number"] = m["fail_user_frame_lineno"]
+        elif rec.incomplete:
+            a["error.type"] = "Incomplete"
+        for node in rec.root.children:
+            if node.name in ("backend_compile", "inductor_compile") and isinstance(node.args.get("cache_state"), str):
+                a[f"torch.compile.cache.{node.name}.state"] = node.args["cache_state"]
+        if rec.backward_index is not None:
+            a["torch.compile.backward.index"] = rec.backward_index
+        aot = rec.origin.aot_graph if rec.origin is not None else None
+        if aot:
+            a["torch.compile.aot_graph"] = aot
+        if rec.kind == "frame":
+            graphs = sum(1 for n, _ in rec.root.walk() if n.name == "create_aot_dispatcher_function")
+            if graphs > 1:  # DDP's optimizer split the frame: one graph, and one lazy backward, per bucket
+                a["torch.compile.aot_graph_count"] = graphs
+        if rec.schedules:  # inductor graphs: their collective schedule, to compare across ranks
+            a["torch.compile.inductor.graph_count"] = len(rec.schedules)
+            ops = [op for s in rec.schedules for op in s.collectives]
+            a["torch.compile.collectives.count"] = len(ops)
+            if ops:
+                a["torch.compile.collectives.digest"] = schedule_digest(ops)
+                a["torch.compile.collectives.schedule"] = ops[:MAX_SCHEDULE_OPS]
+            metas = [s.tensor_meta for s in rec.schedules if s.tensor_meta]
+            if metas:
+                a["torch.compile.inductor.tensor_meta_digest"] = metas[0] if len(metas) == 1 else schedule_digest(metas)
+        self._artifact_places(rec, a)
+        for cache, n in rec.mega_cache_hits.items():
+            a[f"torch.compile.cache.{cache}.mega_cache.hits"] = n
+        if rec.kind == "export":
+            args = rec.root.args
+            a["torch.export.api"] = args.get("api") if isinstance(args.get("api"), str) else "torch.export.export"
+            # torch logs a root (fullgraph_capture) only for a strict export's dynamo capture
+            a["torch.export.strict"] = bool(args.get("strict", rec.root.name == "fullgraph_capture"))
+            failures = args.get("draft_failures")
+            if isinstance(failures, dict):
+                a["torch.export.draft_export.failure_count"] = sum(v for v in failures.values() if isinstance(v, int))
+        if rec.dropped:
+            a["torch.compile.dropped_events"] = rec.dropped
+        return a
+
+    def _code_attributes(self, code: CodeLocation, a: dict[str, Any], prefix: str) -> None:
+        """``<prefix>.function.name``, ``.file.path`` and ``.line.number`` of a location (the compiled code, its caller)."""
+        if code.function is not None:
+            a[f"{prefix}.function.name"] = self._str(code.function)
+        p = self._path(code.file)
+        if p:
+            a[f"{prefix}.file.path"] = p
+        if code.line is not None:
+            a[f"{prefix}.line.number"] = code.line
+
+    def _artifact_places(self, rec: CompileRecord, a: dict[str, Any]) -> None:
+        """Where to look next: inductor's debug directories and their files, the TORCH_TRACE file, tlparse's directory."""
+        if rec.debug_dirs:
+            a["torch.compile.inductor.debug_dirs"] = [self._path(d) or "?" for d in rec.debug_dirs]
+            files: set[str] = set()
+            for d in rec.debug_dirs:
+                try:
+                    files.update(e.name for e in os.scandir(d) if e.is_file())
+                except OSError:  # removed since, or another host's path
+                    continue
+            if files:
+                a["torch.compile.inductor.debug_files"] = sorted(files)[:64]
+        trace_file = rec.trace_file or (torch_trace_file() if self.live else None)
+        if trace_file:
+            a["torch.compile.trace_log.file"] = self._path(trace_file) or "?"
+            cid = rec.compile_id
+            if cid is not None and cid.frame_id is not None:
+                ca = "-" if cid.compiled_autograd_id is None else cid.compiled_autograd_id
+                attempt = a.get("torch.compile.attempt", rec.attempt)  # a lazy backward's is its forward's
+                a["torch.compile.tlparse.directory"] = f"{ca}_{cid.frame_id}_{cid.frame_compile_id}_{attempt}"
+
+    def emit(self, rec: CompileRecord) -> tuple[int, int] | None:
+        """Build the compile's trace; its root's ``(trace id, span id)``, or None when the sampler dropped it.
+
+        The assembler calls this as it derives the record's facts (:class:`torch_otel._assembler.Tracing`), so
+        the sinks that name the trace (exemplars, log records) read the ids from the record.
+        """
+        m: Mapping[str, Any] = rec.metrics or {}
+        attrs = self.root_attributes(rec)
+        name = ROOT_NAMES.get(rec.kind, "torch.compile")
+        parent: Context | None = rec.origin.parent_context if rec.origin is not None else None
+        links: list[Link] = []
+        for linked, why in ((rec.compiled_autograd, "compiled_autograd"), (rec.forward, "forward")):
+            if linked is not None and linked.trace_id and linked.span_id:
+                ctx = trace.SpanContext(linked.trace_id, linked.span_id, False, trace.TraceFlags(trace.TraceFlags.SAMPLED))
+                links.append(Link(ctx, {"torch.compile.link": why}))
+        tracer = self.tracer_for(rec) if self.tracer_for is not None else self.tracer
+        with nullcontext() if own_ids(tracer) else private_random():
+            root = tracer.start_span(
+                name,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attrs,
+                links=links,
+                start_time=rec.root.start_ns,
+            )
+            if not root.is_recording():  # the sampler dropped this compile: build nothing more of it
+                count_not_sampled(rec.kind)
+                return None
+            ctx = root.get_span_context()
+            parent_ctx = trace.set_span_in_context(root)
+            for child in rec.root.children:
+                self._phase_span(tracer, child, parent_ctx)
+            self._events(rec, root, m, tracer)
+            if rec.recompile_limit_near:
+                self._near_limit_event(rec, root)
+            self._status(rec, root, m, attrs)
+            root.end(end_time=rec.root.end_ns)
+        return ctx.trace_id, ctx.span_id
+
+    def _scalar_args(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in args.items():
+            if k in _PHASE_ARG_SKIP or len(out) >= 32:
+                continue
+            if isinstance(v, bool) or isinstance(v, (int, float)):
+                out[f"torch.compile.{k}"] = v
+            elif (
+                isinstance(v, str)
+                and len(v) <= 256
+                and k
+                in (
+                    "cache_state",
+                    "cache_bypass_reason",
+                    "key",
+                    "dispatch_mode",
+                    "cache_event_time",
+                    "triton_version",
+                    "attributed",
+                )
+            ):
+                out[f"torch.compile.{k}"] = v
+        return out
+
+    def _phase_span(self, tracer: Tracer, node: PhaseNode, parent_ctx: Context) -> None:
+        span = tracer.start_span(
+            node.name,
+            context=parent_ctx,
+            kind=SpanKind.INTERNAL,
+            attributes=self._scalar_args(node.args),
+            start_time=node.start_ns,
+        )
+        for iname, its, iargs in node.instants:
+            span.add_event(iname, self._scalar_args(iargs), timestamp=its)
+        if node.children:
+            ctx = trace.set_span_in_context(span)
+            for child in node.children:
+                self._phase_span(tracer, child, ctx)
+        span.end(end_time=node.end_ns)
+
+    @staticmethod
+    def _event_limit(tracer: Tracer) -> int:
+        """The SDK's events-per-span limit (``OTEL_SPAN_EVENT_COUNT_LIMIT``, 128 by default) of the tracer in use."""
+        limit = getattr(getattr(tracer, "_span_limits", None), "max_events", None)
+        return limit if isinstance(limit, int) and limit > 0 else 128
+
+    def _events(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], tracer: Tracer) -> None:
+        """The root's events, each at the time torch recorded it, kept inside the compile's span.
+
+        The SDK keeps a span's newest events only: the bulk records of full capture (artifacts) come
+        first and take what room the events a user needs leave them (graph breaks, restarts, the
+        instants, exceptions and the recompile-limit hit). What did not fit is counted on the span.
+        """
+        start, end = rec.root.start_ns, rec.root.end_ns if rec.root.end_ns is not None else rec.root.start_ns
+
+        def at(ts: int | None) -> int:
+            return min(max(ts if ts is not None else end, start), end)
+
+        restarts = m.get("restart_reasons")
+        restart_texts = sorted(str(x) for x in restarts) if isinstance(restarts, (list, set, tuple)) else []
+        needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + len(rec.cache_lookups) + 2
+        room = max(0, self._event_limit(tracer) - needed)
+        if rec.artifacts:
+            root.set_attribute("torch.compile.artifact_count", len(rec.artifacts))
+            if len(rec.artifacts) > room:
+                root.set_attribute("torch.compile.artifacts_not_attached", len(rec.artifacts) - room)
+        payloads = self.settings.capture_payloads
+        for art in rec.artifacts[:room]:
+            aa: dict[str, Any] = {
+                "torch.compile.artifact.name": art.name,
+                "torch.compile.artifact.kind": art.kind,
+                "torch.compile.artifact.size": art.size,
+            }
+            if art.digest:
+                aa["torch.compile.artifact.hash"] = art.digest
+            for k, v in art.attributes.items():
+                # The record's own fields, kept apart from ours (describe_storage has its own "size").
+                if isinstance(v, str):
+                    aa[_meta_key(k)] = self._str(v)
+                elif isinstance(v, (int, float, bool)):
+                    aa[_meta_key(k)] = v
+            if payloads and art.payload is not None:
+                aa["torch.compile.artifact.payload"] = self._str(art.payload)
+            root.add_event("torch.compile.artifact", aa, timestamp=at(art.ts_ns))
+        for iname, its, iargs in rec.root.instants:
+            root.add_event(iname, self._scalar_args(iargs), timestamp=at(its))
+        for lk in rec.cache_lookups:
+            root.add_event("torch.compile.cache_lookup", self._lookup_attributes(lk), timestamp=at(lk.ts_ns))
+        for gb in rec.graph_breaks:
+            ga: dict[str, Any] = {"torch.compile.graph_break.reason": self._str(gb.reason)}
+            if gb.gb_type:
+                ga["torch.compile.graph_break.type"] = self._str(gb.gb_type)
+            ga["torch.compile.graph_break.code"] = graph_break_code(gb.gb_type, gb.reason)
+            p = self._path(gb.filename)
+            if p:
+                ga["code.file.path"] = p
+            if gb.lineno is not None:
+                ga["code.line.number"] = gb.lineno
+            if gb.skipped_frame:  # torch could not handle it: the compile failed, and its frame runs in eager
+                ga["torch.compile.eager_fallback"] = True
+            root.add_event(UNHANDLED_GRAPH_BREAK if gb.skipped_frame else "torch.compile.graph_break", ga, timestamp=at(gb.ts_ns))
+        failures = rec.root.args.get("draft_failures") if rec.kind == "export" else None
+        if isinstance(failures, dict):  # draft export's report: one event per kind of failure it found
+            for ftype, count in sorted(failures.items()):
+                root.add_event(
+                    "torch.export.draft_export.failure",
+                    {"torch.export.draft_export.failure_type": str(ftype), "torch.export.draft_export.failure_count": count},
+                    timestamp=rec.root.end_ns,
+                )
+        # A restart starts the next attempt: torch's compile_attempt_N (N >= 1) begins when it happened.
+        attempts = sorted(
+            n.start_ns for n, _ in rec.root.walk() if n.name.startswith("compile_attempt_") and n.name != "compile_attempt_0"
+        )
+        for i, r in enumerate(restart_texts):
+            ts = attempts[min(i, len(attempts) - 1)] if attempts else None
+            root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)}, timestamp=at(ts))
+
+    def _lookup_attributes(self, lk: CacheLookupEvent) -> dict[str, Any]:
+        """One cache lookup: which cache, its result, a short key, its time and what a hit saved; why a miss missed."""
+        a: dict[str, Any] = {"torch.compile.cache.name": lk.cache, "torch.compile.cache.result": lk.result}
+        if lk.key:
+            a["torch.compile.cache.key"] = lk.key[:SHORT_KEY]
+        if lk.backward is not None:
+            a["torch.compile.cache.backward"] = lk.backward
+        if lk.phase_ns is not None:
+            a["torch.compile.cache.time_s"] = round(lk.phase_ns / 1e9, 6)
+        if lk.time_saved_ns is not None:
+            a["torch.compile.cache.time_saved_s"] = round(lk.time_saved_ns / 1e9, 6)
+        if lk.time_taken_ns is not None and lk.result == "miss":
+            a["torch.compile.cache.time_taken_s"] = round(lk.time_taken_ns / 1e9, 6)
+        if lk.result == "bypass":
+            a["torch.compile.cache.bypass_reason"] = self._str(lk.bypass_reason or "")
+            a["torch.compile.cache.bypass_category"] = bypass_category(lk.bypass_reason)
+        e = lk.explanation
+        if e is not None:
+            a["torch.compile.cache.miss_cause"] = e.cause
+            a["torch.compile.cache.miss_reason"] = self._str(e.text())
+            if e.changes:
+                a["torch.compile.cache.miss_changes"] = [self._str(c) for c in e.changes]
+        return a
+
+    def _near_limit_event(self, rec: CompileRecord, root: trace.Span) -> None:
+        """Once per frame: its first compile within two recompiles of ``torch._dynamo.config.recompile_limit``."""
+        limit, so_far = rec.recompile_limit or 0, rec.frame_recompiles or 0
+        attrs: dict[str, Any] = {
+            "torch.compile.recompile_limit": limit,
+            "torch.compile.frame_recompiles": so_far,
+            "torch.compile.recompiles_left": max(0, limit - so_far - 1),
+        }
+        if rec.code.function:
+            attrs["code.function.name"] = self._str(rec.code.function)
+        root.add_event("torch.compile.recompile_limit_near", attrs, timestamp=rec.root.end_ns)
+
+    def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+        fail_type = rec.fail_type
+        if fail_type:
+            message = self._str(rec.fail_reason or fail_type)
+            root.add_event("exception", {"exception.type": fail_type, "exception.message": message}, timestamp=rec.root.end_ns)
+            if rec.recompile_limit_hit:
+                fn = attrs.get("code.function.name") or "frame"
+                desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
+                root.add_event(
+                    "torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)}, timestamp=rec.root.end_ns
+                )
+            else:
+                desc = f"{fail_type}: {message.splitlines()[0] if message else ''}"
+            root.set_status(Status(StatusCode.ERROR, self._str(desc)))
+        elif rec.incomplete:
+            root.add_event(
+                "exception", {"exception.type": "Incomplete", "exception.message": rec.incomplete}, timestamp=rec.root.end_ns
+            )
+            root.set_status(Status(StatusCode.ERROR, f"compile did not finish: {rec.incomplete}"))

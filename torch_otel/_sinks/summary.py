@@ -1,0 +1,639 @@
+"""Where a run's compile time went: totals over every compile the assembler finished, live or replayed.
+
+:class:`RunSummary` is one more sink of the assembler, so a live run, a replayed log and the demo
+summarise the same records the spans are built from. Its memory is bounded whatever the run's
+length: phases and frames are totals by name, and only the slowest compiles keep their phase tree
+(for the HTML page); the rest are folded into their frame.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import sys
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from .._analysis.recompiles import RecompilingFrames, frame_lines
+from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.graph_breaks import graph_break_code
+from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
+
+__all__ = ["RunSummary"]
+
+# The summary's JSON (TORCH_OTEL_SUMMARY=x.json, replay --json, demo --json): docs/replay.md lists its keys. A key
+# that changes meaning or goes away is a new version; new keys are not.
+SCHEMA_VERSION = 1
+MAX_TREE_COMPILES = 500  # compiles that keep their phase tree for the picture (the slowest)
+MAX_FRAMES = 1000  # distinct frames; past this, "(other frames)"
+MAX_PHASE_NAMES = 512  # distinct phase names; past this, "(other phases)"
+MAX_REASONS = 1000  # distinct recompile reasons kept as text
+MAX_TREE_CHILDREN = 200  # distinct phase names under one phase of the picture
+SLOWEST = 10
+MAX_LINES = 45  # the text summary's lines: one terminal screen
+OTHER_FRAMES = ("(other frames)", None, None)
+
+FrameKey = tuple[str, str | None, int | None]
+
+
+@dataclass(slots=True)
+class _Tree:
+    """A phase of the picture: same-named siblings are merged (their times and counts add up)."""
+
+    total_ns: int = 0
+    self_ns: int = 0
+    count: int = 0
+    children: dict[str, _Tree] = field(default_factory=dict)
+
+    def to_dict(self, name: str, kind: str = "phase") -> dict[str, Any]:
+        kids = sorted(self.children.items(), key=lambda kv: -kv[1].total_ns)
+        return {
+            "name": name,
+            "kind": kind,
+            "total_s": _s(self.total_ns),
+            "self_s": _s(self.self_ns),
+            "count": self.count,
+            "children": [t.to_dict(n) for n, t in kids],
+        }
+
+
+@dataclass(slots=True)
+class _Frame:
+    compiles: int = 0
+    total_ns: int = 0
+    more: int = 0  # compiles no longer kept in detail
+    more_ns: int = 0
+
+
+def _s(ns: int) -> float:
+    return round(ns / 1e9, 6)
+
+
+def _dur(node: PhaseNode) -> int:
+    return max(0, (node.end_ns if node.end_ns is not None else node.start_ns) - node.start_ns)
+
+
+def _where(fn: str, path: str | None, line: int | None) -> str:
+    if path is None:
+        return fn
+    return f"{fn} ({os.path.basename(path)}:{line if line is not None else '?'})"
+
+
+class RunSummary(Sink):
+    """Totals of a run's compiles: time by phase (total and self), frames, recompiles, graph breaks, caches, failures.
+
+    ``source`` is ``"live"`` or ``"replay"``. Recompile reasons are scrubbed of literal values, as on
+    spans, unless ``capture_payloads``.
+    """
+
+    def __init__(self, source: str = "live", capture_payloads: bool = False, max_tree_compiles: int = MAX_TREE_COMPILES) -> None:
+        self.source = source
+        self.capture_payloads = capture_payloads
+        self.max_tree_compiles = max_tree_compiles
+        self._lock = threading.Lock()
+        self.by_kind: Counter[str] = Counter()
+        self.wall_ns = 0
+        self.cpu_ns = 0
+        self.child_cpu_ns = 0  # of it, in the processes working for the compiles (compilers, compile workers)
+        self.cpu_known = 0  # compiles whose CPU time is known (live)
+        self.phase_total: Counter[str] = Counter()
+        self.phase_self: Counter[str] = Counter()
+        self.phase_count: Counter[str] = Counter()
+        self.frames: dict[FrameKey, _Frame] = {}
+        self.recompiles: Counter[str] = Counter()  # by category
+        self.reasons: Counter[tuple[str, str]] = Counter()  # (category, text)
+        self.graph_breaks: Counter[tuple[str, str]] = Counter()  # (code, type)
+        self.unhandled_graph_breaks = 0  # graph breaks torch could not handle: each is its compile's failure
+        self.cache: Counter[tuple[str, str, str]] = Counter()
+        self.failures: Counter[str] = Counter()
+        self.recompile_limit_hits = 0
+        self.eager_fallbacks = 0
+        self.runtime_records = 0
+        self.runtime_ns = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.caches = _Caches()
+        # graph breaks by location, failures by frame, the frames that recompile: what torch-otel diff compares
+        self.extra = _Extra(capture_payloads, source == "live")
+        # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
+        self._slowest: list[tuple[int, int, dict[str, Any]]] = []
+        self._trees: list[tuple[int, int, FrameKey, dict[str, Any], _Tree]] = []
+        self._seq = itertools.count()
+
+    # -- the sink --------------------------------------------------------------
+    def on_finish(self, record: CompileRecord) -> None:
+        with self._lock:
+            self._add(record)
+
+    def _add(self, rec: CompileRecord) -> None:
+        if rec.kind == RUNTIME:
+            self.runtime_records += 1
+            self.runtime_ns += _dur(rec.root)
+            return
+        dur = rec.duration_ns  # torch's duration_us where it has one, as the metrics and the root's attribute say
+        self.by_kind[rec.kind] += 1
+        self.wall_ns += dur
+        if rec.cpu_ns is not None:
+            self.cpu_ns += rec.cpu_ns
+            self.child_cpu_ns += rec.child_cpu_ns or 0
+            self.cpu_known += 1
+        start = rec.root.start_ns
+        self.first_ns = start if self.first_ns is None else min(self.first_ns, start)
+        end = start + dur
+        self.last_ns = end if self.last_ns is None else max(self.last_ns, end)
+        tree = self._phases(rec, dur)
+        key = self._frame_key(rec)
+        frame = self.frames.get(key)
+        if frame is None:
+            if len(self.frames) >= MAX_FRAMES:
+                key = OTHER_FRAMES
+            frame = self.frames.setdefault(key, _Frame())
+        frame.compiles += 1
+        frame.total_ns += dur
+        failed = rec.fail_type or ("Incomplete" if rec.incomplete else None)
+        facts = {
+            "id": rec.id_str,
+            "kind": rec.kind,
+            "function": key[0],
+            "file": key[1],
+            "line": key[2],
+            "duration_s": _s(dur),
+            "status": "error" if failed else "ok",
+        }
+        if rec.rank is not None:
+            facts["rank"] = rec.rank
+        seq = next(self._seq)
+        self._keep(self._slowest, (dur, seq, facts), SLOWEST)
+        dropped = self._keep(self._trees, (dur, seq, key, facts, tree), self.max_tree_compiles)
+        if dropped is not None:
+            gone = self.frames.get(dropped[2])
+            if gone is not None:
+                gone.more += 1
+                gone.more_ns += dropped[0]
+        reason = rec.recompile_reason or (rec.recompile_reasons[0] if rec.recompile_reasons else None)
+        if reason:
+            category = recompile_category(reason)
+            self.recompiles[category] += 1
+            text = strip_recompile_prefix(reason)
+            if not self.capture_payloads:
+                text = scrub_guard_text(text)
+            rkey = (category, text[:200])
+            if rkey in self.reasons or len(self.reasons) < MAX_REASONS:
+                self.reasons[rkey] += 1
+            else:
+                self.reasons[(category, "(other reasons)")] += 1
+        for gb in rec.handled_graph_breaks:
+            self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
+        self.unhandled_graph_breaks += len(rec.graph_breaks) - len(rec.handled_graph_breaks)
+        for k, n in rec.cache_counts().items():
+            self.cache[k] += n
+        self.caches.add(rec)
+        self.extra.add(rec, key, failed)
+        if failed:
+            self.failures[failed] += 1
+        if rec.recompile_limit_hit:
+            self.recompile_limit_hits += 1
+        if rec.eager_fallback:
+            self.eager_fallbacks += 1
+
+    @staticmethod
+    def _keep(heap: list[Any], item: Any, limit: int) -> Any:
+        """Push ``item`` onto a min-heap of at most ``limit``; returns what fell out, if anything."""
+        if len(heap) < limit:
+            heapq.heappush(heap, item)
+            return None
+        return heapq.heappushpop(heap, item)
+
+    @staticmethod
+    def _frame_key(rec: CompileRecord) -> FrameKey:
+        """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler)."""
+        code = rec.code
+        if code.function is not None and code.file is not None:
+            return (code.function, code.file, code.line)
+        return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None)
+
+    def _phases(self, rec: CompileRecord, duration_ns: int) -> _Tree:
+        """Adds the compile's phases to the totals; returns its tree (siblings of a name merged).
+
+        The root counts the compile's duration (``duration_ns``: torch's, where it records one), not its span's.
+        """
+        top = _Tree()
+        stack: list[tuple[PhaseNode, _Tree, bool]] = [(rec.root, top, True)]
+        names = self.phase_total
+        while stack:
+            node, tree, is_root = stack.pop()
+            dur = duration_ns if is_root else _dur(node)
+            own = max(0, dur - sum(_dur(c) for c in node.children))
+            name = ROOT_NAMES.get(rec.kind, "torch.compile") if is_root else node.name
+            if name not in names and len(names) >= MAX_PHASE_NAMES:
+                name = "(other phases)"
+            self.phase_total[name] += dur
+            self.phase_self[name] += own
+            self.phase_count[name] += 1
+            tree.total_ns += dur
+            tree.self_ns += own
+            tree.count += 1
+            for child in node.children:
+                sub = tree.children.get(child.name)
+                if sub is None:
+                    if len(tree.children) >= MAX_TREE_CHILDREN:
+                        continue  # counted in the totals above, not drawn
+                    sub = tree.children[child.name] = _Tree()
+                stack.append((child, sub, False))
+        return top
+
+    # -- what it says ------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
+        with self._lock:
+            return self.extra.extend(self._dict())
+
+    def _dict(self) -> dict[str, Any]:
+        compiles = sum(self.by_kind.values())
+        phases = [
+            {
+                "name": n,
+                "count": self.phase_count[n],
+                "total_s": _s(self.phase_total[n]),
+                "self_s": _s(self.phase_self[n]),
+            }
+            for n in sorted(self.phase_total, key=lambda n: (-self.phase_self[n], -self.phase_total[n], n))
+        ]
+        frames = sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns)
+        reasons = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "source": self.source,
+            "compiles": compiles,
+            "by_kind": dict(sorted(self.by_kind.items())),
+            "wall_s": _s(self.wall_ns),
+            "cpu_s": _s(self.cpu_ns) if self.cpu_known and self.cpu_known == compiles else None,
+            "cpu_child_processes_s": _s(self.child_cpu_ns) if self.cpu_known and self.cpu_known == compiles else None,
+            "first_to_last_s": _s(self.last_ns - self.first_ns)
+            if self.first_ns is not None and self.last_ns is not None
+            else 0.0,
+            "phases": phases,
+            "frames": [
+                {"function": k[0], "file": k[1], "line": k[2], "compiles": f.compiles, "total_s": _s(f.total_ns)}
+                for k, f in frames[:50]
+            ],
+            "slowest": [facts for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
+            "recompiles": {
+                "total": sum(self.recompiles.values()),
+                "by_category": dict(self.recompiles.most_common()),
+                "top_reasons": [{"category": c, "reason": r, "count": n} for (c, r), n in reasons[:20]],
+            },
+            "graph_breaks": {
+                "total": sum(self.graph_breaks.values()),
+                "unhandled": self.unhandled_graph_breaks,
+                "by_code": [
+                    {"code": c, "type": t, "count": n}
+                    for (c, t), n in sorted(self.graph_breaks.items(), key=lambda kv: (-kv[1], kv[0]))
+                ],
+            },
+            "cache": [{"cache": c, "location": loc, "result": r, "count": n} for (c, loc, r), n in sorted(self.cache.items())],
+            "caches": self.caches.to_dict(self.cache),
+            "failures": {"total": sum(self.failures.values()), "by_type": dict(self.failures.most_common())},
+            "recompile_limit_hits": self.recompile_limit_hits,
+            "eager_fallbacks": self.eager_fallbacks,
+            "runtime": {"records": self.runtime_records, "total_s": _s(self.runtime_ns)},
+            "tree": self._tree(),
+        }
+
+    def _tree(self) -> dict[str, Any]:
+        """The picture: the run, its frames, their slowest compiles, their phases."""
+        kept: dict[FrameKey, list[dict[str, Any]]] = {}
+        for _, _, key, facts, tree in sorted(self._trees, key=lambda t: (-t[0], t[1])):
+            node = tree.to_dict(f"{facts['kind']} {facts['id']}", "compile")
+            node["status"] = facts["status"]
+            node["detail"] = f"{facts['kind']} compile of {_where(str(facts['function']), facts['file'], facts['line'])}"
+            kept.setdefault(key, []).append(node)
+        frames = []
+        for key, f in sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns):
+            children = kept.get(key, [])
+            if f.more:
+                children.append(
+                    {
+                        "name": f"({f.more} more compile{'s' if f.more > 1 else ''})",
+                        "kind": "more",
+                        "total_s": _s(f.more_ns),
+                        "self_s": _s(f.more_ns),
+                        "count": f.more,
+                        "children": [],
+                    }
+                )
+            frames.append(
+                {
+                    "name": _where(*key),
+                    "kind": "frame",
+                    "total_s": _s(f.total_ns),
+                    "self_s": 0.0,
+                    "count": f.compiles,
+                    "children": children,
+                }
+            )
+        return {"name": "run", "kind": "run", "total_s": _s(self.wall_ns), "self_s": 0.0, "count": 1, "children": frames}
+
+    def format_text(self, width: int = 100) -> str:
+        """One terminal screen: the totals, then the top rows of each table."""
+        return format_text(self.to_dict(), width)
+
+    def write(self, destination: str) -> None:
+        """Write to ``stderr``/``stdout`` (text) or a file: ``.json`` JSON, ``.html`` the page, else text."""
+        facts = self.to_dict()
+        if destination in ("stderr", "stdout"):
+            stream: IO[str] = getattr(sys, destination)
+            stream.write(format_text(facts))
+            stream.flush()
+            return
+        if destination.endswith(".json"):
+            body = json.dumps(facts, indent=1) + "\n"
+        elif destination.endswith((".html", ".htm")):
+            from .html import render_html
+
+            body = render_html(facts)
+        else:
+            body = format_text(facts)
+        parent = os.path.dirname(destination)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(destination, "w", encoding="utf-8") as fh:
+            fh.write(body)
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def format_text(facts: dict[str, Any], width: int = 100) -> str:
+    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text."""
+    out: list[str] = []
+    w = max(60, width)
+    name_w = w - 42
+    kinds = ", ".join(f"{n} {k}" for k, n in facts["by_kind"].items())
+    wall = facts["wall_s"]
+    cpu = f", {facts['cpu_s']:.2f} s CPU" if facts.get("cpu_s") is not None else ""
+    out.append(
+        f"torch.compile run summary ({facts['source']}): {facts['compiles']} compiles"
+        + (f" ({kinds})" if kinds else "")
+        + f", {wall:.2f} s compiling{cpu}"
+    )
+    if not facts["compiles"]:
+        out.append("no compiles")
+        return "\n".join(out) + "\n"
+    phases = facts["phases"]
+    out.append("")
+    out.append(
+        f"{'time by phase (self time: not in a sub-phase)':<{name_w}} {'count':>7} {'total s':>10} {'self s':>10} {'self %':>7}"
+    )
+    for p in phases[:10]:
+        pct = 100 * p["self_s"] / wall if wall else 0.0
+        out.append(
+            f"  {_cut(p['name'], name_w - 2):<{name_w - 2}} {p['count']:>7} {p['total_s']:>10.3f} {p['self_s']:>10.3f} {pct:>6.1f}%"
+        )
+    if len(phases) > 10:
+        rest = phases[10:]
+        self_rest = sum(p["self_s"] for p in rest)
+        pct = 100 * self_rest / wall if wall else 0.0
+        out.append(
+            f"  {_cut(f'({len(rest)} more phases)', name_w - 2):<{name_w - 2}} {'':>7} {'':>10} {self_rest:>10.3f} {pct:>6.1f}%"
+        )
+    out.append("")
+    out.append(f"{'frames that cost most':<{name_w}} {'compiles':>8} {'total s':>10}")
+    for f in facts["frames"][:5]:
+        out.append(
+            f"  {_cut(_where(f['function'], f['file'], f['line']), name_w - 2):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}"
+        )
+    out.append("")
+    out.append("slowest compiles")
+    for c in facts["slowest"][:5]:
+        mark = "  FAILED" if c["status"] == "error" else ""
+        rank = f" rank {c['rank']}" if "rank" in c else ""
+        out.append(
+            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {_cut(_where(c['function'], c['file'], c['line']), w - 34)}{rank}{mark}"
+        )
+    rc = facts["recompiles"]
+    out.append("")
+    cats = ", ".join(f"{k} {v}" for k, v in rc["by_category"].items())
+    out.append(f"recompiles: {rc['total']}" + (f" ({cats})" if cats else ""))
+    for r in rc["top_reasons"][:3]:
+        out.append(f"  {r['count']:>5}  {_cut(r['category'] + ': ' + r['reason'], w - 9)}")
+    rest = rc["top_reasons"][3:]
+    if rest:  # the reasons past the third: how many, and how many recompiles they account for
+        more = rc["total"] - sum(r["count"] for r in rc["top_reasons"][:3])
+        out.append(f"  {more:>5}  ({len(rest)} more reason{'s' if len(rest) > 1 else ''}: --json or the HTML page lists them)")
+    gb = facts["graph_breaks"]
+    codes = ", ".join(f"{g['code']} {g['count']}" for g in gb["by_code"][:6])
+    unhandled = gb.get("unhandled") or 0  # each is its compile's failure, counted there (docs/metrics.md)
+    out.append(
+        f"graph breaks: {gb['total']}"
+        + (f" ({codes})" if codes else "")
+        + (f"; {unhandled} not handled (their compiles failed)" if unhandled else "")
+    )
+    for g in gb["by_code"][:3]:
+        out.append(f"  {g['count']:>5}  {_cut(g['code'] + ' ' + g['type'], w - 9)}")
+    if len(gb["by_code"]) > 3:
+        more = gb["total"] - sum(g["count"] for g in gb["by_code"][:3])
+        n = len(gb["by_code"]) - 3
+        out.append(f"  {more:>5}  ({n} more graph-break code{'s' if n > 1 else ''}: --json or the HTML page lists them)")
+    caches: dict[str, list[str]] = {}
+    for c in facts["cache"]:
+        caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")
+    if not caches:  # torch's metrics have no counts (an older log): the lookups it logged events for
+        for c in (facts.get("caches") or {}).get("lookups") or []:
+            caches.setdefault(c["cache"], []).append(f"{c['result']} {c['count']}")
+    out.append("cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups"))
+    out.extend(_cache_lines(facts.get("caches") or {}, w))
+    fl = facts["failures"]
+    types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
+    out.append(
+        f"failures: {fl['total']}"
+        + (f" ({types})" if types else "")
+        + f"; recompile-limit hits: {facts['recompile_limit_hits']}; frames left in eager: {facts['eager_fallbacks']}"
+    )
+    rt = facts.get("runtime") or {}
+    if rt.get("records"):
+        out.append(f"after their compiles (autotuning, cudagraph set-up): {rt['records']} records, {rt['total_s']:.3f} s")
+    out.extend(frame_lines(facts.get("recompiling_frames") or [], w, MAX_LINES - len(out), _where))
+    return "\n".join(out) + "\n"
+
+
+def _cache_lines(c: dict[str, Any], width: int) -> list[str]:
+    """Cold and warm: the work the misses cost, the loads, what the hits saved; why misses missed; odd ranks."""
+    if not c or not (c.get("hit_rate") or c.get("misses")):
+        return []
+    out = [
+        f"  cold work (misses) {c['miss_cost_s']:.2f} s, loading from caches {c['load_s']:.2f} s, "
+        f"saved by hits {c['saved_s']:.2f} s (torch's record)"
+    ]
+    rates = ", ".join(f"{k} {v['rate']:.0%} ({v['hits']} of {v['hits'] + v['misses']})" for k, v in c["hit_rate"].items())
+    if rates:
+        out.append(f"  hit rate: {rates}")
+    by = c.get("misses_by_cause") or {}
+    if by:
+        out.append("  misses by cause: " + ", ".join(f"{k} {n}" for k, n in by.items()))
+    for r in (c.get("top_reasons") or [])[:3]:
+        out.append(f"  {r['count']:>5}  {_cut(r['cache'] + ' ' + r['reason'], width - 9)}")
+    for r in (c.get("odd_ranks") or [])[:3]:
+        out.append(f"  {_cut(r['line'], width - 2)}")
+    more = len(c.get("odd_ranks") or []) - 3
+    if more > 0:
+        out.append(f"  ({more} more ranks missed what others hit)")
+    return out
+
+
+MAX_CACHE_SLOTS = 4096  # graphs whose lookups are compared across ranks
+MAX_CACHE_REASONS = 200
+
+
+class _Caches:
+    """Cold and warm starts: the time misses cost and hits saved, why misses missed, and ranks that missed alone."""
+
+    def __init__(self) -> None:
+        self.load_ns = 0
+        self.miss_cost_ns = 0
+        self.saved_s = 0.0
+        self.lookups: Counter[tuple[str, str]] = Counter()  # (cache, result): the lookups torch logged events for
+        self.causes: Counter[tuple[str, str]] = Counter()  # (cache, cause)
+        self.reasons: Counter[tuple[str, str]] = Counter()  # (cache, explanation text)
+        # (cache, compile id, pass) -> rank -> (result, cause text); compared across ranks
+        self.slots: dict[tuple[str, str, str], dict[int, tuple[str, str]]] = {}
+
+    def add(self, rec: CompileRecord) -> None:
+        saved = (rec.metrics or {}).get("remote_cache_time_saved_s")
+        if isinstance(saved, (int, float)) and not isinstance(saved, bool) and saved > 0:
+            self.saved_s += saved
+        if not rec.cache_lookups:
+            return
+        aot_miss = [lk for lk in rec.cache_lookups if lk.cache == "aot_autograd" and lk.result == "miss"]
+        for lk in rec.cache_lookups:
+            self.lookups[(lk.cache, lk.result)] += 1
+            if lk.result == "hit" and lk.phase_ns:
+                self.load_ns += lk.phase_ns
+            if lk.result == "miss" and lk.phase_ns and (lk.cache == "aot_autograd" or not aot_miss):
+                self.miss_cost_ns += lk.phase_ns  # an FX graph's compile is inside its AOTAutograd miss's
+            e = lk.explanation
+            if lk.result == "miss" and e is not None:
+                self.causes[(lk.cache, e.cause)] += 1
+                key = (lk.cache, e.text()[:300])
+                if key in self.reasons or len(self.reasons) < MAX_CACHE_REASONS:
+                    self.reasons[key] += 1
+            if rec.rank is not None and lk.result in ("hit", "miss"):
+                pass_ = "backward" if lk.backward else "forward" if lk.backward is False else ""
+                slot = (lk.cache, rec.id_str, pass_)
+                ranks = self.slots.get(slot)
+                if ranks is None and len(self.slots) < MAX_CACHE_SLOTS:
+                    ranks = self.slots[slot] = {}
+                if ranks is not None:
+                    ranks.setdefault(rec.rank, (lk.result, e.short() if e is not None else ""))
+
+    def odd_ranks(self) -> list[dict[str, Any]]:
+        """Per graph that some ranks hit and others missed: each rank that missed, with why."""
+        out = []
+        for (cache, cid, pass_), ranks in sorted(self.slots.items()):
+            hit = sorted(r for r, (res, _) in ranks.items() if res == "hit")
+            missed = sorted(r for r, (res, _) in ranks.items() if res == "miss")
+            if not hit or not missed:
+                continue
+            graph = f"{cid} {pass_}".strip()
+            others = ", ".join(str(r) for r in hit[:8]) + (" ..." if len(hit) > 8 else "")
+            for r in missed:
+                why = ranks[r][1]
+                out.append(
+                    {
+                        "rank": r,
+                        "cache": cache,
+                        "graph": graph,
+                        "hit_on": hit,
+                        "reason": why,
+                        "line": f"rank {r} missed {cache} {graph} (rank {others} hit it): {why}",
+                    }
+                )
+        return out
+
+    def to_dict(self, counts: Counter[tuple[str, str, str]]) -> dict[str, Any]:
+        rates: dict[str, dict[str, Any]] = {}
+        counted = {cache for (cache, _loc, _r) in counts}
+        # torch's counts (its CompilationMetrics); a cache they lack (older logs) by the lookups' events
+        rows = [(cache, result, n) for (cache, _loc, result), n in sorted(counts.items())]
+        rows += [(cache, result, n) for (cache, result), n in sorted(self.lookups.items()) if cache not in counted]
+        for cache, result, n in rows:
+            if result in ("hit", "miss"):
+                r = rates.setdefault(cache, {"hits": 0, "misses": 0})
+                r["hits" if result == "hit" else "misses"] += n
+        for r in rates.values():
+            r["rate"] = round(r["hits"] / (r["hits"] + r["misses"]), 4) if r["hits"] + r["misses"] else 0.0
+        by_cause: Counter[str] = Counter()
+        for (_, cause), n in self.causes.items():
+            by_cause[cause] += n
+        return {
+            "miss_cost_s": _s(self.miss_cost_ns),
+            "load_s": _s(self.load_ns),
+            "saved_s": round(self.saved_s, 6),
+            "hit_rate": rates,
+            "lookups": [{"cache": c, "result": r, "count": n} for (c, r), n in sorted(self.lookups.items())],
+            "misses": sum(self.causes.values()),
+            "misses_by_cause": dict(by_cause.most_common()),
+            "misses_by_cache_and_cause": [{"cache": c, "cause": k, "count": n} for (c, k), n in sorted(self.causes.items())],
+            "top_reasons": [
+                {"cache": c, "reason": t, "count": n}
+                for (c, t), n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
+            ],
+            "odd_ranks": self.odd_ranks(),
+        }
+
+
+# -- what `torch-otel diff` compares, beside the totals above (new keys of the same schema_version) ------------------
+MAX_LOCATIONS = 1000  # distinct (graph-break code, location) and (failure type, frame) kept
+
+
+class _Extra:
+    """Graph breaks by code and location, failures by frame, the frames that recompile, the ranks and torch versions."""
+
+    def __init__(self, capture_payloads: bool, live: bool) -> None:
+        self.live = live
+        self.breaks: Counter[tuple[str, str, str | None, int | None, str]] = Counter()  # code, type, file, line, frame
+        self.failed: Counter[tuple[str, str, str | None, int | None]] = Counter()  # type, function, file, line
+        self.recompiling = RecompilingFrames(capture_payloads)
+        self.ranks: set[int] = set()
+        self.versions: set[str] = set()
+
+    def add(self, rec: CompileRecord, key: FrameKey, failed: str | None) -> None:
+        for gb in rec.handled_graph_breaks:
+            k = (graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "", gb.filename, gb.lineno, key[0])
+            if k in self.breaks or len(self.breaks) < MAX_LOCATIONS:
+                self.breaks[k] += 1
+        if failed:
+            f = (failed, *key)
+            if f in self.failed or len(self.failed) < MAX_LOCATIONS:
+                self.failed[f] += 1
+        self.recompiling.add(rec, key)
+        if rec.rank is not None and len(self.ranks) < 65536:
+            self.ranks.add(rec.rank)
+        version = rec.torch_version or (_live_torch_version() if self.live else None)
+        if version and len(self.versions) < 16:
+            self.versions.add(version)
+
+    def extend(self, d: dict[str, Any]) -> dict[str, Any]:
+        d["graph_breaks"]["by_location"] = [
+            {"code": c, "type": t, "file": f, "line": ln, "frame": fr, "count": n}
+            for (c, t, f, ln, fr), n in sorted(self.breaks.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        ]
+        d["failures"]["by_frame"] = [
+            {"type": t, "function": fn, "file": f, "line": ln, "count": n}
+            for (t, fn, f, ln), n in sorted(self.failed.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        ]
+        d["recompiling_frames"] = self.recompiling.to_dict()
+        d["ranks"] = sorted(self.ranks)
+        d["torch_versions"] = sorted(self.versions)
+        return d
+
+
+def _live_torch_version() -> str | None:
+    torch = sys.modules.get("torch")
+    v = getattr(torch, "__version__", None) if torch is not None else None
+    return str(v) if v else None
