@@ -95,6 +95,28 @@ def _cases() -> list[tuple[str, list[str], list[str]]]:
         "mixed.json",
     ]
     cases.append(("diff-summaries-and-traces", steps, ["summaries.json", "traces.json", "mixed.json"]))
+    # two jobs' directories of per-rank summaries: each side's ranks merged into one run (and compared rank by rank)
+    steps = ["@mkdir", "a", "&&", "@mkdir", "b"]
+    for r in range(3):
+        steps += [
+            "&&",
+            "replay",
+            str(cold / f"dedicated_log_torch_trace_rank_{r}.log.gz"),
+            "--json",
+            f"a/summary-{r}.json",
+            "-o",
+            f"a{r}.jsonl",
+        ]
+    for r in (0, 5):
+        steps += [
+            "&&",
+            "replay",
+            str(DATA / "tlparse-corpus" / f"multi_rank_runtime_rank_{r}.log.gz"),
+            "--json",
+            f"b/summary-{r}.json",
+        ]
+    steps += ["&&", "diff", "a", "b", "--json", "ranks.json", "&&", "diff", "b", "a", "--json", "back.json"]
+    cases.append(("diff-summary-directories", steps, ["ranks.json", "back.json"]))
     cases.append(("diff-gate", ["diff", str(rank0), str(rank2), "--fail-on", "all", "--json", "diff.json"], ["diff.json"]))
     return cases
 
@@ -117,6 +139,9 @@ def _run(tree: Path, out: Path, argv: list[str]) -> dict[str, str]:
         steps.append([]) if a == "&&" else steps[-1].append(a)
     got = {"exit": "", "stdout": "", "stderr": ""}
     for step in steps:
+        if step[:1] == ["@mkdir"]:
+            (out / step[1]).mkdir()
+            continue
         res = subprocess.run(
             [sys.executable, "-m", "torch_otel", *step],
             env=_env(tree),
