@@ -114,6 +114,8 @@ def _cases() -> list[tuple[str, list[str], list[str]]]:
             str(DATA / "tlparse-corpus" / f"multi_rank_runtime_rank_{r}.log.gz"),
             "--json",
             f"b/summary-{r}.json",
+            "-o",
+            f"b{r}.jsonl",
         ]
     steps += ["&&", "diff", "a", "b", "--json", "ranks.json", "&&", "diff", "b", "a", "--json", "back.json"]
     cases.append(("diff-summary-directories", steps, ["ranks.json", "back.json"]))
