@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry
 from torch_otel._core.categories import PHASES
 from torch_otel._core.settings import Settings
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.build import Pipeline
 from torch_otel._pipeline.replay import replay_paths
 from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
 from torch_otel._sinks.spans import SpanMapper
@@ -95,13 +97,10 @@ def _record_log(tmp_path: Path) -> Path:
 def _replay(log: Path, capture: str = "default") -> tuple[list, CollectorRegistry]:  # type: ignore[type-arg]
     exporter, provider, registry = InMemorySpanExporter(), TracerProvider(), CollectorRegistry()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    code, _ = replay_paths(
-        [str(log)],
-        [CompileMetrics([PrometheusBackend(registry)])],
-        artifacts=capture == "full",
-        out=sys.stderr,
-        tracing=SpanMapper(provider.get_tracer("t"), Settings(), live=False),
+    pipeline = Pipeline(
+        [CompileMetrics([PrometheusBackend(registry)])], tracing=SpanMapper(provider.get_tracer("t"), Settings(), live=False)
     )
+    code = replay_paths([str(log)], pipeline, ReplayStats(), artifacts=capture == "full")
     assert code == 0
     return list(exporter.get_finished_spans()), registry
 

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.build import Pipeline
 from torch_otel._pipeline.replay import replay_paths
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
@@ -224,9 +225,9 @@ def test_mutated_real_logs_never_crash_and_every_skip_is_counted(recorded, data)
             lines[i % len(lines)], lines[j] = lines[j], lines[i % len(lines)]
     path = recorded["tmp"] / "mutated.log"
     path.write_bytes(b"\n".join(lines))
-    import io
 
-    code, stats = replay_paths([str(path)], [], out=io.StringIO())
+    stats = ReplayStats()
+    code = replay_paths([str(path)], Pipeline([]), stats)
     assert isinstance(stats, ReplayStats)
     assert code in (0, 1)
     # every line is either part of a record or counted as skipped
@@ -280,7 +281,7 @@ def test_generated_logs_never_crash_and_every_line_is_a_record_a_payload_or_coun
     with tempfile.TemporaryDirectory() as d:  # and the whole mapping takes whatever the reader let through
         path = Path(d) / "generated.log"
         path.write_bytes(b"\n".join(lines))
-        code, _stats = replay_paths([str(path)], [], out=io.StringIO())
+        code = replay_paths([str(path)], Pipeline([]), ReplayStats())
     assert code in (0, 1)
 
 

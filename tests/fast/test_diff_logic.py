@@ -25,7 +25,6 @@ from torch_otel._analysis.diff import (
     format_text,
     grew,
     match,
-    merge_summaries,
     parse_fail_on,
 )
 from torch_otel._core.compile_id import parse_compile_id
@@ -33,7 +32,7 @@ from torch_otel._core.graph_breaks import graph_break_code
 from torch_otel._model.events import GraphBreakEvent
 from torch_otel._pipeline.diff import read_side
 from torch_otel._sinks.diff_html import render_diff_html
-from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary import RunSummary, merge_summaries
 
 GB_TYPE = "Call to `torch._dynamo.graph_break()`"
 

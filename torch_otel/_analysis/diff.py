@@ -13,7 +13,7 @@ Everything here reads plain dicts: no torch, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,6 @@ __all__ = [
     "compare",
     "format_text",
     "match",
-    "merge_summaries",
     "parse_fail_on",
 ]
 
@@ -803,128 +802,3 @@ def _fit(secs: list[tuple[str, list[str], int]], max_lines: int) -> list[str]:
             out.extend(lines[: n - 1])
             out.append(f"  ({len(lines) - n + 1} more lines: --json or --html has them)")
     return out[:max_lines]
-
-
-# -- several ranks' summaries as one (a directory of TORCH_OTEL_SUMMARY=summary-{rank}.json) --------------------------
-
-
-def merge_summaries(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The facts the diff reads, summed over several runs' summaries (one per rank)."""
-
-    def add_rows(key: Callable[[Mapping[str, Any]], Any], rows: Iterable[Any], counts: tuple[str, ...]) -> list[dict[str, Any]]:
-        merged: dict[Any, dict[str, Any]] = {}
-        for r in rows:
-            if not isinstance(r, Mapping):
-                continue
-            k = key(r)
-            if k not in merged:
-                merged[k] = dict(r)
-            else:
-                for c in counts:
-                    merged[k][c] = round(_num(merged[k].get(c)) + _num(r.get(c)), 6)
-        return list(merged.values())
-
-    def counter(dicts: Iterable[Any]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for d in dicts:
-            for k, v in (d or {}).items():
-                out[k] = out.get(k, 0) + int(_num(v))
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-    ps = [p for p in parts if isinstance(p, Mapping)]
-    rates: dict[str, dict[str, Any]] = {}
-    for p in ps:
-        for cache, r in ((p.get("caches") or {}).get("hit_rate") or {}).items():
-            x = rates.setdefault(cache, {"hits": 0, "misses": 0})
-            x["hits"] += int(_num(r.get("hits")))
-            x["misses"] += int(_num(r.get("misses")))
-    for x in rates.values():
-        x["rate"] = round(x["hits"] / (x["hits"] + x["misses"]), 4) if x["hits"] + x["misses"] else 0.0
-    rec_frames = add_rows(
-        lambda r: (r.get("function"), _base(r.get("file")), r.get("line")),
-        [f for p in ps for f in p.get("recompiling_frames") or []],
-        ("recompiles", "compiles", "limit_hits"),
-    )
-    by_cat: dict[tuple[Any, ...], dict[str, int]] = {}
-    for p in ps:
-        for f in p.get("recompiling_frames") or []:
-            k = (f.get("function"), _base(f.get("file")), f.get("line"))
-            for c, n in (f.get("by_category") or {}).items():
-                by_cat.setdefault(k, {})[c] = by_cat.setdefault(k, {}).get(c, 0) + int(_num(n))
-    for f in rec_frames:
-        f["by_category"] = by_cat.get((f.get("function"), _base(f.get("file")), f.get("line")), {})
-    return {
-        "schema_version": 1,
-        "source": ps[0].get("source") if ps else None,
-        "compiles": int(sum(_num(p.get("compiles")) for p in ps)),
-        "wall_s": round(sum(_num(p.get("wall_s")) for p in ps), 6),
-        "phases": add_rows(
-            lambda r: r.get("name"), [x for p in ps for x in p.get("phases") or []], ("count", "total_s", "self_s")
-        ),
-        "frames": add_rows(
-            lambda r: (r.get("function"), _base(r.get("file")), r.get("line")),
-            [x for p in ps for x in p.get("frames") or []],
-            ("compiles", "total_s"),
-        ),
-        "recompiles": {
-            "total": int(sum(_num((p.get("recompiles") or {}).get("total")) for p in ps)),
-            "by_category": counter((p.get("recompiles") or {}).get("by_category") for p in ps),
-            "top_reasons": add_rows(
-                lambda r: (r.get("category"), r.get("reason")),
-                [x for p in ps for x in (p.get("recompiles") or {}).get("top_reasons") or []],
-                ("count",),
-            ),
-        },
-        "graph_breaks": {
-            "total": int(sum(_num((p.get("graph_breaks") or {}).get("total")) for p in ps)),
-            "by_code": add_rows(
-                lambda r: (r.get("code"), r.get("type")),
-                [x for p in ps for x in (p.get("graph_breaks") or {}).get("by_code") or []],
-                ("count",),
-            ),
-            **(
-                {
-                    "by_location": add_rows(
-                        lambda r: (r.get("code"), _base(r.get("file")), r.get("line"), r.get("frame")),
-                        [x for p in ps for x in (p.get("graph_breaks") or {}).get("by_location") or []],
-                        ("count",),
-                    )
-                }
-                if all("by_location" in (p.get("graph_breaks") or {}) for p in ps)
-                else {}
-            ),
-        },
-        "failures": {
-            "total": int(sum(_num((p.get("failures") or {}).get("total")) for p in ps)),
-            "by_type": counter((p.get("failures") or {}).get("by_type") for p in ps),
-            **(
-                {
-                    "by_frame": add_rows(
-                        lambda r: (r.get("type"), r.get("function"), _base(r.get("file")), r.get("line")),
-                        [x for p in ps for x in (p.get("failures") or {}).get("by_frame") or []],
-                        ("count",),
-                    )
-                }
-                if all("by_frame" in (p.get("failures") or {}) for p in ps)
-                else {}
-            ),
-        },
-        "recompile_limit_hits": int(sum(_num(p.get("recompile_limit_hits")) for p in ps)),
-        "caches": {
-            "hit_rate": rates,
-            "misses": int(sum(_num((p.get("caches") or {}).get("misses")) for p in ps)),
-            "misses_by_cache_and_cause": add_rows(
-                lambda r: (r.get("cache"), r.get("cause")),
-                [x for p in ps for x in (p.get("caches") or {}).get("misses_by_cache_and_cause") or []],
-                ("count",),
-            ),
-            "top_reasons": add_rows(
-                lambda r: (r.get("cache"), r.get("reason")),
-                [x for p in ps for x in (p.get("caches") or {}).get("top_reasons") or []],
-                ("count",),
-            ),
-        },
-        **({"recompiling_frames": rec_frames} if all("recompiling_frames" in p for p in ps) else {}),
-        "ranks": sorted({r for p in ps for r in p.get("ranks") or []}),
-        "torch_versions": sorted({v for p in ps for v in p.get("torch_versions") or []}),
-    }

@@ -314,12 +314,15 @@ class CompileRecord:
 
 
 class Sink(abc.ABC):
-    """What the assembler hands its compiles to: spans, metrics, the run summary, log records, replay's stamps.
+    """What the assembler hands its compiles to: spans, metrics, the run summary, log records, reports.
 
     The assembler calls ``on_start`` as a compile begins (optional) and ``on_finish`` once it has ended and
-    every derived fact is on the record. A sink only reads the record. The owner of the pipeline (the bridge,
-    replay) calls ``force_flush`` and ``shutdown``; a sink with nothing buffered keeps the defaults.
-    Exceptions are caught by the caller, counted and logged once: a sink never reaches the user's compile.
+    every derived fact is on the record. A sink only reads the record. Its pipeline
+    (torch_otel._pipeline.build.Pipeline) owns its lifecycle, as the OpenTelemetry SDK's provider owns its span
+    processors: it calls ``force_flush`` and ``shutdown`` on every sink in order, under one deadline. A sink that
+    reports (the run summary, the cache key index, replay's report) writes on ``shutdown``; one with nothing
+    buffered keeps the defaults. Exceptions are caught by the caller, counted and logged once: a sink never
+    reaches the user's compile, nor stops the sinks after it.
     """
 
     def on_start(self, record: CompileRecord) -> None:  # noqa: B027 - optional, empty by design
@@ -333,8 +336,9 @@ class Sink(abc.ABC):
         """A torch warning logged outside any compile the assembler knows of."""
 
     def force_flush(self, timeout_millis: int = 10_000) -> bool:
-        """Deliver what the sink holds; True when done in time."""
+        """Deliver what the sink holds, within ``timeout_millis``; True when done in time."""
         return True
 
-    def shutdown(self) -> None:  # noqa: B027 - optional, empty by design
-        """Release what the sink holds; safe to call twice."""
+    def shutdown(self, timeout_millis: int = 30_000) -> None:  # noqa: B027 - optional, empty by design
+        """Deliver and write what the sink holds (within ``timeout_millis`` where it can), then release it; safe
+        to call twice."""

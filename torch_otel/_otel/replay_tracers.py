@@ -22,6 +22,7 @@ from opentelemetry.trace import Tracer
 from .._version import __version__
 from .ids import UrandomIdGenerator
 
+REPLAYED = "torch_otel.replay"  # the resource attribute that says a span was replayed (torch-otel diff reads it)
 MAX_IDENTITIES = 4096  # distinct processes in one replay; more share the last one's tracer
 # Resource keys that describe the machine or process running the replay: never put on replayed spans.
 _REPLAYER_KEYS = ("host.", "process.", "os.", "container.", "k8s.")
@@ -32,7 +33,7 @@ def replay_resource(pid: int | None, rank: int | None, torch_version: str | None
     attrs: dict[str, Any] = {
         "telemetry.distro.name": "torch-otel",
         "telemetry.distro.version": __version__,
-        "torch_otel.replay": True,
+        REPLAYED: True,
     }
     if run:
         attrs["torch_otel.replay.run"] = run

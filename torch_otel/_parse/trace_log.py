@@ -40,7 +40,6 @@ class ReplayStats:
     unknown_kinds: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
     problems: list[str] = field(default_factory=list)
-    run: Any = None  # the compiles found, and where their time went: a RunSummary (replay_paths)
 
 
 _OTLP_JSON_KEYS = (b'"resourceSpans"', b'"resourceMetrics"', b'"resourceLogs"')

@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,46 +18,19 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from .._analysis.cache_index import live_key_history
-from .._analysis.caches import LOADED
-from .._analysis.recompiles import NearLimitWarning, live_recompile_limit
 from .._assemble.assembler import Assembler
 from .._capture.live import LiveCapture
 from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
-from .._core.paths import path_problem
-from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
-from .._model.record import Sink
 from .._otel.exposition import set_before_scrape
-from .._sinks.logs import LogSink
-from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
+from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
 from .._sinks.summary import RunSummary
 from .._version import __version__
+from .build import MetricsSpec, Pipeline, PipelineSpec, build_pipeline
 
-_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
 _lock = threading.RLock()
-
-
-def prometheus_backend(registry: CollectorRegistry) -> Backend:
-    """One set of series per registry (prometheus_client refuses duplicates)."""
-    with _lock:
-        b = _backends.get(registry)
-        if b is None:
-            b = _backends[registry] = PrometheusBackend(registry)
-        return b
-
-
-def otel_backend(meter_provider: MeterProvider) -> Backend:
-    """One set of instruments per meter provider."""
-    with _lock:
-        b = _backends.get(meter_provider)
-        if b is None:
-            b = _backends[meter_provider] = OTelBackend(meter_provider.get_meter("torch_otel", __version__))
-        return b
-
-
 _CHILD_FLUSH_MS = 1_000  # a slow collector costs a forked child's compile at most this
 
 
@@ -73,10 +45,17 @@ class Bridge:
     assembler: Assembler
     capture: LiveCapture
     tracer_provider: Any
-    metrics: CompileMetrics | None
+    pipeline: Pipeline  # the sinks and their lifecycle: the run summary, the cache key index, metrics, log records
     owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
-    summary: RunSummary | None = None  # TORCH_OTEL_SUMMARY: written when the bridge stops
-    save_cache_index: Callable[[], None] | None = None  # the cache key index, the next run's baseline
+
+    @property
+    def metrics(self) -> CompileMetrics | None:
+        return self.pipeline.metrics
+
+    @property
+    def summary(self) -> RunSummary | None:
+        """The run summary (TORCH_OTEL_SUMMARY's, written when the bridge stops; or the one ``instrument`` was given)."""
+        return self.pipeline.summary
 
 
 _bridge: Bridge | None = None
@@ -121,31 +100,20 @@ def instrument(
             return None
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("torch_otel", __version__)
-        sinks: list[Sink] = []
         metrics = None
         if settings.metrics:
-            backends = [prometheus_backend(registry)] if registry is not None else []
-            backends.append(otel_backend(meter_provider or otel_metrics.get_meter_provider()))
-            metrics = CompileMetrics(backends, detail_ranks=settings.detail_ranks)
-            sinks.append(metrics)
-        if logger_provider is not None:
-            sinks.append(
-                LogSink(logger_provider, settings.attribute_max_length, settings.redact_paths, not settings.capture_payloads)
+            metrics = MetricsSpec(registry, meter_provider or otel_metrics.get_meter_provider())
+        pipeline = build_pipeline(
+            PipelineSpec(
+                "live",
+                settings,
+                tracing=SpanMapper(tracer, settings, live=True),
+                metrics=metrics,
+                logger_provider=logger_provider,
+                summary=summary,
             )
-        if summary is None and settings.summary:
-            summary = RunSummary("live", settings.capture_payloads)
-        if summary is not None:
-            sinks.append(summary)
-        sinks.append(NearLimitWarning())  # one line per frame near the recompile limit
-        cache_keys, save_cache_index = live_key_history(settings)
-        assembler = Assembler(
-            sinks,
-            max_open=settings.max_open_compiles,
-            tracing=SpanMapper(tracer, settings, live=True),
-            cache_loads=LOADED,
-            cache_keys=cache_keys,
-            recompile_limit=live_recompile_limit,
         )
+        assembler = pipeline.assembler(max_open=settings.max_open_compiles)
         cap = LiveCapture(
             assembler,
             level,
@@ -158,7 +126,7 @@ def instrument(
         except Exception as exc:  # noqa: BLE001 - never break the user's program
             record_error("instrument", exc)
             return None
-        _bridge = Bridge(settings, assembler, cap, provider, metrics, list(_owned or []), summary, save_cache_index)
+        _bridge = Bridge(settings, assembler, cap, provider, pipeline, list(_owned or []))
         set_live_stats(assembler.stats)
         set_before_scrape(cap.drain)  # /metrics serves the compiles that ended
         if not _atexit_registered:
@@ -178,7 +146,11 @@ def current() -> Bridge | None:
 
 
 def uninstrument(timeout_millis: int | None = None) -> None:
-    """Remove every hook and leave torch's loggers exactly as they were; stop what the bridge started."""
+    """Remove every hook and leave torch's loggers exactly as they were; stop what the bridge started.
+
+    The pipeline's sinks stop first (the cache key index and the run summary are written), then the providers and
+    servers the bridge made, all within ``timeout_millis`` (default ``TORCH_OTEL_SHUTDOWN_TIMEOUT``).
+    """
     global _bridge
     from .._core.arm import cancel
 
@@ -198,30 +170,10 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             b.assembler.flush("the bridge was uninstrumented during the compile", cut_ns=time.time_ns())
         except Exception as exc:  # noqa: BLE001
             record_error("uninstrument flush", exc)
-    if b.save_cache_index is not None:
-        try:
-            b.save_cache_index()
-        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
-            record_error("cache key index", exc)
-    if b.summary is not None and b.settings.summary:
-        _write_summary(b.summary, b.settings.summary)
-    _stop_owned(b, b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis)
-
-
-def _write_summary(summary: RunSummary, destinations: tuple[str, ...]) -> None:
-    """TORCH_OTEL_SUMMARY: the run summary to each destination; a path that cannot be written is one line."""
-    rank = env_rank()
-    for d in destinations:
-        path = d if d in ("stderr", "stdout") else d.format(rank=rank, pid=os.getpid())
-        try:
-            summary.write(path)
-        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
-            warn_once(
-                f"summary:{path}",
-                "cannot write the run summary to %s (%s); set TORCH_OTEL_SUMMARY to a writable path or to stderr",
-                path,
-                (path_problem(path) if d not in ("stderr", "stdout") else None) or getattr(exc, "strerror", None) or exc,
-            )
+    timeout = b.settings.shutdown_timeout_ms if timeout_millis is None else timeout_millis
+    deadline = time.monotonic() + timeout / 1000
+    b.pipeline.shutdown(timeout)
+    _stop_owned(b, max(0, int((deadline - time.monotonic()) * 1000)))
 
 
 def _stop_owned(b: Bridge, timeout_millis: int) -> None:
@@ -295,12 +247,16 @@ def force_flush(timeout_millis: int = 10_000) -> bool:
     """
     global _flushing
     b = _bridge
+    deadline = time.monotonic() + timeout_millis / 1000
+    sinks_done = True
     if b is not None:
         b.capture.drain()  # the compiles that ended: their spans and metrics, now
+        sinks_done = b.pipeline.force_flush(timeout_millis)  # what the sinks hold (none buffers today)
+        timeout_millis = max(0, int((deadline - time.monotonic()) * 1000))
     provider = b.tracer_provider if b is not None else trace.get_tracer_provider()
     flush = getattr(provider, "force_flush", None)
     if flush is None:
-        return True
+        return sinks_done
     ok: list[bool] = []
 
     def work() -> None:
@@ -316,7 +272,7 @@ def force_flush(timeout_millis: int = 10_000) -> bool:
             worker = _flushing = threading.Thread(target=work, name="torch-otel-flush", daemon=True)
             worker.start()
     worker.join(timeout_millis / 1000)
-    return bool(ok and ok[0]) and not worker.is_alive()
+    return sinks_done and bool(ok and ok[0]) and not worker.is_alive()
 
 
 def shutdown(timeout_millis: int | None = None) -> None:

@@ -1,8 +1,9 @@
-"""``torch-otel replay``'s pipeline: the tracing, sinks and exports of a replay, and its exit status.
+"""``torch-otel replay``: TORCH_TRACE logs read into the pipeline of spans, metrics and the replay's report.
 
-The CLI parses the arguments into :class:`ReplayOptions` and calls :func:`run_replay`; everything a replay
-builds (the per-process tracers, the span backpressure, the metrics for a Pushgateway or OTLP, the divergence
-report, the JSON and HTML outputs) is put together here, from the same settings and providers as live capture.
+The CLI parses the arguments into :class:`ReplayOptions` and calls :func:`run_replay`. It describes the replay's
+pipeline (torch_otel._pipeline.build: the per-process tracers that deliver the spans, the metrics for a Pushgateway
+or OTLP, the report), reads every log into it (:func:`replay_paths`, one assembler per file, :func:`replay_file`),
+and shuts it down: the report writes the text, ``--json`` and ``--html``, then the spans and metrics go out.
 
 Exit status: 0 done, 1 nothing could be parsed, 2 a path is missing, 3 spans were made but not exported.
 """
@@ -10,7 +11,6 @@ Exit status: 0 done, 1 nothing could be parsed, 2 a path is missing, 3 spans wer
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -21,8 +21,8 @@ from typing import IO, Any
 from .._analysis.cache_index import baseline_keys, remember_key
 from .._analysis.caches import KeyHistory
 from .._assemble.assembler import Assembler, CacheKeys, Tracing
-from .._core.paths import check_writable, write_error
-from .._core.settings import Settings, load_settings, url_setting
+from .._core.paths import check_writable
+from .._core.settings import load_settings, url_setting
 from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from .._model.record import CompileRecord, Sink
 from .._parse.records import RecordError, parse_record
@@ -37,9 +37,9 @@ from .._parse.trace_log import (
     open_log,
     torch_version_of,
 )
-from .._sinks.summary import RunSummary
+from .build import MetricsSpec, Pipeline, PipelineSpec, Push, ReportSpec, build_pipeline
 
-__all__ = ["ReplayOptions", "run_replay"]
+__all__ = ["ReplayOptions", "replay_file", "replay_paths", "run_replay"]
 
 EXIT_OK, EXIT_NOTHING_PARSED, EXIT_MISSING_PATH, EXIT_NOT_EXPORTED = 0, 1, 2, 3
 
@@ -139,41 +139,15 @@ def replay_file(
     stats.unmatched["ends with no begin open"] += assembler.stats["unmatched_phase_ends"]
 
 
-def print_summary(stats: ReplayStats, out: IO[str]) -> None:
-    """The run summary of what was replayed, then what the replay itself met (unmatched events, skipped lines)."""
-    out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
-    if stats.run is not None:
-        out.write(stats.run.format_text())
-    if not (stats.run and stats.run.by_kind) and stats.kinds:
-        held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
-        out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")
-    out.write("\n")
-    unmatched = sum(stats.unmatched.values())
-    out.write(
-        f"phase events unmatched: {unmatched}"
-        + (" (" + ", ".join(f"{k}: {v}" for k, v in stats.unmatched.items() if v) + ")" if unmatched else "")
-        + "\n"
-    )
-    out.write(f"lines skipped: {sum(stats.skipped.values())}\n")
-    for k, v in stats.skipped.most_common():
-        out.write(f"  {v:6d}  {k}\n")
-    out.write("event kinds not recognised:" + (" none" if not stats.unknown_kinds else "") + "\n")
-    for k, v in stats.unknown_kinds.most_common():
-        out.write(f"  {v:6d}  {k}\n")
-
-
 def replay_paths(
     paths: list[str],
-    sinks: list[Sink],
+    pipeline: Pipeline,
+    stats: ReplayStats,
     keep_all_payloads: bool = False,
-    out: IO[str] = sys.stdout,
     artifacts: bool = False,
-    tracing: Tracing | None = None,
-    cache_keys: CacheKeys | None = None,
-) -> tuple[int, ReplayStats]:
-    """Replay every path. Exit status: 2 for a missing path, 1 if nothing could be parsed, else 0."""
-    run = RunSummary("replay", capture_payloads=keep_all_payloads)
-    stats = ReplayStats(run=run)
+) -> int:
+    """Replay every path into ``pipeline``, one assembler per file. Exit status: 2 for a missing path (said at once), 1
+    if nothing could be parsed, else 0. What could not be read is in ``stats`` (its report says it)."""
     files: list[Path] = []
     for p in paths:
         path = Path(p)
@@ -181,7 +155,7 @@ def replay_paths(
             sys.stderr.write(
                 f"torch-otel replay: {p}: no such file or directory; pass a TORCH_TRACE log, a .gz of one, or its directory\n"
             )
-            return 2, stats
+            return EXIT_MISSING_PATH
         found = log_files(path)
         if not found:
             stats.problems.append(
@@ -198,38 +172,14 @@ def replay_paths(
     stats.bytes = total_bytes
     progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        replay_file(f, [*sinks, run], stats, keep_all_payloads, progress, artifacts, tracing, cache_keys)
+        replay_file(f, list(pipeline.sinks), stats, keep_all_payloads, progress, artifacts, pipeline.tracing, pipeline.cache_keys)
         if progress is not None:
             progress.file_done(f.stat().st_size)
     if progress is not None:
         progress.close()
-    if files:
-        print_summary(stats, out)
-    for p in stats.problems:
-        sys.stderr.write(f"torch-otel replay: {p}\n")
     if not stats.kinds and not stats.unknown_kinds:
-        if files:
-            sys.stderr.write("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
-        return 1, stats
-    return 0, stats
-
-
-class _Backpressure(Sink):
-    """Replay produces spans faster than an exporter sends them: drain the batch queue before it can overflow."""
-
-    def __init__(self, provider: Any, every_spans: int = 1000) -> None:
-        self.provider = provider
-        self.every = every_spans
-        self.pending = 0
-        self.spans = 0  # every span the replay made (a compile's phases and its root)
-
-    def on_finish(self, record: CompileRecord) -> None:
-        n = sum(1 for _ in record.root.walk())
-        self.spans += n
-        self.pending += n
-        if self.pending >= self.every:
-            self.pending = 0
-            self.provider.force_flush()
+        return EXIT_NOTHING_PARSED
+    return EXIT_OK
 
 
 def run_name(paths: list[str]) -> str:
@@ -237,29 +187,18 @@ def run_name(paths: list[str]) -> str:
     return name[:64]
 
 
-@dataclass
-class _ReplayMetrics:
-    sink: Any
-    registry: Any
-    meter_provider: Any
-    url: str | None
-    run: str
-
-
-def _replay_metrics(
-    pushgateway: str | None, run: str, settings: Settings, env: Mapping[str, str], err: IO[str]
-) -> _ReplayMetrics | None:
-    """The metrics sink of a replay: a fresh registry for the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER asks."""
+def _metrics(
+    pushgateway: str | None, run: str, env: Mapping[str, str], err: IO[str], succeeded: Callable[[], bool]
+) -> MetricsSpec | None:
+    """Where a replay's metrics go: a fresh registry pushed to the Pushgateway, and OTLP when OTEL_METRICS_EXPORTER
+    asks; None for neither. A bad --pushgateway is one line, now."""
     if not pushgateway and not env.get("OTEL_METRICS_EXPORTER"):
         return None
     from prometheus_client import CollectorRegistry
 
     from .._otel.providers import METRIC_EXPORTERS, build_meter_provider, exporter_names
-    from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
 
-    backends: list[Backend] = []
-    registry = None
-    url = None
+    registry = push = None
     if pushgateway:
         problems: list[str] = []
         url = url_setting({"--pushgateway": pushgateway}, "--pushgateway", problems)
@@ -267,7 +206,7 @@ def _replay_metrics(
             print(f"torch-otel replay: {problems[0]}", file=err)
         else:
             registry = CollectorRegistry()
-            backends.append(PrometheusBackend(registry))
+            push = Push(url, run, succeeded, sys.stdout, err)
     meter_provider = None
     if env.get("OTEL_METRICS_EXPORTER"):
         names = exporter_names(env, "OTEL_METRICS_EXPORTER", "none", METRIC_EXPORTERS)
@@ -276,64 +215,9 @@ def _replay_metrics(
 
         # not the replaying machine's host or pid; each series says its rank
         meter_provider = build_meter_provider(env, pushed, resource=replay_resource(None, None, None, run))
-        if meter_provider is not None:
-            backends.append(OTelBackend(meter_provider.get_meter("torch_otel.replay")))
-    if not backends:
+    if registry is None and meter_provider is None:
         return None
-    sink = CompileMetrics(backends, run_id=run, detail_ranks=settings.detail_ranks)
-    return _ReplayMetrics(sink, registry, meter_provider, url, run)
-
-
-def _finish_replay_metrics(m: _ReplayMetrics, code: int, out: IO[str], err: IO[str]) -> None:
-    if m.meter_provider is not None:
-        m.meter_provider.shutdown()
-    if m.registry is not None and m.url and code == EXIT_OK:
-        from prometheus_client import push_to_gateway
-
-        try:
-            push_to_gateway(m.url, "torch_compile_replay", m.registry, grouping_key={"run": m.run}, timeout=10)
-            print(f"metrics pushed to {m.url} (job torch_compile_replay, run {m.run})", file=out)
-        except Exception as exc:  # noqa: BLE001
-            print(f"torch-otel replay: cannot push metrics to {m.url} ({exc}); check --pushgateway", file=err)
-
-
-def _write_report(path: str, run: Any, err: IO[str]) -> None:
-    try:
-        run.write(path)
-    except OSError as exc:
-        print(f"torch-otel replay: {write_error(path, '--html', exc)}", file=err)
-        return
-    print(f"compile time report written to {path}", file=err)
-
-
-def replay_document(stats: ReplayStats, divergence: dict[str, Any]) -> dict[str, Any]:
-    """``replay --json``: the run summary's document (its ``schema_version``, as TORCH_OTEL_SUMMARY writes it), with
-    what the replay itself met under ``replay`` and the cross-rank report under ``divergence``."""
-    assert stats.run is not None
-    doc: dict[str, Any] = stats.run.to_dict()
-    doc["replay"] = {
-        "files": stats.files,
-        "records": stats.records,
-        "lines_skipped": dict(stats.skipped),
-        "phase_events_unmatched": dict(stats.unmatched),
-        "unknown_kinds": dict(stats.unknown_kinds),
-    }
-    doc["divergence"] = divergence
-    return doc
-
-
-def _write_json(path: str, stats: ReplayStats, divergence: dict[str, Any], err: IO[str]) -> None:
-    doc = replay_document(stats, divergence)
-    if path == "-":
-        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-        return
-    try:
-        with open(path, "w") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-    except OSError as exc:
-        print(f"torch-otel replay: {write_error(path, '--json', exc)}", file=err)
+    return MetricsSpec(registry, meter_provider, "torch_otel.replay", None, run_id=run, owned=True, push=push)
 
 
 def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int:
@@ -341,9 +225,8 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import NoOpTracer
 
-    from .._analysis.divergence import DivergenceReport
     from .._core.arm import sdk_disabled
-    from .._otel.delivery import GOES_ON, dropped, explained, problems_at_exit, targets
+    from .._otel.delivery import GOES_ON, dropped, explained, targets
     from .._otel.otlp_json import OTLPJsonFileSpanExporter
     from .._otel.providers import build_span_processors
     from .._otel.replay_tracers import ReplayTracers
@@ -370,21 +253,11 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     elif not sdk_disabled(env):
         processors = build_span_processors(env)
     # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
-    provider = ReplayTracers(processors, run) if processors else None
-    sinks: list[Sink] = []
-    tracing = None
-    backpressure = None
+    tracers = ReplayTracers(processors, run) if processors else None
     GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
     lost_before = dropped()["traces"]
-    if provider is not None:
-        tracing = SpanMapper(NoOpTracer(), settings, live=False, tracer_for=provider.tracer_for)
-        backpressure = _Backpressure(provider)
-        sinks.append(backpressure)
-    metrics = _replay_metrics(opts.pushgateway, run, settings, env, err)
-    if metrics is not None:
-        sinks.append(metrics.sink)
-    divergence = DivergenceReport()
-    sinks.append(divergence)
+    code = EXIT_OK
+    metrics = _metrics(opts.pushgateway, run, env, err, lambda: code == EXIT_OK)
     keys = KeyHistory()
     if opts.baseline:
         found, problems = baseline_keys(opts.baseline, setting="--baseline")
@@ -392,29 +265,23 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
             print(f"torch-otel replay: {p}", file=err)
         keys = KeyHistory(found)
     text = err if opts.json_path == "-" else sys.stdout  # stdout is the JSON's
-    code, stats = replay_paths(
-        opts.paths,
-        sinks,
-        keep_all_payloads=opts.payloads,
-        out=text,
-        artifacts=opts.capture == "full",
-        tracing=tracing,
-        cache_keys=keys,
+    stats = ReplayStats()
+    pipeline = build_pipeline(
+        PipelineSpec(
+            "replay",
+            settings,
+            tracing=SpanMapper(NoOpTracer(), settings, live=False, tracer_for=tracers.tracer_for) if tracers else None,
+            spans=tracers,
+            metrics=metrics,
+            report=ReportSpec(stats, text, err, opts.json_path, opts.html, capture_payloads=opts.payloads),
+            cache_keys=keys,
+        )
     )
-    summary = divergence.summary()
-    divergence.write(text, summary)
-    if opts.json_path:
-        _write_json(opts.json_path, stats, summary, err)
-    if opts.html and stats.run is not None:
-        _write_report(opts.html, stats.run, err)
-    if provider is not None:
-        problems_at_exit(sorted(targets()))  # a TLS or protocol mix-up: one line now, not after the retries
-        provider.shutdown()
-    if metrics is not None:
-        _finish_replay_metrics(metrics, code, sys.stdout, err)
+    code = replay_paths(opts.paths, pipeline, stats, keep_all_payloads=opts.payloads, artifacts=opts.capture == "full")
+    pipeline.shutdown()
     lost = dropped()["traces"] - lost_before
     if lost and code == EXIT_OK:
-        made = backpressure.spans if backpressure is not None else lost
+        made = pipeline.spans.spans if pipeline.spans is not None else lost
         what = "nothing was exported" if lost >= made else f"{lost} of {made} spans were not exported"
         known = [explained(t) for t in sorted(targets())]
         if any(known):  # the cause is known: say it, not a guess

@@ -22,43 +22,11 @@ from .._kinds.cache_lookups import bypass_category
 from .._model.events import CacheLookupEvent
 from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 from .._otel.ids import own_ids, private_random
+from .span_model import METRIC_ATTRIBUTES, CacheLookupAttributes, Events, Root
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
-# A graph break torch could not handle: not a graph break (torch counts it as the compile's failure), but where it failed
-UNHANDLED_GRAPH_BREAK = "torch.compile.unhandled_graph_break"
 SHORT_KEY = 12  # characters of a cache key on a span (torch's keys are 52)
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
-
-# CompilationMetrics fields copied as numeric attributes (name -> attribute).
-_NUMERIC_FIELDS = {
-    "guard_count": "torch.compile.guard_count",
-    "shape_env_guard_count": "torch.compile.shape_env_guard_count",
-    "graph_op_count": "torch.compile.graph.op_count",
-    "graph_node_count": "torch.compile.graph.node_count",
-    "graph_input_count": "torch.compile.graph.input_count",
-    "cache_size": "torch.compile.cache_size",
-    "accumulated_cache_size": "torch.compile.accumulated_cache_size",
-    # torch's process-wide running total (counters["graph_break"]), not this compile's: named so (graph_break_count is)
-    "num_graph_breaks": "torch.compile.process.graph_breaks_so_far",
-    "entire_frame_compile_time_s": "torch.compile.entire_frame_compile_time_s",
-    "backend_compile_time_s": "torch.compile.backend_compile_time_s",
-    "inductor_compile_time_s": "torch.compile.inductor_compile_time_s",
-    "code_gen_time_s": "torch.compile.code_gen_time_s",
-    "dynamo_time_before_restart_s": "torch.compile.dynamo_time_before_restart_s",
-    # torch fills it from every FX graph cache hit, local ones too, despite its name
-    "remote_cache_time_saved_s": "torch.compile.cache.time_saved_s",
-    "structured_logging_overhead_s": "torch.compile.structured_logging_overhead_s",
-    "inductor_fx_local_cache_hit_count": "torch.compile.cache.fx_graph.local.hits",
-    "inductor_fx_local_cache_miss_count": "torch.compile.cache.fx_graph.local.misses",
-    "inductor_fx_remote_cache_hit_count": "torch.compile.cache.fx_graph.remote.hits",
-    "inductor_fx_remote_cache_miss_count": "torch.compile.cache.fx_graph.remote.misses",
-    "aotautograd_local_cache_hit_count": "torch.compile.cache.aot_autograd.local.hits",
-    "aotautograd_local_cache_miss_count": "torch.compile.cache.aot_autograd.local.misses",
-    "aotautograd_remote_cache_hit_count": "torch.compile.cache.aot_autograd.remote.hits",
-    "aotautograd_remote_cache_miss_count": "torch.compile.cache.aot_autograd.remote.misses",
-    "param_count": "torch.compile.param_count",
-    "ir_count": "torch.compile.ir_count",
-}
 
 # Phase-span args that are safe and useful (scalars only).
 _PHASE_ARG_SKIP = {"compile_id", "fn_name"}
@@ -111,7 +79,7 @@ class SpanMapper:
     def root_attributes(self, rec: CompileRecord) -> dict[str, Any]:
         m: Mapping[str, Any] = rec.metrics or {}
         cid = rec.compile_id
-        a: dict[str, Any] = {"torch.compile.kind": rec.kind, "torch.compile.id": rec.id_str}
+        a: dict[str, Any] = {Root.KIND: rec.kind, Root.ID: rec.id_str}
         if cid is not None:
             if cid.frame_id is not None:
                 a["torch.compile.frame_id"] = cid.frame_id
@@ -120,27 +88,27 @@ class SpanMapper:
                 a["torch.compiled_autograd.id"] = cid.compiled_autograd_id
         if rec.kind == RUNTIME:  # not a compile: which compiled graph, and what torch timed for it
             if rec.rank is not None:
-                a["torch.distributed.rank"] = rec.rank
+                a[Root.RANK] = rec.rank
             a["torch.compile.runtime.phases"] = [n.name for n in rec.root.children][:64]
             return a
-        a["torch.compile.attempt"] = rec.attempt
+        a[Root.ATTEMPT] = rec.attempt
         # torch's duration (a frame's CompilationMetrics.duration_us), as the metrics and the summary count it; its
         # outer event, the span, is a few ms longer (docs/metrics.md). Samplers, which see attributes only, read it too
-        a["torch.compile.duration_s"] = round(rec.duration_s, 9)
+        a[Root.DURATION] = round(rec.duration_s, 9)
         if self.live and os.getpid() != self._pid:
             a["process.pid"] = os.getpid()
             a["process.parent_pid"] = self._pid
         if rec.rank is not None:
-            a["torch.distributed.rank"] = rec.rank
+            a[Root.RANK] = rec.rank
         origin = rec.origin
         if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
-            a["torch.compile.attempt"] = rec.forward.attempt
+            a[Root.ATTEMPT] = rec.forward.attempt
         self._code_attributes(rec.code, a, "code")
         self._code_attributes(rec.caller(), a, "torch.compile.caller")
         if origin is not None and origin.stack:  # Python's traceback form, most recent call last
             lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
             a["code.stacktrace"] = self._str("\n".join(lines))
-        for field, attr in _NUMERIC_FIELDS.items():
+        for field, attr in METRIC_ATTRIBUTES.items():
             v = m.get(field)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 a[attr] = v
@@ -149,36 +117,36 @@ class SpanMapper:
             text = strip_recompile_prefix(reason)
             if not self.settings.capture_payloads:  # the opt-in that lets source text and values out
                 text = scrub_guard_text(text)
-            a["torch.compile.recompile_reason"] = self._str(text)
+            a[Root.RECOMPILE_REASON] = self._str(text)
             a["torch.compile.recompile_reason.category"] = recompile_category(reason)
         if rec.recompile_reasons:  # every cache entry's guard failure, as tlparse lists them
             texts = [strip_recompile_prefix(r) for r in rec.recompile_reasons]
             if not self.settings.capture_payloads:
                 texts = [scrub_guard_text(t) for t in texts]
-            a["torch.compile.recompile_reasons"] = [self._str(t) for t in texts]
+            a[Root.RECOMPILE_REASONS] = [self._str(t) for t in texts]
             a["torch.compile.recompile_reasons.categories"] = [recompile_category(r) for r in rec.recompile_reasons]
         a["torch.compile.is_recompile"] = bool(reason or rec.recompile_reasons or (cid is not None and cid.frame_compile_id))
         if rec.recompile_limit is not None and a["torch.compile.is_recompile"]:  # torch._dynamo.config's, as it compiled
-            a["torch.compile.recompile_limit"] = rec.recompile_limit
+            a[Root.RECOMPILE_LIMIT] = rec.recompile_limit
         if isinstance(m.get("has_guarded_code"), bool):
-            a["torch.compile.has_guarded_code"] = m["has_guarded_code"]
+            a[Root.HAS_GUARDED_CODE] = m["has_guarded_code"]
         restarts = m.get("restart_reasons")
         if isinstance(restarts, (list, set, tuple)):
             a["torch.compile.restart_count"] = len(restarts)
         a["torch.compile.graph_break_count"] = len(rec.handled_graph_breaks)
         if rec.recompile_limit_hit:
-            a["torch.compile.recompile_limit_exceeded"] = True
+            a[Root.RECOMPILE_LIMIT_EXCEEDED] = True
         if rec.eager_fallback:
-            a["torch.compile.eager_fallback"] = True
+            a[Root.EAGER_FALLBACK] = True
         if rec.fail_type:
-            a["error.type"] = rec.fail_type
+            a[Root.ERROR_TYPE] = rec.fail_type
             fp = self._path(m.get("fail_user_frame_filename"))
             if fp:
                 a["torch.compile.fail.file.path"] = fp
             if isinstance(m.get("fail_user_frame_lineno"), int):
                 a["torch.compile.fail.line.number"] = m["fail_user_frame_lineno"]
         elif rec.incomplete:
-            a["error.type"] = "Incomplete"
+            a[Root.ERROR_TYPE] = Root.INCOMPLETE
         for node in rec.root.children:
             if node.name in ("backend_compile", "inductor_compile") and isinstance(node.args.get("cache_state"), str):
                 a[f"torch.compile.cache.{node.name}.state"] = node.args["cache_state"]
@@ -373,20 +341,20 @@ class SpanMapper:
         for iname, its, iargs in rec.root.instants:
             root.add_event(iname, self._scalar_args(iargs), timestamp=at(its))
         for lk in rec.cache_lookups:
-            root.add_event("torch.compile.cache_lookup", self._lookup_attributes(lk), timestamp=at(lk.ts_ns))
+            root.add_event(Events.CACHE_LOOKUP, self._lookup_attributes(lk), timestamp=at(lk.ts_ns))
         for gb in rec.graph_breaks:
-            ga: dict[str, Any] = {"torch.compile.graph_break.reason": self._str(gb.reason)}
+            ga: dict[str, Any] = {Events.GRAPH_BREAK_REASON: self._str(gb.reason)}
             if gb.gb_type:
-                ga["torch.compile.graph_break.type"] = self._str(gb.gb_type)
-            ga["torch.compile.graph_break.code"] = graph_break_code(gb.gb_type, gb.reason)
+                ga[Events.GRAPH_BREAK_TYPE] = self._str(gb.gb_type)
+            ga[Events.GRAPH_BREAK_CODE] = graph_break_code(gb.gb_type, gb.reason)
             p = self._path(gb.filename)
             if p:
-                ga["code.file.path"] = p
+                ga[Root.CODE_FILE] = p
             if gb.lineno is not None:
-                ga["code.line.number"] = gb.lineno
+                ga[Root.CODE_LINE] = gb.lineno
             if gb.skipped_frame:  # torch could not handle it: the compile failed, and its frame runs in eager
-                ga["torch.compile.eager_fallback"] = True
-            root.add_event(UNHANDLED_GRAPH_BREAK if gb.skipped_frame else "torch.compile.graph_break", ga, timestamp=at(gb.ts_ns))
+                ga[Root.EAGER_FALLBACK] = True
+            root.add_event(Events.UNHANDLED_GRAPH_BREAK if gb.skipped_frame else Events.GRAPH_BREAK, ga, timestamp=at(gb.ts_ns))
         failures = rec.root.args.get("draft_failures") if rec.kind == "export" else None
         if isinstance(failures, dict):  # draft export's report: one event per kind of failure it found
             for ftype, count in sorted(failures.items()):
@@ -405,45 +373,48 @@ class SpanMapper:
 
     def _lookup_attributes(self, lk: CacheLookupEvent) -> dict[str, Any]:
         """One cache lookup: which cache, its result, a short key, its time and what a hit saved; why a miss missed."""
-        a: dict[str, Any] = {"torch.compile.cache.name": lk.cache, "torch.compile.cache.result": lk.result}
+        c = CacheLookupAttributes
+        a: dict[str, Any] = {c.NAME: lk.cache, c.RESULT: lk.result}
         if lk.key:
-            a["torch.compile.cache.key"] = lk.key[:SHORT_KEY]
+            a[c.KEY] = lk.key[:SHORT_KEY]
         if lk.backward is not None:
-            a["torch.compile.cache.backward"] = lk.backward
+            a[c.BACKWARD] = lk.backward
         if lk.phase_ns is not None:
-            a["torch.compile.cache.time_s"] = round(lk.phase_ns / 1e9, 6)
+            a[c.TIME] = round(lk.phase_ns / 1e9, 6)
         if lk.time_saved_ns is not None:
-            a["torch.compile.cache.time_saved_s"] = round(lk.time_saved_ns / 1e9, 6)
+            a[c.TIME_SAVED] = round(lk.time_saved_ns / 1e9, 6)
         if lk.time_taken_ns is not None and lk.result == "miss":
-            a["torch.compile.cache.time_taken_s"] = round(lk.time_taken_ns / 1e9, 6)
+            a[c.TIME_TAKEN] = round(lk.time_taken_ns / 1e9, 6)
         if lk.result == "bypass":
-            a["torch.compile.cache.bypass_reason"] = self._str(lk.bypass_reason or "")
-            a["torch.compile.cache.bypass_category"] = bypass_category(lk.bypass_reason)
+            a[c.BYPASS_REASON] = self._str(lk.bypass_reason or "")
+            a[c.BYPASS_CATEGORY] = bypass_category(lk.bypass_reason)
         e = lk.explanation
         if e is not None:
-            a["torch.compile.cache.miss_cause"] = e.cause
-            a["torch.compile.cache.miss_reason"] = self._str(e.text())
+            a[c.MISS_CAUSE] = e.cause
+            a[c.MISS_REASON] = self._str(e.text())
             if e.changes:
-                a["torch.compile.cache.miss_changes"] = [self._str(c) for c in e.changes]
+                a[c.MISS_CHANGES] = [self._str(x) for x in e.changes]
         return a
 
     def _near_limit_event(self, rec: CompileRecord, root: trace.Span) -> None:
         """Once per frame: its first compile within two recompiles of ``torch._dynamo.config.recompile_limit``."""
         limit, so_far = rec.recompile_limit or 0, rec.frame_recompiles or 0
         attrs: dict[str, Any] = {
-            "torch.compile.recompile_limit": limit,
+            Root.RECOMPILE_LIMIT: limit,
             "torch.compile.frame_recompiles": so_far,
             "torch.compile.recompiles_left": max(0, limit - so_far - 1),
         }
         if rec.code.function:
-            attrs["code.function.name"] = self._str(rec.code.function)
-        root.add_event("torch.compile.recompile_limit_near", attrs, timestamp=rec.root.end_ns)
+            attrs[Root.CODE_FUNCTION] = self._str(rec.code.function)
+        root.add_event(Events.RECOMPILE_LIMIT_NEAR, attrs, timestamp=rec.root.end_ns)
 
     def _status(self, rec: CompileRecord, root: trace.Span, m: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         fail_type = rec.fail_type
         if fail_type:
             message = self._str(rec.fail_reason or fail_type)
-            root.add_event("exception", {"exception.type": fail_type, "exception.message": message}, timestamp=rec.root.end_ns)
+            root.add_event(
+                Events.EXCEPTION, {"exception.type": fail_type, Events.EXCEPTION_MESSAGE: message}, timestamp=rec.root.end_ns
+            )
             if rec.recompile_limit_hit:
                 fn = attrs.get("code.function.name") or "frame"
                 desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
@@ -455,6 +426,8 @@ class SpanMapper:
             root.set_status(Status(StatusCode.ERROR, self._str(desc)))
         elif rec.incomplete:
             root.add_event(
-                "exception", {"exception.type": "Incomplete", "exception.message": rec.incomplete}, timestamp=rec.root.end_ns
+                Events.EXCEPTION,
+                {"exception.type": Root.INCOMPLETE, Events.EXCEPTION_MESSAGE: rec.incomplete},
+                timestamp=rec.root.end_ns,
             )
             root.set_status(Status(StatusCode.ERROR, f"compile did not finish: {rec.incomplete}"))

@@ -12,18 +12,23 @@ import heapq
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._analysis.recompiles import RecompilingFrames, frame_lines
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
+from .._core.paths import path_problem
+from .._core.ranks import env_rank
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
-__all__ = ["RunSummary"]
+__all__ = ["MERGE", "Merge", "RunSummary", "SummariesByRank", "format_text", "merge_summaries"]
 
 # The summary's JSON (TORCH_OTEL_SUMMARY=x.json, replay --json, demo --json): docs/replay.md lists its keys. A key
 # that changes meaning or goes away is a new version; new keys are not.
@@ -87,11 +92,20 @@ class RunSummary(Sink):
     """Totals of a run's compiles: time by phase (total and self), frames, recompiles, graph breaks, caches, failures.
 
     ``source`` is ``"live"`` or ``"replay"``. Recompile reasons are scrubbed of literal values, as on
-    spans, unless ``capture_payloads``.
+    spans, unless ``capture_payloads``. ``destinations`` (``TORCH_OTEL_SUMMARY``'s: ``stderr``, ``stdout`` or
+    paths, ``{rank}`` and ``{pid}`` filled in) are written at :meth:`shutdown`.
     """
 
-    def __init__(self, source: str = "live", capture_payloads: bool = False, max_tree_compiles: int = MAX_TREE_COMPILES) -> None:
+    def __init__(
+        self,
+        source: str = "live",
+        capture_payloads: bool = False,
+        max_tree_compiles: int = MAX_TREE_COMPILES,
+        destinations: tuple[str, ...] = (),
+    ) -> None:
         self.source = source
+        self.destinations = destinations
+        self._written = False
         self.capture_payloads = capture_payloads
         self.max_tree_compiles = max_tree_compiles
         self._lock = threading.Lock()
@@ -128,6 +142,24 @@ class RunSummary(Sink):
     def on_finish(self, record: CompileRecord) -> None:
         with self._lock:
             self._add(record)
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Write the summary to each destination, once; a path that cannot be written is one line."""
+        if self._written:
+            return
+        self._written = True
+        rank = env_rank()
+        for d in self.destinations:
+            path = d if d in ("stderr", "stdout") else d.format(rank=rank, pid=os.getpid())
+            try:
+                self.write(path)
+            except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
+                warn_once(
+                    f"summary:{path}",
+                    "cannot write the run summary to %s (%s); set TORCH_OTEL_SUMMARY to a writable path or to stderr",
+                    path,
+                    (path_problem(path) if d not in ("stderr", "stdout") else None) or getattr(exc, "strerror", None) or exc,
+                )
 
     def _add(self, rec: CompileRecord) -> None:
         if rec.kind == RUNTIME:
@@ -365,6 +397,28 @@ class RunSummary(Sink):
             fh.write(body)
 
 
+class SummariesByRank(Sink):
+    """One :class:`RunSummary` per rank (at most ``max_ranks``; past it, ``overflow``): a job's ranks compared one to one."""
+
+    def __init__(self, source: str = "replay", max_ranks: int = 4096) -> None:
+        self.source = source
+        self.max_ranks = max_ranks
+        self.ranks: dict[int, RunSummary] = {}
+        self.overflow = False
+
+    def on_finish(self, record: CompileRecord) -> None:
+        r = record.rank
+        if r is None:
+            return
+        s = self.ranks.get(r)
+        if s is None:
+            if len(self.ranks) >= self.max_ranks:
+                self.overflow = True
+                return
+            s = self.ranks[r] = RunSummary(self.source, max_tree_compiles=0)
+        s.on_finish(record)
+
+
 def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -460,6 +514,199 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
         out.append(f"after their compiles (autotuning, cudagraph set-up): {rt['records']} records, {rt['total_s']:.3f} s")
     out.extend(frame_lines(facts.get("recompiling_frames") or [], w, MAX_LINES - len(out), _where))
     return "\n".join(out) + "\n"
+
+
+# -- several runs' summaries as one: a job's ranks, one summary each (TORCH_OTEL_SUMMARY=summary-{rank}.json) --------
+# The summary's JSON has one owner, this module: what :meth:`RunSummary.to_dict` writes is declared here once more,
+# with how it adds up over ranks, and tests/fast/test_summary_schema.py fails on a key written without a rule. A key
+# that cannot add up (one run's picture, one run's time span) says why.
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+def _basename(path: Any) -> str | None:
+    return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
+
+
+@dataclass(frozen=True)
+class Merge:
+    """How one key of the summary's JSON adds up over several summaries: ``add`` takes each summary's value (None
+    where it has none) and returns the merged one; a ``section`` (a dict of keys) merges key by key; neither: not
+    merged, for the reason ``why``. ``when_all``: merged only when every summary has the key (a summary written by an
+    older torch-otel lacks it)."""
+
+    add: Callable[[list[Any]], Any] | None = None
+    when_all: bool = False
+    why: str = ""
+    section: Mapping[str, Merge] | None = None
+
+
+def _sum_int(values: list[Any]) -> int:
+    return int(sum(_num(v) for v in values))
+
+
+def _sum_s(values: list[Any]) -> float:
+    return round(sum(_num(v) for v in values), 6)
+
+
+def _sum_known_s(values: list[Any]) -> float | None:
+    """Seconds every summary knows (a live run's CPU time); None if one does not."""
+    return round(sum(_num(v) for v in values), 6) if values and all(isinstance(v, (int, float)) for v in values) else None
+
+
+def _counts(values: list[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in values:
+        for k, v in (d or {}).items():
+            out[k] = out.get(k, 0) + int(_num(v))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _union(values: list[Any]) -> list[Any]:
+    return sorted({x for v in values for x in v or []})
+
+
+def _first(values: list[Any]) -> Any:
+    return values[0] if values else None
+
+
+def _rows(key: Callable[[Mapping[str, Any]], Any], counts: tuple[str, ...]) -> Callable[[list[Any]], list[dict[str, Any]]]:
+    """Rows of the same ``key`` are one row: the first's, with ``counts`` added up."""
+
+    def add(values: list[Any]) -> list[dict[str, Any]]:
+        merged: dict[Any, dict[str, Any]] = {}
+        for rows in values:
+            for r in rows or []:
+                if not isinstance(r, Mapping):
+                    continue
+                k = key(r)
+                if k not in merged:
+                    merged[k] = dict(r)
+                else:
+                    for c in counts:
+                        merged[k][c] = round(_num(merged[k].get(c)) + _num(r.get(c)), 6)
+        return list(merged.values())
+
+    return add
+
+
+def merge_with(rules: Mapping[str, Merge], parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """``parts`` merged key by key, as ``rules`` say."""
+    out: dict[str, Any] = {}
+    for key, rule in rules.items():
+        if rule.when_all and not all(key in p for p in parts):
+            continue
+        if rule.section is not None:
+            out[key] = merge_with(rule.section, [v if isinstance(v, Mapping) else {} for p in parts for v in [p.get(key)]])
+        elif rule.add is not None:
+            out[key] = rule.add([p.get(key) for p in parts])
+    return out
+
+
+def _hit_rates(values: list[Any]) -> dict[str, dict[str, Any]]:
+    rates: dict[str, dict[str, Any]] = {}
+    for hit_rate in values:
+        for cache, r in (hit_rate or {}).items():
+            x = rates.setdefault(cache, {"hits": 0, "misses": 0})
+            x["hits"] += int(_num(r.get("hits")))
+            x["misses"] += int(_num(r.get("misses")))
+    for x in rates.values():
+        x["rate"] = round(x["hits"] / (x["hits"] + x["misses"]), 4) if x["hits"] + x["misses"] else 0.0
+    return rates
+
+
+def _frame_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (r.get("function"), _basename(r.get("file")), r.get("line"))
+
+
+def _recompiling_frames(values: list[Any]) -> list[dict[str, Any]]:
+    frames = _rows(_frame_key, ("recompiles", "compiles", "limit_hits"))(values)
+    by_cat: dict[tuple[Any, ...], dict[str, int]] = {}
+    for rows in values:
+        for f in rows or []:
+            k = _frame_key(f)
+            for c, n in (f.get("by_category") or {}).items():
+                by_cat.setdefault(k, {})[c] = by_cat.setdefault(k, {}).get(c, 0) + int(_num(n))
+    for f in frames:
+        f["by_category"] = by_cat.get(_frame_key(f), {})
+    return frames
+
+
+def _slowest(values: list[Any]) -> list[dict[str, Any]]:
+    rows = [dict(r) for v in values for r in v or [] if isinstance(r, Mapping)]
+    return sorted(rows, key=lambda r: -_num(r.get("duration_s")))[:SLOWEST]
+
+
+MERGE: dict[str, Merge] = {
+    "schema_version": Merge(lambda values: SCHEMA_VERSION),
+    "source": Merge(_first),
+    "compiles": Merge(_sum_int),
+    "by_kind": Merge(_counts),
+    "wall_s": Merge(_sum_s),
+    "cpu_s": Merge(_sum_known_s),
+    "cpu_child_processes_s": Merge(_sum_known_s),
+    "first_to_last_s": Merge(why="the ranks compiled at the same time: each run's span is its own"),
+    "phases": Merge(_rows(lambda r: r.get("name"), ("count", "total_s", "self_s"))),
+    "frames": Merge(_rows(_frame_key, ("compiles", "total_s"))),
+    "slowest": Merge(_slowest),
+    "recompiles": Merge(
+        section={
+            "total": Merge(_sum_int),
+            "by_category": Merge(_counts),
+            "top_reasons": Merge(_rows(lambda r: (r.get("category"), r.get("reason")), ("count",))),
+        }
+    ),
+    "graph_breaks": Merge(
+        section={
+            "total": Merge(_sum_int),
+            "unhandled": Merge(_sum_int),
+            "by_code": Merge(_rows(lambda r: (r.get("code"), r.get("type")), ("count",))),
+            "by_location": Merge(
+                _rows(lambda r: (r.get("code"), _basename(r.get("file")), r.get("line"), r.get("frame")), ("count",)),
+                when_all=True,
+            ),
+        }
+    ),
+    "cache": Merge(_rows(lambda r: (r.get("cache"), r.get("location"), r.get("result")), ("count",))),
+    "caches": Merge(
+        section={
+            "miss_cost_s": Merge(_sum_s),
+            "load_s": Merge(_sum_s),
+            "saved_s": Merge(_sum_s),
+            "hit_rate": Merge(_hit_rates),
+            "lookups": Merge(_rows(lambda r: (r.get("cache"), r.get("result")), ("count",))),
+            "misses": Merge(_sum_int),
+            "misses_by_cause": Merge(_counts),
+            "misses_by_cache_and_cause": Merge(_rows(lambda r: (r.get("cache"), r.get("cause")), ("count",))),
+            "top_reasons": Merge(_rows(lambda r: (r.get("cache"), r.get("reason")), ("count",))),
+            "odd_ranks": Merge(why="found by comparing ranks, which one rank's summary cannot"),
+        }
+    ),
+    "failures": Merge(
+        section={
+            "total": Merge(_sum_int),
+            "by_type": Merge(_counts),
+            "by_frame": Merge(
+                _rows(lambda r: (r.get("type"), r.get("function"), _basename(r.get("file")), r.get("line")), ("count",)),
+                when_all=True,
+            ),
+        }
+    ),
+    "recompile_limit_hits": Merge(_sum_int),
+    "eager_fallbacks": Merge(_sum_int),
+    "runtime": Merge(section={"records": Merge(_sum_int), "total_s": Merge(_sum_s)}),
+    "tree": Merge(why="the picture of one run's slowest compiles"),
+    "recompiling_frames": Merge(_recompiling_frames, when_all=True),
+    "ranks": Merge(_union),
+    "torch_versions": Merge(_union),
+}
+
+
+def merge_summaries(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several runs' summaries (``to_dict()``, one per rank of a job) as one, key by key as :data:`MERGE` says."""
+    return merge_with(MERGE, [p for p in parts if isinstance(p, Mapping)])
 
 
 def _cache_lines(c: dict[str, Any], width: int) -> list[str]:

@@ -1,0 +1,257 @@
+"""The span model's names, declared once: what the span mapper writes and what :func:`record_of_spans` reads back.
+
+:class:`torch_otel._sinks.spans.SpanMapper` writes a compile's trace with these names, and ``torch-otel diff`` rebuilds
+a compile record from an exported trace (an OTLP-JSON traces file) with the same ones, to sum it with the same run
+summary. docs/span-model.md is the contract users read; tests/fast/test_span_model.py checks that every name here is
+in it, and that records written as spans and read back sum to the summary of the records themselves: a name changed
+on one side only fails there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._core.compile_id import parse_compile_id
+from .._model.events import CacheLookupEvent, GraphBreakEvent
+from .._model.record import CodeLocation, CompileRecord, PhaseNode
+
+__all__ = ["METRIC_ATTRIBUTES", "Root", "otlp_attributes", "record_of_spans"]
+
+# CompilationMetrics fields copied as numeric attributes of the root span (field -> attribute), and read back.
+METRIC_ATTRIBUTES = {
+    "guard_count": "torch.compile.guard_count",
+    "shape_env_guard_count": "torch.compile.shape_env_guard_count",
+    "graph_op_count": "torch.compile.graph.op_count",
+    "graph_node_count": "torch.compile.graph.node_count",
+    "graph_input_count": "torch.compile.graph.input_count",
+    "cache_size": "torch.compile.cache_size",
+    "accumulated_cache_size": "torch.compile.accumulated_cache_size",
+    # torch's process-wide running total (counters["graph_break"]), not this compile's: named so (graph_break_count is)
+    "num_graph_breaks": "torch.compile.process.graph_breaks_so_far",
+    "entire_frame_compile_time_s": "torch.compile.entire_frame_compile_time_s",
+    "backend_compile_time_s": "torch.compile.backend_compile_time_s",
+    "inductor_compile_time_s": "torch.compile.inductor_compile_time_s",
+    "code_gen_time_s": "torch.compile.code_gen_time_s",
+    "dynamo_time_before_restart_s": "torch.compile.dynamo_time_before_restart_s",
+    # torch fills it from every FX graph cache hit, local ones too, despite its name
+    "remote_cache_time_saved_s": "torch.compile.cache.time_saved_s",
+    "structured_logging_overhead_s": "torch.compile.structured_logging_overhead_s",
+    "inductor_fx_local_cache_hit_count": "torch.compile.cache.fx_graph.local.hits",
+    "inductor_fx_local_cache_miss_count": "torch.compile.cache.fx_graph.local.misses",
+    "inductor_fx_remote_cache_hit_count": "torch.compile.cache.fx_graph.remote.hits",
+    "inductor_fx_remote_cache_miss_count": "torch.compile.cache.fx_graph.remote.misses",
+    "aotautograd_local_cache_hit_count": "torch.compile.cache.aot_autograd.local.hits",
+    "aotautograd_local_cache_miss_count": "torch.compile.cache.aot_autograd.local.misses",
+    "aotautograd_remote_cache_hit_count": "torch.compile.cache.aot_autograd.remote.hits",
+    "aotautograd_remote_cache_miss_count": "torch.compile.cache.aot_autograd.remote.misses",
+    "param_count": "torch.compile.param_count",
+    "ir_count": "torch.compile.ir_count",
+}
+_METRIC_FIELDS = {attr: name for name, attr in METRIC_ATTRIBUTES.items()}
+PHASE_PREFIX = "torch.compile."  # a phase span's attributes: its torch args under this prefix
+
+
+class Root:
+    """The root span's attributes that a compile record is rebuilt from (docs/span-model.md)."""
+
+    KIND = "torch.compile.kind"
+    ID = "torch.compile.id"
+    ATTEMPT = "torch.compile.attempt"
+    DURATION = "torch.compile.duration_s"
+    RANK = "torch.distributed.rank"  # also a replayed span's resource's
+    CODE_FUNCTION = "code.function.name"
+    CODE_FILE = "code.file.path"
+    CODE_LINE = "code.line.number"
+    RECOMPILE_REASON = "torch.compile.recompile_reason"
+    RECOMPILE_REASONS = "torch.compile.recompile_reasons"
+    RECOMPILE_LIMIT = "torch.compile.recompile_limit"
+    RECOMPILE_LIMIT_EXCEEDED = "torch.compile.recompile_limit_exceeded"
+    HAS_GUARDED_CODE = "torch.compile.has_guarded_code"
+    EAGER_FALLBACK = "torch.compile.eager_fallback"
+    ERROR_TYPE = "error.type"
+    TORCH_VERSION = "torch.version"  # of the resource
+    INCOMPLETE = "Incomplete"  # the error.type of a compile that did not finish
+
+
+class Events:
+    """The root span's events that a compile record is rebuilt from, and their attributes."""
+
+    EXCEPTION = "exception"
+    EXCEPTION_MESSAGE = "exception.message"
+    GRAPH_BREAK = "torch.compile.graph_break"
+    UNHANDLED_GRAPH_BREAK = "torch.compile.unhandled_graph_break"  # torch could not handle it: the compile's failure
+    GRAPH_BREAK_REASON = "torch.compile.graph_break.reason"
+    GRAPH_BREAK_TYPE = "torch.compile.graph_break.type"
+    GRAPH_BREAK_CODE = "torch.compile.graph_break.code"
+    RECOMPILE_LIMIT_NEAR = "torch.compile.recompile_limit_near"
+    CACHE_LOOKUP = "torch.compile.cache_lookup"
+
+
+class CacheLookupAttributes:
+    """A ``torch.compile.cache_lookup`` event's attributes."""
+
+    NAME = "torch.compile.cache.name"
+    RESULT = "torch.compile.cache.result"
+    KEY = "torch.compile.cache.key"
+    BACKWARD = "torch.compile.cache.backward"
+    TIME = "torch.compile.cache.time_s"
+    TIME_SAVED = "torch.compile.cache.time_saved_s"
+    TIME_TAKEN = "torch.compile.cache.time_taken_s"
+    BYPASS_REASON = "torch.compile.cache.bypass_reason"
+    BYPASS_CATEGORY = "torch.compile.cache.bypass_category"
+    MISS_CAUSE = "torch.compile.cache.miss_cause"
+    MISS_REASON = "torch.compile.cache.miss_reason"
+    MISS_CHANGES = "torch.compile.cache.miss_changes"
+
+
+# -- reading an exported trace back ----------------------------------------------------------------------------------
+
+
+def _value(v: Mapping[str, Any]) -> Any:
+    if "arrayValue" in v:
+        return [_value(x) for x in (v["arrayValue"] or {}).get("values", [])]
+    if "intValue" in v:
+        try:
+            return int(v["intValue"])
+        except (TypeError, ValueError):
+            return None
+    return next(iter(v.values())) if v else None
+
+
+def otlp_attributes(items: Any) -> dict[str, Any]:
+    """OTLP-JSON's ``[{"key": ..., "value": {"stringValue": ...}}]`` as a plain dict."""
+    out: dict[str, Any] = {}
+    for kv in items or []:
+        if isinstance(kv, Mapping) and isinstance(kv.get("key"), str) and isinstance(kv.get("value"), Mapping):
+            out[kv["key"]] = _value(kv["value"])
+    return out
+
+
+class _Explained:
+    """A miss's explanation as a span carries it: the cause, its words and the changes (as caches.Explanation)."""
+
+    def __init__(self, cause: str, reason: str, changes: list[str]) -> None:
+        self.cause, self.reason, self.changes = cause, reason, changes
+
+    def text(self) -> str:
+        return self.reason
+
+    def short(self) -> str:
+        return "; ".join(self.changes) if self.changes else self.reason
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def record_of_spans(
+    root: Mapping[str, Any], descendants: list[Mapping[str, Any]], resource: Mapping[str, Any]
+) -> CompileRecord | None:
+    """A compile record rebuilt from its root span and phase spans (OTLP-JSON, with ``_attrs``: their attributes as a
+    dict), for the run summary; None for a span that is no compile's root."""
+    a = root["_attrs"]
+    kind = a.get(Root.KIND)
+    if not isinstance(kind, str):
+        return None
+    cid = parse_compile_id(a.get(Root.ID))
+    start, end = int(root.get("startTimeUnixNano") or 0), int(root.get("endTimeUnixNano") or 0)
+    nodes: dict[str, PhaseNode] = {}
+    top = PhaseNode(str(root.get("name")), start, end)
+    nodes[str(root.get("spanId"))] = top
+    pending = sorted(descendants, key=lambda s: int(s.get("startTimeUnixNano") or 0))
+    placed = True
+    while pending and placed:  # parents before children, whatever order the file holds them in
+        placed = False
+        rest = []
+        for s in pending:
+            parent = nodes.get(str(s.get("parentSpanId")))
+            if parent is None:
+                rest.append(s)
+                continue
+            sa = s["_attrs"]
+            args = {k.removeprefix(PHASE_PREFIX): v for k, v in sa.items() if k.startswith(PHASE_PREFIX)}
+            node = PhaseNode(
+                str(s.get("name")), int(s.get("startTimeUnixNano") or 0), int(s.get("endTimeUnixNano") or 0), args=args
+            )
+            parent.children.append(node)
+            nodes[str(s.get("spanId"))] = node
+            placed = True
+        pending = rest
+    metrics: dict[str, Any] = {}
+    for attr, name in _METRIC_FIELDS.items():
+        if attr in a:
+            metrics[name] = a[attr]
+    duration = a.get(Root.DURATION)
+    if isinstance(duration, (int, float)) and kind in ("frame", "backward"):
+        metrics["duration_us"] = float(duration) * 1e6
+    if isinstance(a.get(Root.RECOMPILE_REASON), str):
+        metrics["recompile_reason"] = a[Root.RECOMPILE_REASON]
+    if isinstance(a.get(Root.HAS_GUARDED_CODE), bool):
+        metrics["has_guarded_code"] = a[Root.HAS_GUARDED_CODE]
+    error = a.get(Root.ERROR_TYPE)
+    events = root.get("events") or []
+    if isinstance(error, str) and error != Root.INCOMPLETE:
+        metrics["fail_type"] = error
+        exc = next((e for e in events if e.get("name") == Events.EXCEPTION), None)
+        message = otlp_attributes(exc.get("attributes")).get(Events.EXCEPTION_MESSAGE) if exc else None
+        metrics["fail_reason"] = message if isinstance(message, str) else error
+        if a.get(Root.RECOMPILE_LIMIT_EXCEEDED):
+            metrics["fail_reason"] = f"recompile limit exceeded: {metrics['fail_reason']}"
+    rec = CompileRecord(kind, cid, top, attempt=_int(a.get(Root.ATTEMPT)) or 0, rank=_int(a.get(Root.RANK)))
+    if rec.rank is None:
+        rec.rank = _int(resource.get(Root.RANK))
+    rec.metrics = metrics
+    if error == Root.INCOMPLETE:
+        rec.incomplete = str((root.get("status") or {}).get("message") or "incomplete")
+    reasons = a.get(Root.RECOMPILE_REASONS)
+    if isinstance(reasons, list):
+        rec.recompile_reasons = [str(r) for r in reasons]
+    rec.code = CodeLocation(_str(a.get(Root.CODE_FUNCTION)), _str(a.get(Root.CODE_FILE)), _int(a.get(Root.CODE_LINE)))
+    rec.torch_version = _str(resource.get(Root.TORCH_VERSION))
+    rec.frame_recompiles = _int(a.get(METRIC_ATTRIBUTES["cache_size"]))
+    rec.recompile_limit = _int(a.get(Root.RECOMPILE_LIMIT))
+    for e in events:
+        name, ea = e.get("name"), otlp_attributes(e.get("attributes"))
+        if name in (Events.GRAPH_BREAK, Events.UNHANDLED_GRAPH_BREAK):
+            code = ea.get(Events.GRAPH_BREAK_CODE)
+            reason = str(ea.get(Events.GRAPH_BREAK_REASON) or "")
+            if isinstance(code, str) and code.startswith("GB") and code[2:].isdigit():
+                reason += f"\n(https://meta-pytorch.github.io/compile-graph-break-site/gb/gb{code[2:]}.html)"  # its code
+            rec.graph_breaks.append(
+                GraphBreakEvent(
+                    cid,
+                    reason,
+                    _str(ea.get(Events.GRAPH_BREAK_TYPE)),
+                    _str(ea.get(Root.CODE_FILE)),
+                    _int(ea.get(Root.CODE_LINE)),
+                    skipped_frame=name == Events.UNHANDLED_GRAPH_BREAK or bool(ea.get(Root.EAGER_FALLBACK)),
+                )
+            )
+        elif name == Events.CACHE_LOOKUP:
+            c = CacheLookupAttributes
+            cache, result = ea.get(c.NAME), ea.get(c.RESULT)
+            if not isinstance(cache, str) or not isinstance(result, str):
+                continue
+            lk = CacheLookupEvent(cid, cache, result, key=ea.get(c.KEY))
+            t = ea.get(c.TIME)
+            lk.phase_ns = int(t * 1e9) if isinstance(t, (int, float)) else None
+            b = ea.get(c.BACKWARD)
+            lk.backward = b if isinstance(b, bool) else None
+            cause = ea.get(c.MISS_CAUSE)
+            if result == "miss" and isinstance(cause, str):
+                changes = ea.get(c.MISS_CHANGES)
+                lk.explanation = _Explained(
+                    cause,
+                    str(ea.get(c.MISS_REASON) or cause),
+                    [str(x) for x in changes] if isinstance(changes, list) else [],
+                )
+            rec.cache_lookups.append(lk)
+        elif name == Events.RECOMPILE_LIMIT_NEAR:
+            rec.recompile_limit = _int(ea.get(Root.RECOMPILE_LIMIT)) or rec.recompile_limit
+            rec.recompile_limit_near = True
+    return rec
