@@ -184,4 +184,4 @@ def test_what_later_compiles_inherit_is_bounded():
         recent=8,
     )
     assert len(sink.finished) == 50
-    assert len(asm._forwards) == 8 and len(asm._frame_code) == 8
+    assert len(asm.derive._forwards) == 8 and len(asm.derive._frame_code) == 8

@@ -15,7 +15,7 @@ from fastkit import feed, frame, metrics
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._model.events import GraphBreakEvent
 from torch_otel._model.record import CompileRecord
-from torch_otel._sinks.summary import MERGE, Merge, RunSummary, merge_summaries
+from torch_otel._sinks.summary import Merge, RunSummary, merge_rules, merge_summaries
 
 
 def _records(rank: int, shapes: int, break_line: int | None = None, fail: bool = False) -> list[CompileRecord]:
@@ -67,20 +67,20 @@ def _keys(rules: dict[str, Merge], doc: dict[str, Any], where: str = "") -> list
 
 def test_every_key_the_summary_writes_says_how_it_merges_across_ranks():
     doc = _summary(_records(0, 3, break_line=37, fail=True))
-    assert _keys(MERGE, doc) == []
+    assert _keys(merge_rules(), doc) == []
 
 
 def test_the_check_itself_finds_a_key_written_without_a_rule():
     doc = _summary(_records(0, 1))
     doc["new_field"] = 1
     doc["caches"]["new_part"] = 2
-    assert _keys(MERGE, doc) == ["caches.new_part", "new_field"]
+    assert _keys(merge_rules(), doc) == ["caches.new_part", "new_field"]
 
 
 def test_one_summary_merged_is_itself():
     doc = _summary(_records(0, 3, break_line=37, fail=True))
     merged = merge_summaries([doc])
-    for key, rule in MERGE.items():
+    for key, rule in merge_rules().items():
         if rule.add is not None or rule.section is not None:
             want = doc[key] if rule.section is None else {k: v for k, v in doc[key].items() if k in merged[key]}
             assert merged[key] == want, key

@@ -63,7 +63,7 @@ if "torch_otel" in sys.modules:
     b = _bridge._bridge
     report.update(
         open_compiles=len(b.assembler._open),
-        remembered=max(len(b.assembler._forwards), len(b.assembler._frame_code)),
+        remembered=max(len(b.assembler.derive._forwards), len(b.assembler.derive._frame_code)),
         live_compile_records=sum(type(o) is CompileRecord for o in gc.get_objects()),
         stats=dict(b.assembler.stats),
         internal_errors=torch_otel.internal_error_count(),

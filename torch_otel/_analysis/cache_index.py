@@ -27,10 +27,9 @@ from typing import Any
 from .._core.errors import warn_once
 from .._core.ranks import env_rank
 from .._core.settings import Settings
-from .._kinds.cache_lookups import Component, cache_lookup
+from .._kinds.cache_lookups import Component, key_of_artifact
 from .._model.events import ArtifactEvent, MetricsEvent
-from .._parse.records import parse_record
-from .._parse.trace_log import RANK_IN_NAME, ReplayStats, iter_records, log_files, not_a_trace_log, open_log, torch_version_of
+from .._parse.trace_log import ReplayStats, log_events, log_files, not_a_trace_log, torch_version_of
 from .caches import KeyHistory, KeySeen
 
 __all__ = ["KeyIndex", "baseline_keys", "index_document", "keys_of_logs", "live_key_history", "read_index"]
@@ -295,22 +294,11 @@ def read_index(doc: Any, where: str, path: str, problems: list[str]) -> list[Key
     return out
 
 
-# torch's artifacts that record one cache lookup each, in both of inductor's paths (the FX graph loads inside an
-# AOTAutograd hit log no instant event, only these): replay and a baseline learn the keys from them
-_KEY_ARTIFACTS = {"fx_graph_cache_": "fx_graph", "aotautograd_cache_": "aot_autograd"}
-
-
-def remember_key(history: Any, ev: ArtifactEvent, version: str | None) -> bool:
-    """A lookup artifact's key into ``history`` (a :class:`KeyHistory`): known, not a lookup of the record."""
-    cache = next((c for p, c in _KEY_ARTIFACTS.items() if ev.name.startswith(p)), None)
-    if cache is None or not isinstance(history, KeyHistory):
-        return False
-    try:
-        info = json.loads(ev.payload or "null")
-    except ValueError:
-        return False
-    lk = cache_lookup(cache, ev.name.rsplit("_", 1)[-1], None, info, ev.compile_id)
-    if lk is None or not lk.key:
+def remember_key(history: KeyHistory, ev: ArtifactEvent, version: str | None) -> bool:
+    """A lookup artifact's key into ``history``: known, not a lookup of the record (the artifacts torch writes for
+    every lookup of both caches: the FX graph loads inside an AOTAutograd hit log no instant event, only these)."""
+    lk = key_of_artifact(ev.name, ev.payload, ev.compile_id)
+    if lk is None:
         return False
     history.remember(lk, ev.compile_id, ev.rank, version)
     return True
@@ -319,39 +307,28 @@ def remember_key(history: Any, ev: ArtifactEvent, version: str | None) -> bool:
 def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
     """Every cache key a previous run's TORCH_TRACE logs hold, with its parts: a baseline to explain misses against.
 
-    Read from the lookup artifacts, which torch writes for every lookup of both caches (live capture and replay
-    see the lookups through torch's instant events, which the FX graph loads inside an AOTAutograd hit lack).
+    Read by replay's own read loop, from the lookup artifacts, which torch writes for every lookup of both caches
+    (live capture and replay see the lookups through torch's instant events, which the FX graph loads inside an
+    AOTAutograd hit lack).
     """
     history = KeyHistory(where=where, max_keys=1 << 20)
-    stats = ReplayStats()
     found = 0
     for f in log_files(path):
         if not_a_trace_log(f):
             continue
-        rank_hint = RANK_IN_NAME.search(f.name)
         version: str | None = None
-        try:
-            fh = open_log(f)
-        except OSError as exc:
-            problems.append(f"{f}: cannot read ({exc.strerror or exc})")
-            continue
-        with fh:
-            for md, payload, size in iter_records(fh, stats):
-                if rank_hint and "rank" not in md:
-                    md["rank"] = int(rank_hint.group(1))
-                try:
-                    kind, events = parse_record(md, payload, None, payload_size=size)
-                except Exception:  # noqa: BLE001 - a record of another shape: not a key
-                    continue
-                for ev in events or ():
-                    if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
-                        v = ev.fields.get("pytorch_version")
-                        version = v if isinstance(v, str) and v else version
-                    elif isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
-                        # written before the first compile: the first lookups' keys know their release
-                        version = torch_version_of(ev.payload) or version
-                    elif isinstance(ev, ArtifactEvent) and remember_key(history, ev, version):
-                        found += 1
+        stats = ReplayStats()
+        for kind, events in log_events(f, stats):
+            for ev in events:
+                if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
+                    v = ev.fields.get("pytorch_version")
+                    version = v if isinstance(v, str) and v else version
+                elif isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
+                    # written before the first compile: the first lookups' keys know their release
+                    version = torch_version_of(ev.payload) or version
+                elif isinstance(ev, ArtifactEvent) and remember_key(history, ev, version):
+                    found += 1
+        problems.extend(stats.problems)
     if not found:
         problems.append(
             f"{path} holds no cache lookup torch-otel can read (a TORCH_TRACE log of a run that compiled with inductor "

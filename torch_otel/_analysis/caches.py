@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.compile_id import CompileId
-from .._kinds.cache_lookups import Component, component_class
-from .._model.events import CacheLookupEvent
+from .._kinds.cache_lookups import CacheLookupEvent, Component, component_class
 from .._model.record import CompileRecord
 
 __all__ = ["CAUSES", "CLASSES", "LOADED", "Explanation", "KeyHistory", "KeySeen", "LoadedKeys"]
@@ -208,29 +207,29 @@ class KeyHistory:
         with self._lock:
             return list(self._seen.values())
 
-    def derive(self, rec: CompileRecord) -> None:
-        """Each lookup's phase time and each miss's :class:`Explanation`; then remember the compile's keys."""
-        if not rec.cache_lookups:
-            return
-        lookup_phases(rec)
+    def explain(self, rec: CompileRecord, lookups: Sequence[CacheLookupEvent]) -> list[Explanation | None]:
+        """Each miss's :class:`Explanation` (None for a lookup that did not miss), in order; then the compile's keys
+        are remembered. The cache lookups' derive step calls it once per finished compile
+        (torch_otel._kinds.cache_lookups); the lookups themselves are left as torch logged them."""
+        if not lookups:
+            return []
         with self._lock:
             if self._load is not None:
                 load, self._load = self._load, None
                 self._add_baseline(load())
             version = _torch_version(rec) or self.torch_version
-            for lk in rec.cache_lookups:
-                if lk.result == "miss" and lk.explanation is None:
-                    lk.explanation = self._explain(lk, rec, version)
-            _borrow_fx_causes(rec)
-            for lk in rec.cache_lookups:
+            explained = [self._explain(lk, rec, version) if lk.result == "miss" else None for lk in lookups]
+            _borrow_fx_causes(lookups, explained)
+            for lk in lookups:
                 if lk.key:
                     self._remember(lk, rec.compile_id, rec.rank, version)
-            self._remember_loads(rec)
+            self._remember_loads(rec, lookups)
+        return explained
 
-    def _remember_loads(self, rec: CompileRecord) -> None:
+    def _remember_loads(self, rec: CompileRecord, lookups: Sequence[CacheLookupEvent]) -> None:
         """An AOTAutograd miss compiled these FX graphs: its entry loads them on a hit. A hit: they were looked up."""
-        fx = tuple(lk.key for lk in rec.cache_lookups if lk.cache == "fx_graph" and lk.key)
-        for lk in rec.cache_lookups:
+        fx = tuple(lk.key for lk in lookups if lk.cache == "fx_graph" and lk.key)
+        for lk in lookups:
             if lk.cache != "aot_autograd" or not lk.key:
                 continue
             k = (lk.cache, rec.id_str, lk.backward, lk.key)
@@ -335,32 +334,13 @@ def _against(seen: KeySeen, rank: int | None, version: str | None = None) -> str
     return f"{seen.compile_id} {where}" + (f" (torch {seen.torch_version})" if other else "")
 
 
-# the phase that does a lookup: its duration is the time the lookup cost (a load on a hit, the compile on a miss)
-_LOOKUP_PHASES = {"fx_graph": "inductor_compile", "aot_autograd": "backend_compile"}
-
-
-def lookup_phases(rec: CompileRecord) -> None:
-    """Each lookup's ``phase_ns``: the innermost phase of its cache that was open when torch logged it."""
-    for lk in rec.cache_lookups:
-        if lk.ts_ns is None or lk.phase_ns is not None:
-            continue
-        best = None
-        for node, _ in rec.root.walk():
-            end = node.end_ns if node.end_ns is not None else node.start_ns
-            if node.name == _LOOKUP_PHASES[lk.cache] and node.start_ns <= lk.ts_ns <= end:
-                best = node  # depth-first: a later match is nested deeper or beside; the innermost wins
-        if best is not None:
-            lk.phase_ns = (best.end_ns or best.start_ns) - best.start_ns
-
-
-def _borrow_fx_causes(rec: CompileRecord) -> None:
+def _borrow_fx_causes(lookups: Sequence[CacheLookupEvent], explained: list[Explanation | None]) -> None:
     """An AOTAutograd key with no parts recorded (torch 2.13 lists none) missed: its FX graphs' misses say why."""
-    fx = [lk.explanation for lk in rec.cache_lookups if lk.cache == "fx_graph" and lk.explanation is not None]
-    for lk in rec.cache_lookups:
-        e = lk.explanation
+    fx = [e for lk, e in zip(lookups, explained, strict=True) if lk.cache == "fx_graph" and e is not None]
+    for i, (lk, e) in enumerate(zip(lookups, explained, strict=True)):
         if lk.cache == "aot_autograd" and e is not None and e.cause == "other" and not e.changes and fx:
             best = next((x for x in fx if x.changes), fx[0])
-            lk.explanation = Explanation(best.cause, best.changes, best.classes, best.against, best.more, best.components)
+            explained[i] = Explanation(best.cause, best.changes, best.classes, best.against, best.more, best.components)
 
 
 # -- compiles served from torch's portable "mega-cache" (torch.compiler.load_cache_artifacts) ----------------------

@@ -18,18 +18,18 @@ of phases, graph breaks and artifacts per compile.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from .._analysis.recompiles import NEAR, recompile_limit_of
 from .._core.compile_id import CompileId
 from .._core.errors import record_error
+from .._kinds.kind import Attach, Kind
+from .._kinds.registry import kinds_or_default
 from .._model.events import (
     ArtifactEvent,
-    CacheLookupEvent,
     DebugDirEvent,
     Event,
     GraphBreakEvent,
@@ -40,7 +40,8 @@ from .._model.events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from .._model.record import ROOTS, RUNTIME, STANDALONE, CodeLocation, CompileRecord, Linked, PhaseNode, Recent, Sink
+from .._model.record import ROOTS, RUNTIME, STANDALONE, CompileRecord, PhaseNode, Sink
+from .derive import RECENT, CacheLoads, Derive, Tracing, guard
 
 # torch's functions on a standalone compile's stack that say what it is
 _STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
@@ -52,29 +53,9 @@ MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
 MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
-MAX_CACHE_LOOKUPS = 256  # cache lookups per compile (two per inductor graph)
-# Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
-# recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
-RECENT = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class Attach:
-    """How an event that belongs to a compile joins its record: one row per event type in :data:`ATTACH`.
-
-    The event's compile is found by its id (``prefer``: the kind of compile an id names first, for ids a frame
-    and its lazy backward share). It is appended to ``field`` of the record, at most ``bound`` of them (the rest
-    counted in ``dropped``); with no compile open it is counted as ``orphan_<field>``. ``dated``: an event
-    without a time takes the compile's latest (replay); ``raises_attempt``: its attempt is the record's too.
-    """
-
-    field: str
-    bound: int
-    prefer: str | None = None
-    dated: bool = False
-    raises_attempt: bool = False
-    value: Callable[[Any], Any] | None = None  # what is kept (default: the event itself)
-    merge: Callable[[CompileRecord, Any], bool] | None = None  # True: the event was merged into what is kept
+# on a phase with no compile id (inductor's compile workers) given to the only compile in flight
+ATTRIBUTED = {"attributed": "the only compile in flight"}
+__all__ = ["ATTACH", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
 
 
 def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:
@@ -90,44 +71,28 @@ def _debug_dir_path(ev: DebugDirEvent) -> str:
     return ev.path
 
 
-# The table of events that attach to a compile (phases, metrics, starts and recompile reasons shape the
-# record itself and have handlers of their own).
+# The table of the record's own events that attach to a compile (phases, metrics, starts and recompile reasons shape
+# the record itself and have handlers of their own). The kinds added to them attach by their own row
+# (torch_otel._kinds: ``Kind.attach``), into ``record.attached``.
 ATTACH: dict[type, Attach] = {
     GraphBreakEvent: Attach("graph_breaks", MAX_GRAPH_BREAKS, prefer="frame", dated=True),
     ArtifactEvent: Attach("artifacts", MAX_ARTIFACTS, dated=True, raises_attempt=True),
     LogEvent: Attach("logs", MAX_LOGS, prefer="frame"),
     GraphScheduleEvent: Attach("schedules", MAX_SCHEDULES, merge=_merge_schedule),
     DebugDirEvent: Attach("debug_dirs", MAX_SCHEDULES, value=_debug_dir_path),
-    CacheLookupEvent: Attach("cache_lookups", MAX_CACHE_LOOKUPS, raises_attempt=True),
 }
-
-
-class Tracing(Protocol):
-    """Builds a finished compile's trace; returns its root's ``(trace id, span id)``, or None when not traced."""
-
-    def emit(self, record: CompileRecord) -> tuple[int, int] | None: ...
-
-
-class CacheKeys(Protocol):
-    """Derives the facts of a compile's cache lookups: why each miss missed (:class:`torch_otel._cache.KeyHistory`)."""
-
-    def derive(self, record: CompileRecord) -> None: ...
-
-
-class CacheLoads(Protocol):
-    """What a mega-cache load put in this process's caches (:class:`torch_otel._mega_cache.LoadedKeys`)."""
-
-    def hits(self, record: CompileRecord) -> dict[str, int]: ...
 
 
 class Assembler:
     """Feeds typed events in, hands finished :class:`CompileRecord` objects to the sinks.
 
-    Before any sink sees a finished record, the assembler derives what is not in torch's records for it
-    (:meth:`_derive`): the code location, the backward's forward, the compiled-autograd graph, the mega-cache
-    hits, then its trace identity from ``tracing`` (the span mapper, which builds the compile's trace).
-    ``stamp`` is the source's own word on a record (replay: the process that wrote it), called as a record
-    begins (``ended=False``) and as it ends (``ended=True``), before the derivation.
+    Before any sink sees a finished record, its derive step (``derive``, torch_otel._assemble.derive) works out
+    what is not in torch's records for it, into the record: the code location, the backward's forward, the
+    compiled-autograd graph, the recompile limit, the mega-cache hits, each added kind's facts (``kinds``; their
+    parts in ``kind_parts``, by kind name), then its trace identity from ``tracing`` (the span mapper, which builds
+    the compile's trace). ``stamp`` is the source's own word on a record (replay: the process that wrote it),
+    called as a record begins (``ended=False``) and as it ends (``ended=True``), before the derivation. Events are
+    kept as their source made them.
     """
 
     def __init__(
@@ -137,32 +102,31 @@ class Assembler:
         *,
         tracing: Tracing | None = None,
         cache_loads: CacheLoads | None = None,
-        cache_keys: CacheKeys | None = None,
+        kinds: tuple[Kind, ...] | None = None,
+        kind_parts: Mapping[str, Any] | None = None,
         stamp: Callable[[CompileRecord, bool], None] | None = None,
         recent: int | None = None,
         recompile_limit: Callable[[], int | None] | None = None,
     ) -> None:
-        recent = RECENT if recent is None else recent
         self.sinks: list[Sink] = list(sinks)
         self.max_open = max_open
-        self.tracing = tracing
-        self.cache_loads = cache_loads
-        self.cache_keys = cache_keys
         self.stamp = stamp
-        # live: torch._dynamo.config.recompile_limit, for a compile whose metrics do not say it
-        self.recompile_limit = recompile_limit
+        kinds = kinds_or_default(kinds)
+        self.derive = Derive(
+            tracing=tracing,
+            cache_loads=cache_loads,
+            kinds=kinds,
+            kind_parts=kind_parts,
+            recent=recent,
+            recompile_limit=recompile_limit,
+        )
+        # how each event type joins its compile: the record's own rows, then the added kinds' (kept in attached)
+        self._attach_rows: dict[type, tuple[Attach, bool]] = {t: (row, False) for t, row in ATTACH.items()}
+        self._attach_rows.update({k.event: (k.attach, True) for k in kinds})
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
         self._early_starts: dict[CompileId, StartEvent] = {}  # dynamo_start logged before its compile's root
-        # What later compiles inherit, bounded whatever the job's length: a frame's code by (autograd id,
-        # frame id); forwards by compile id (a lazy backward's); compiled-autograd graphs by their id
-        self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
-        self._forwards: Recent[str, Linked] = Recent(recent)
-        self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
-        # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
-        self._frame_compiles: Recent[tuple[int | None, int | None], int] = Recent(recent)
-        self._near_limit: Recent[tuple[int | None, int | None], bool] = Recent(recent)
         self._lock = threading.RLock()
         self.stats: Counter[str] = Counter()
         # One handler per event type.
@@ -171,10 +135,14 @@ class Assembler:
             MetricsEvent: self._metrics,
             StartEvent: self._start,
             RecompileReasonsEvent: self._recompile_reasons,
-            **{t: self._attach for t in ATTACH},
+            **{t: self._attach for t in self._attach_rows},
         }
 
     # -- public -----------------------------------------------------------
+    @property
+    def tracing(self) -> Tracing | None:
+        return self.derive.tracing
+
     def feed(self, event: Event) -> None:
         with self._lock:
             handler = self._handlers.get(type(event))
@@ -182,7 +150,7 @@ class Assembler:
                 handler(event)
 
     def _attach(self, event: Any) -> None:
-        row = ATTACH[type(event)]
+        row, added_kind = self._attach_rows[type(event)]
         rec = self._find(event.compile_id, prefer=row.prefer)
         if rec is None:
             self.stats[f"orphan_{row.field}"] += 1
@@ -191,12 +159,12 @@ class Assembler:
             return
         if row.merge is not None and row.merge(rec, event):
             return
-        kept: list[Any] = getattr(rec, row.field)
+        kept: list[Any] = rec.attached.setdefault(row.field, []) if added_kind else getattr(rec, row.field)
         if len(kept) >= row.bound:
             rec.dropped += 1
             return
-        if row.dated and event.ts_ns is None:
-            event.ts_ns = rec.last_ts_ns
+        if row.dated and event.ts_ns is None:  # dated by its compile, a copy: the event stays as its source made it
+            event = dataclasses.replace(event, ts_ns=rec.last_ts_ns)
         kept.append(event if row.value is None else row.value(event))
         if row.raises_attempt:
             rec.attempt = max(rec.attempt, event.attempt)
@@ -273,8 +241,9 @@ class Assembler:
     def _only_compile_in_flight(self, ev: PhaseEvent) -> CompileRecord | None:
         """A phase with no compile id: inductor's compile workers (``compile_file``) run on threads that carry none.
 
-        When exactly one compile is in flight, they served it: the phase joins it and says so on its span.
-        Otherwise it cannot be known, and the phase is counted (``torch_otel_unattributed_phases_total``).
+        When exactly one compile is in flight, they served it: the phase joins it and says so on its span
+        (:data:`ATTRIBUTED`, on its node). Otherwise it cannot be known, and the phase is counted
+        (``torch_otel_unattributed_phases_total``).
         """
         running = [r for r in self._open.values() if not r._ended and r.kind != RUNTIME]
         if not running:  # no compile: runtime work (GPU benchmarking inside runtime autotuning) of one graph
@@ -282,7 +251,6 @@ class Assembler:
         if len(running) != 1:
             self.stats["unattributed_phases"] += 1
             return None
-        ev.args = {**ev.args, "attributed": "the only compile in flight"}
         return running[0]
 
     def _standalone(self, cid: CompileId | None) -> CompileRecord | None:
@@ -421,8 +389,9 @@ class Assembler:
                 pass
         rec.attempt = max(rec.attempt, ev.attempt)
         top = rec._stack[-1] if rec._stack else rec.root
+        args = {**ev.args, **ATTRIBUTED} if worker else ev.args  # the node says how it was given its compile
         if worker and ev.ph != "i":
-            self._worker_phase(rec, ev, top)
+            self._worker_phase(rec, ev, top, args)
             return
         if ev.ph == "B":
             if rec._nodes >= MAX_PHASES:
@@ -452,9 +421,9 @@ class Assembler:
             self.stats["unmatched_phase_ends"] += 1
         else:
             if len(top.instants) < 64:
-                top.instants.append((ev.name, ev.ts_ns, dict(ev.args)))
+                top.instants.append((ev.name, ev.ts_ns, dict(args)))
 
-    def _worker_phase(self, rec: CompileRecord, ev: PhaseEvent, top: PhaseNode) -> None:
+    def _worker_phase(self, rec: CompileRecord, ev: PhaseEvent, top: PhaseNode, args: dict[str, Any]) -> None:
         """A phase on one of inductor's compile workers (a kernel build, ``compile_file``), beside the compile's stack.
 
         Builds run in parallel while the compile goes on (and waits in ``async_compile.wait``), so they never
@@ -470,7 +439,7 @@ class Assembler:
             if rec._nodes >= MAX_PHASES:
                 rec.dropped += 1
                 return
-            node = PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args))
+            node = PhaseNode(ev.name, ev.ts_ns, args=dict(args))
             (lane[-1] if lane and ev.thread is not None else top).children.append(node)
             lane.append(node)
             rec._nodes += 1
@@ -480,7 +449,7 @@ class Assembler:
             node = lane[i]
             if node.name == ev.name:
                 node.end_ns = ev.ts_ns
-                node.args.update(ev.args)
+                node.args.update(args)
                 if ev.thread is not None:  # a thread's phases nest: the ones begun inside it end with it
                     for unclosed in lane[i + 1 :]:
                         unclosed.end_ns = ev.ts_ns
@@ -598,7 +567,7 @@ class Assembler:
         self.stats[f"compiles_{rec.kind}"] += 1
         if self.stamp is not None:
             self._guard("stamp", self.stamp, rec, True)
-        self._derive(rec)
+        self.derive(rec)
         self._notify("on_finish", rec)
 
     def _began(self, rec: CompileRecord) -> None:
@@ -606,66 +575,8 @@ class Assembler:
             self._guard("stamp", self.stamp, rec, False)
         self._notify("on_start", rec)
 
-    def _derive(self, rec: CompileRecord) -> None:
-        """Every fact a sink reads that torch's records for this compile do not hold, worked out once, here."""
-        cid = rec.compile_id
-        code = rec.own_code()
-        if rec.kind == "frame" and cid is not None:
-            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
-            key = (cid.compiled_autograd_id, cid.frame_id)
-            if code.function and code.file:
-                self._frame_code.remember(key, code)
-            else:
-                code = self._frame_code.get(key, code)
-            self._recompile_facts(rec, key)
-        if rec.kind == "backward":
-            rec.forward = self._forwards.get(rec.id_str)
-            if rec.forward is not None and not code.function:
-                code = rec.forward.code
-        rec.code = code
-        if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
-            rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
-        if self.cache_loads is not None:
-            rec.mega_cache_hits = self._guard("mega-cache hits", self.cache_loads.hits, rec) or {}
-        if self.cache_keys is not None and rec.cache_lookups:
-            self._guard("cache keys", self.cache_keys.derive, rec)
-        if self.tracing is not None:
-            ids = self._guard("tracing", self.tracing.emit, rec)
-            if ids is not None:
-                rec.trace_id, rec.span_id = ids
-        if rec.kind == "frame":
-            self._forwards.remember(rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code))
-        elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
-            self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
-
-    def _recompile_facts(self, rec: CompileRecord, key: tuple[int | None, int | None]) -> None:
-        """A frame compile's place against the recompile limit: its frame's compiles so far, the limit, near it or not."""
-        m = rec.metrics or {}
-        before = self._frame_compiles.get(key, 0)
-        self._frame_compiles.remember(key, before + 1)
-        size = m.get("cache_size")
-        rec.frame_recompiles = size if isinstance(size, int) and not isinstance(size, bool) else before
-        limit = recompile_limit_of(m)
-        if limit is None and self.recompile_limit is not None:
-            limit = self._guard("recompile limit", self.recompile_limit)
-        rec.recompile_limit = limit
-        if (
-            limit is not None
-            and rec.frame_recompiles >= 1
-            and not rec.recompile_limit_hit
-            and limit - rec.frame_recompiles - 1 <= NEAR
-            and key not in self._near_limit
-        ):
-            rec.recompile_limit_near = True
-            self._near_limit.remember(key, True)
-
-    @staticmethod
-    def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - a derivation must not starve the sinks
-            record_error(f"assembler {what}", exc)
-            return None
+    def _guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        return guard(what, fn, *args)
 
     def _notify_orphan_log(self, ev: LogEvent) -> None:
         for sink in self.sinks:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from .._core.arm import forget, when_imported
 from .._core.compile_id import current_compile_id
 from .._core.errors import record_error, warn_once
-from .._model.events import CacheLookupEvent
+from .._kinds.cache_lookups import CacheLookupEvent
 from .._parse.records import instant_events
 from .._version import SUPPORTED_TORCH, TESTED_TORCH
 

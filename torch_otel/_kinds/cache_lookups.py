@@ -1,23 +1,64 @@
-"""torch's cache lookups (FX graph, AOTAutograd), as a kind of event: what torch logs of each, read once.
+"""torch's cache lookups (FX graph, AOTAutograd), a kind of event declared in one place.
 
 torch logs each lookup as an instant event (``fx_graph_cache_miss``, ``autograd_cache_hit``, ...) whose metadata
 holds the key, the result and the parts torch computed the key from (``components``: lines ``[hash] name: text``),
-and writes the same as an artifact. Both live capture (the instant, as torch logs it) and replay (the chromium event
-in the log, and the artifact) turn them into a :class:`CacheLookupEvent` here; why a miss missed is
-torch_otel._analysis.caches's.
+and writes the same as an artifact. Here, once each:
+
+- the event (:class:`CacheLookupEvent`) and the conversions the parser's rows name (:func:`from_instant`,
+  :func:`key_of_artifact`), after :data:`LOGGED_AS`, the one declaration of torch's names for a lookup;
+- how it joins its compile (:data:`KIND`'s ``attach``), and its facts, derived once into the record
+  (:func:`derive`: the time of the phase that did each lookup, and why each miss missed, which
+  torch_otel._analysis.caches works out against the keys seen before);
+- what the sinks show: an event on the compile's root span per lookup (and how ``torch-otel diff`` reads it back),
+  the misses, bypasses and the latest miss as metrics, and the run summary's ``caches`` part (cold and warm
+  starts, why lookups missed, the ranks that missed what others hit).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from .._model.events import CacheLookupEvent
+from .._core.compile_id import CompileId
+from .._core.merge import Merge, counts, num, rows, sum_int, sum_s
+from .._model.record import CompileRecord
+from .kind import Attach, Kind, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
 
-CACHES = ("fx_graph", "aot_autograd")
+
+@dataclass(slots=True)
+class CacheLookupEvent:
+    """One lookup in one of torch's compile caches (``fx_graph``, ``aot_autograd``), as torch logs it.
+
+    ``components`` are the parts torch computed the key from (:class:`Component`). What is derived for it (its
+    phase's time, why a miss missed) is the record's (:class:`Lookup`), never written here.
+    """
+
+    compile_id: CompileId | None
+    cache: str
+    result: str  # hit, miss, bypass, disabled
+    key: str | None = None
+    components: tuple[Any, ...] = ()
+    ts_ns: int | None = None
+    time_saved_ns: int | None = None  # a hit: what torch says the entry saved
+    time_taken_ns: int | None = None  # a miss: what torch says compiling the entry took
+    bypass_reason: str | None = None
+    backward: bool | None = None
+    attempt: int = 0
+    rank: int | None = None
+
+
+NAME = "cache_lookups"  # the kind's key on the record
 RESULTS = ("hit", "miss", "bypass", "disabled")
+# How torch names a lookup, declared once: cache -> (the prefix of its instant events, the prefix of its artifacts).
+# The parser's tables route both here (torch_otel._parse.records); the artifacts, which torch writes for every lookup
+# of both caches (the FX graph loads inside an AOTAutograd hit log no instant), teach replay and a baseline the keys.
+LOGGED_AS = {"fx_graph": ("fx_graph_cache_", "fx_graph_cache_"), "aot_autograd": ("autograd_cache_", "aotautograd_cache_")}
+CACHES = tuple(LOGGED_AS)
+MAX_LOOKUPS = 256  # cache lookups per compile (two per inductor graph)
 MAX_PARTS = 4096  # components kept per lookup (torch's FX graph key has about 640)
 MAX_TEXT = 80  # characters of a part's value shown in an explanation
 
@@ -117,8 +158,8 @@ def cache_lookup(
     """torch's cache instant event (``fx_graph_cache_miss``, ``autograd_cache_hit``...) -> a lookup of ``cache``.
 
     ``result`` is the event name's (its ``cache_state`` decides where it has one). The same for live capture (the
-    instant as torch logs it) and replay (the chromium event in the log); :data:`torch_otel._parse.INSTANTS` routes
-    each name here.
+    instant as torch logs it) and replay (the chromium event in the log); the parser's ``INSTANTS`` rows
+    (torch_otel._parse.records) route each name here.
     """
     md = metadata if isinstance(metadata, dict) else {}
     state = md.get("cache_state")
@@ -163,3 +204,410 @@ def bypass_category(reason: str | None) -> str:
         if reason and pattern.search(reason):
             return name
     return "other"
+
+
+# -- what the parser's rows name ----------------------------------------------------------------------------------
+
+
+def from_instant(
+    cache: str, prefix: str
+) -> Callable[[str, int | None, Any, CompileId | None, int, int | None], list[Any] | None]:
+    """The parser's ``INSTANTS`` handler for ``cache``'s instant events (``prefix`` + result)."""
+
+    def handler(
+        name: str, ts_ns: int | None, args: Any, cid: CompileId | None, attempt: int, rank: int | None
+    ) -> list[Any] | None:
+        lookup = cache_lookup(cache, name[len(prefix) :], ts_ns, args, cid, attempt, rank)
+        return None if lookup is None else [lookup]
+
+    return handler
+
+
+def artifact_names() -> tuple[str, ...]:
+    """The artifacts torch writes for each lookup (the parser keeps their payloads: replay learns the keys from them)."""
+    return tuple(f"{artifact}{r}" for _, artifact in LOGGED_AS.values() for r in ("hit", "miss", "bypass"))
+
+
+def key_of_artifact(name: str, payload: str | None, compile_id: Any) -> CacheLookupEvent | None:
+    """A lookup artifact (``fx_graph_cache_miss``...) -> the lookup it records, with its key; None: not one, or no key."""
+    cache = next((c for c, (_, artifact) in LOGGED_AS.items() if name.startswith(artifact)), None)
+    if cache is None:
+        return None
+    try:
+        info = json.loads(payload or "null")
+    except ValueError:
+        return None
+    lk = cache_lookup(cache, name.rsplit("_", 1)[-1], None, info, compile_id)
+    return lk if lk is not None and lk.key else None
+
+
+# -- its facts, derived once into the record -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """One lookup as the record holds it: the event as torch logged it, the time of the phase that did it (a load on a
+    hit, the compile on a miss), and why it missed (:class:`torch_otel._analysis.caches.Explanation`; a trace's words
+    when ``torch-otel diff`` read it back)."""
+
+    event: CacheLookupEvent
+    phase_ns: int | None = None
+    explanation: Any = None
+
+
+class Explainer(Protocol):
+    """Why each miss of a finished compile missed (None where it did not); remembers its keys (the key history)."""
+
+    def explain(self, record: CompileRecord, lookups: Sequence[CacheLookupEvent]) -> list[Any]: ...
+
+
+# the phase that does a lookup: its duration is the time the lookup cost (a load on a hit, the compile on a miss)
+_LOOKUP_PHASES = {"fx_graph": "inductor_compile", "aot_autograd": "backend_compile"}
+
+
+def _phase_ns(rec: CompileRecord, lk: CacheLookupEvent) -> int | None:
+    """The innermost phase of its cache open when torch logged the lookup: its duration."""
+    if lk.ts_ns is None:
+        return None
+    best = None
+    for node, _ in rec.root.walk():
+        end = node.end_ns if node.end_ns is not None else node.start_ns
+        if node.name == _LOOKUP_PHASES.get(lk.cache) and node.start_ns <= lk.ts_ns <= end:
+            best = node  # depth-first: a later match is nested deeper or beside; the innermost wins
+    return (best.end_ns or best.start_ns) - best.start_ns if best is not None else None
+
+
+def derive(rec: CompileRecord, keys: Explainer | None) -> None:
+    """Each lookup's phase time and, given the key history, why each miss missed: ``rec.derived[NAME]``."""
+    events = rec.attached.get(NAME)
+    if not events:
+        return
+    explained = keys.explain(rec, events) if keys is not None else [None] * len(events)
+    rec.derived[NAME] = [Lookup(lk, _phase_ns(rec, lk), e) for lk, e in zip(events, explained, strict=True)]
+
+
+def lookups(rec: CompileRecord) -> list[Lookup]:
+    """The record's lookups with what was derived for them (nothing, where no derive step ran)."""
+    found: list[Lookup] | None = rec.derived.get(NAME)
+    return found if found is not None else [Lookup(lk) for lk in rec.attached.get(NAME, ())]
+
+
+# -- the spans' view: an event on the root span per lookup, and how diff reads it back -----------------------------
+
+EVENT = "torch.compile.cache_lookup"
+SHORT_KEY = 12  # characters of a cache key on a span (torch's keys are 52)
+
+
+class Attributes:
+    """A ``torch.compile.cache_lookup`` event's attributes."""
+
+    NAME = "torch.compile.cache.name"
+    RESULT = "torch.compile.cache.result"
+    KEY = "torch.compile.cache.key"
+    BACKWARD = "torch.compile.cache.backward"
+    TIME = "torch.compile.cache.time_s"
+    TIME_SAVED = "torch.compile.cache.time_saved_s"
+    TIME_TAKEN = "torch.compile.cache.time_taken_s"
+    BYPASS_REASON = "torch.compile.cache.bypass_reason"
+    BYPASS_CATEGORY = "torch.compile.cache.bypass_category"
+    MISS_CAUSE = "torch.compile.cache.miss_cause"
+    MISS_REASON = "torch.compile.cache.miss_reason"
+    MISS_CHANGES = "torch.compile.cache.miss_changes"
+
+
+def span_events(rec: CompileRecord, fmt: Text) -> list[SpanEvent]:
+    """One cache lookup each: which cache, its result, a short key, its time and what a hit saved; why a miss missed."""
+    out: list[SpanEvent] = []
+    a_ = Attributes
+    for x in lookups(rec):
+        lk = x.event
+        a: dict[str, Any] = {a_.NAME: lk.cache, a_.RESULT: lk.result}
+        if lk.key:
+            a[a_.KEY] = lk.key[:SHORT_KEY]
+        if lk.backward is not None:
+            a[a_.BACKWARD] = lk.backward
+        if x.phase_ns is not None:
+            a[a_.TIME] = round(x.phase_ns / 1e9, 6)
+        if lk.time_saved_ns is not None:
+            a[a_.TIME_SAVED] = round(lk.time_saved_ns / 1e9, 6)
+        if lk.time_taken_ns is not None and lk.result == "miss":
+            a[a_.TIME_TAKEN] = round(lk.time_taken_ns / 1e9, 6)
+        if lk.result == "bypass":
+            a[a_.BYPASS_REASON] = fmt.text(lk.bypass_reason or "")
+            a[a_.BYPASS_CATEGORY] = bypass_category(lk.bypass_reason)
+        e = x.explanation
+        if e is not None:
+            a[a_.MISS_CAUSE] = e.cause
+            a[a_.MISS_REASON] = fmt.text(e.text())
+            if e.changes:
+                a[a_.MISS_CHANGES] = [fmt.text(c) for c in e.changes]
+        out.append((EVENT, a, lk.ts_ns))
+    return out
+
+
+class _Explained:
+    """A miss's explanation as a span carries it: the cause, its words and the changes (as caches.Explanation)."""
+
+    def __init__(self, cause: str, reason: str, changes: list[str]) -> None:
+        self.cause, self.reason, self.changes = cause, reason, changes
+
+    def text(self) -> str:
+        return self.reason
+
+    def short(self) -> str:
+        return "; ".join(self.changes) if self.changes else self.reason
+
+
+def read_span_event(name: str, ea: Mapping[str, Any], rec: CompileRecord) -> bool:
+    """An exported ``torch.compile.cache_lookup`` event back into ``rec`` (torch-otel diff of a traces file)."""
+    if name != EVENT:
+        return False
+    a_ = Attributes
+    cache, result = ea.get(a_.NAME), ea.get(a_.RESULT)
+    if not isinstance(cache, str) or not isinstance(result, str):
+        return True
+    b = ea.get(a_.BACKWARD)
+    lk = CacheLookupEvent(rec.compile_id, cache, result, key=ea.get(a_.KEY), backward=b if isinstance(b, bool) else None)
+    t = ea.get(a_.TIME)
+    explanation = None
+    cause = ea.get(a_.MISS_CAUSE)
+    if result == "miss" and isinstance(cause, str):
+        changes = ea.get(a_.MISS_CHANGES)
+        explanation = _Explained(
+            cause, str(ea.get(a_.MISS_REASON) or cause), [str(c) for c in changes] if isinstance(changes, list) else []
+        )
+    rec.attached.setdefault(NAME, []).append(lk)
+    rec.derived.setdefault(NAME, []).append(Lookup(lk, int(t * 1e9) if isinstance(t, (int, float)) else None, explanation))
+    return True
+
+
+# -- the metrics' view ---------------------------------------------------------------------------------------------
+
+SERIES = (
+    Series(
+        "torch_compile_cache_misses",
+        "counter",
+        "Compile cache lookups that missed, by cache and by the cause found (docs/caches.md): first_seen, "
+        "not_in_cache, or the class of what changed (versions, system, config, inputs, graph, other).",
+        ("rank", "cache", "cause"),
+    ),
+    Series(
+        "torch_compile_cache_bypasses",
+        "counter",
+        "Compile cache lookups torch bypassed, by a category of torch's reason (the reason is on the span).",
+        ("rank", "cache", "reason"),
+    ),
+    Series(
+        "torch_compile_cache_last_miss",
+        "info",
+        "This rank's latest compile cache miss, 1: the cache, its graph (compile id and pass), the cause and the "
+        "first part of the key that changed. One series per rank.",
+        ("rank", "cache", "graph", "cause", "component"),
+    ),
+)
+
+
+def observations(rec: CompileRecord, rank: str) -> Iterator[Observation]:
+    """Misses by cause, bypasses by reason category, and the rank's latest miss (graph, cause, component)."""
+    last = None
+    for x in lookups(rec):
+        lk = x.event
+        if lk.result == "bypass":
+            yield "torch_compile_cache_bypasses", (rank, lk.cache, bypass_category(lk.bypass_reason)), 1, None
+        elif lk.result == "miss" and x.explanation is not None:
+            yield "torch_compile_cache_misses", (rank, lk.cache, x.explanation.cause), 1, None
+            last = x
+    if last is not None:
+        e = last.explanation
+        backward = last.event.backward
+        graph = f"{rec.id_str} {'backward' if backward else 'forward' if backward is False else ''}".strip()
+        component = e.components[0] if e.components else ""
+        yield "torch_compile_cache_last_miss", (rank, last.event.cache, graph, e.cause, component), 1, None
+
+
+# -- the run summary's view: its ``caches`` part --------------------------------------------------------------------
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
+    """The summary's cache lines: torch's counts (else the lookups it logged), then cold and warm, and why."""
+    caches: dict[str, list[str]] = {}
+    for c in facts["cache"]:
+        caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")
+    if not caches:  # torch's metrics have no counts (an older log): the lookups it logged events for
+        for c in (facts.get("caches") or {}).get("lookups") or []:
+            caches.setdefault(c["cache"], []).append(f"{c['result']} {c['count']}")
+    out = ["cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups")]
+    return out + _cache_lines(facts.get("caches") or {}, width)
+
+
+def _cache_lines(c: dict[str, Any], width: int) -> list[str]:
+    """Cold and warm: the work the misses cost, the loads, what the hits saved; why misses missed; odd ranks."""
+    if not c or not (c.get("hit_rate") or c.get("misses")):
+        return []
+    out = [
+        f"  cold work (misses) {c['miss_cost_s']:.2f} s, loading from caches {c['load_s']:.2f} s, "
+        f"saved by hits {c['saved_s']:.2f} s (torch's record)"
+    ]
+    rates = ", ".join(f"{k} {v['rate']:.0%} ({v['hits']} of {v['hits'] + v['misses']})" for k, v in c["hit_rate"].items())
+    if rates:
+        out.append(f"  hit rate: {rates}")
+    by = c.get("misses_by_cause") or {}
+    if by:
+        out.append("  misses by cause: " + ", ".join(f"{k} {n}" for k, n in by.items()))
+    for r in (c.get("top_reasons") or [])[:3]:
+        out.append(f"  {r['count']:>5}  {_cut(r['cache'] + ' ' + r['reason'], width - 9)}")
+    for r in (c.get("odd_ranks") or [])[:3]:
+        out.append(f"  {_cut(r['line'], width - 2)}")
+    more = len(c.get("odd_ranks") or []) - 3
+    if more > 0:
+        out.append(f"  ({more} more ranks missed what others hit)")
+    return out
+
+
+MAX_CACHE_SLOTS = 4096  # graphs whose lookups are compared across ranks
+MAX_CACHE_REASONS = 200
+
+
+class CachesPart:
+    """Cold and warm starts: the time misses cost and hits saved, why misses missed, and ranks that missed alone."""
+
+    def __init__(self) -> None:
+        self.load_ns = 0
+        self.miss_cost_ns = 0
+        self.saved_s = 0.0
+        self.lookups: Counter[tuple[str, str]] = Counter()  # (cache, result): the lookups torch logged events for
+        self.causes: Counter[tuple[str, str]] = Counter()  # (cache, cause)
+        self.reasons: Counter[tuple[str, str]] = Counter()  # (cache, explanation text)
+        # (cache, compile id, pass) -> rank -> (result, cause text); compared across ranks
+        self.slots: dict[tuple[str, str, str], dict[int, tuple[str, str]]] = {}
+
+    def add(self, rec: CompileRecord) -> None:
+        saved = (rec.metrics or {}).get("remote_cache_time_saved_s")
+        if isinstance(saved, (int, float)) and not isinstance(saved, bool) and saved > 0:
+            self.saved_s += saved
+        found = lookups(rec)
+        if not found:
+            return
+        aot_miss = [x for x in found if x.event.cache == "aot_autograd" and x.event.result == "miss"]
+        for x in found:
+            lk = x.event
+            self.lookups[(lk.cache, lk.result)] += 1
+            if lk.result == "hit" and x.phase_ns:
+                self.load_ns += x.phase_ns
+            if lk.result == "miss" and x.phase_ns and (lk.cache == "aot_autograd" or not aot_miss):
+                self.miss_cost_ns += x.phase_ns  # an FX graph's compile is inside its AOTAutograd miss's
+            e = x.explanation
+            if lk.result == "miss" and e is not None:
+                self.causes[(lk.cache, e.cause)] += 1
+                key = (lk.cache, e.text()[:300])
+                if key in self.reasons or len(self.reasons) < MAX_CACHE_REASONS:
+                    self.reasons[key] += 1
+            if rec.rank is not None and lk.result in ("hit", "miss"):
+                pass_ = "backward" if lk.backward else "forward" if lk.backward is False else ""
+                slot = (lk.cache, rec.id_str, pass_)
+                ranks = self.slots.get(slot)
+                if ranks is None and len(self.slots) < MAX_CACHE_SLOTS:
+                    ranks = self.slots[slot] = {}
+                if ranks is not None:
+                    ranks.setdefault(rec.rank, (lk.result, e.short() if e is not None else ""))
+
+    def odd_ranks(self) -> list[dict[str, Any]]:
+        """Per graph that some ranks hit and others missed: each rank that missed, with why."""
+        out = []
+        for (cache, cid, pass_), ranks in sorted(self.slots.items()):
+            hit = sorted(r for r, (res, _) in ranks.items() if res == "hit")
+            missed = sorted(r for r, (res, _) in ranks.items() if res == "miss")
+            if not hit or not missed:
+                continue
+            graph = f"{cid} {pass_}".strip()
+            others = ", ".join(str(r) for r in hit[:8]) + (" ..." if len(hit) > 8 else "")
+            for r in missed:
+                why = ranks[r][1]
+                out.append(
+                    {
+                        "rank": r,
+                        "cache": cache,
+                        "graph": graph,
+                        "hit_on": hit,
+                        "reason": why,
+                        "line": f"rank {r} missed {cache} {graph} (rank {others} hit it): {why}",
+                    }
+                )
+        return out
+
+    def to_dict(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``caches`` part; ``facts["cache"]`` are torch's counts (CompilationMetrics), the summary's own."""
+        torch_counts = {(c["cache"], c["location"], c["result"]): c["count"] for c in facts.get("cache") or []}
+        rates: dict[str, dict[str, Any]] = {}
+        counted = {cache for (cache, _loc, _r) in torch_counts}
+        # torch's counts (its CompilationMetrics); a cache they lack (older logs) by the lookups' events
+        found = [(cache, result, n) for (cache, _loc, result), n in sorted(torch_counts.items())]
+        found += [(cache, result, n) for (cache, result), n in sorted(self.lookups.items()) if cache not in counted]
+        for cache, result, n in found:
+            if result in ("hit", "miss"):
+                r = rates.setdefault(cache, {"hits": 0, "misses": 0})
+                r["hits" if result == "hit" else "misses"] += n
+        for r in rates.values():
+            r["rate"] = round(r["hits"] / (r["hits"] + r["misses"]), 4) if r["hits"] + r["misses"] else 0.0
+        by_cause: Counter[str] = Counter()
+        for (_, cause), n in self.causes.items():
+            by_cause[cause] += n
+        return {
+            "miss_cost_s": round(self.miss_cost_ns / 1e9, 6),
+            "load_s": round(self.load_ns / 1e9, 6),
+            "saved_s": round(self.saved_s, 6),
+            "hit_rate": rates,
+            "lookups": [{"cache": c, "result": r, "count": n} for (c, r), n in sorted(self.lookups.items())],
+            "misses": sum(self.causes.values()),
+            "misses_by_cause": dict(by_cause.most_common()),
+            "misses_by_cache_and_cause": [{"cache": c, "cause": k, "count": n} for (c, k), n in sorted(self.causes.items())],
+            "top_reasons": [
+                {"cache": c, "reason": t, "count": n}
+                for (c, t), n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
+            ],
+            "odd_ranks": self.odd_ranks(),
+        }
+
+
+def _hit_rates(values: list[Any]) -> dict[str, dict[str, Any]]:
+    rates: dict[str, dict[str, Any]] = {}
+    for hit_rate in values:
+        for cache, r in (hit_rate or {}).items():
+            x = rates.setdefault(cache, {"hits": 0, "misses": 0})
+            x["hits"] += int(num(r.get("hits")))
+            x["misses"] += int(num(r.get("misses")))
+    for x in rates.values():
+        x["rate"] = round(x["hits"] / (x["hits"] + x["misses"]), 4) if x["hits"] + x["misses"] else 0.0
+    return rates
+
+
+MERGE = Merge(
+    section={
+        "miss_cost_s": Merge(sum_s),
+        "load_s": Merge(sum_s),
+        "saved_s": Merge(sum_s),
+        "hit_rate": Merge(_hit_rates),
+        "lookups": Merge(rows(lambda r: (r.get("cache"), r.get("result")), ("count",))),
+        "misses": Merge(sum_int),
+        "misses_by_cause": Merge(counts),
+        "misses_by_cache_and_cause": Merge(rows(lambda r: (r.get("cache"), r.get("cause")), ("count",))),
+        "top_reasons": Merge(rows(lambda r: (r.get("cache"), r.get("reason")), ("count",))),
+        "odd_ranks": Merge(why="found by comparing ranks, which one rank's summary cannot"),
+    }
+)
+
+# -- the kind ------------------------------------------------------------------------------------------------------
+
+KIND = Kind(
+    NAME,
+    CacheLookupEvent,
+    Attach(NAME, MAX_LOOKUPS, raises_attempt=True),
+    derive=derive,
+    spans=SpanView(span_events, read_span_event, (EVENT, *(v for k, v in vars(Attributes).items() if k.isupper()))),
+    metrics=MetricsView(SERIES, observations),
+    summary=SummaryView("caches", CachesPart, summary_text, MERGE),
+)

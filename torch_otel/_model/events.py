@@ -8,7 +8,7 @@ one span/metric mapping consume them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .._core.compile_id import CompileId
 
@@ -123,30 +123,6 @@ class GraphScheduleEvent:
 
 
 @dataclass(slots=True)
-class CacheLookupEvent:
-    """One lookup in one of torch's compile caches (``fx_graph``, ``aot_autograd``), as torch logs it.
-
-    ``components`` are the parts torch computed the key from (:class:`torch_otel._cache.Component`); the
-    assembler sets ``explanation`` on a miss (:meth:`torch_otel._cache.KeyHistory.explain`).
-    """
-
-    compile_id: CompileId | None
-    cache: str
-    result: str  # hit, miss, bypass, disabled
-    key: str | None = None
-    components: tuple[Any, ...] = ()
-    ts_ns: int | None = None
-    time_saved_ns: int | None = None  # a hit: what torch says the entry saved
-    time_taken_ns: int | None = None  # a miss: what torch says compiling the entry took
-    bypass_reason: str | None = None
-    backward: bool | None = None
-    attempt: int = 0
-    rank: int | None = None
-    explanation: Any = None  # derived: why it missed (torch_otel._cache.Explanation)
-    phase_ns: int | None = None  # derived: the duration of the phase that did the lookup (load or compile)
-
-
-@dataclass(slots=True)
 class StartEvent:
     """``dynamo_start``: the user stack of the frame being compiled."""
 
@@ -175,15 +151,11 @@ class DebugDirEvent:
     path: str
 
 
-Event = (
-    PhaseEvent
-    | MetricsEvent
-    | GraphBreakEvent
-    | ArtifactEvent
-    | StartEvent
-    | LogEvent
-    | RecompileReasonsEvent
-    | GraphScheduleEvent
-    | DebugDirEvent
-    | CacheLookupEvent
-)
+class Event(Protocol):
+    """What every event has: the compile it belongs to (None: torch logged it outside any compile).
+
+    The event types above are the record's own kinds; a kind added to them (torch_otel._kinds) has its event type
+    in its own module.
+    """
+
+    compile_id: CompileId | None

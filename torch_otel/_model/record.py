@@ -4,10 +4,12 @@ A compile is a root chromium event (``dynamo`` for a frame compile, ``entire_bac
 compiled backward, ``compiled_autograd`` for a compiled-autograd graph, and the standalone compiles) with the
 phases nested inside it (:class:`PhaseNode`), its ``CompilationMetrics`` record, graph breaks and artifacts.
 
-Every fact a sink needs that is not in torch's own records is derived once, by the assembler, before any sink
-sees the record (the derived block of :class:`CompileRecord`): the code location a compile inherits from its
-frame or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, the mega-cache
-hits and the trace identity. Sinks read the record; none writes into it, and their order carries no meaning.
+Every fact a sink needs that is not in torch's own records is derived once, by the assembler's derive step,
+before any sink sees the record (the derived block of :class:`CompileRecord`): the code location a compile inherits
+from its frame or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, the
+mega-cache hits, each added kind's facts (``derived``) and the trace identity. Events are kept as their source made
+them: a derived fact goes into the record, never back into an event. Sinks read the record; none writes into it,
+and their order carries no meaning.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from .._core.categories import is_recompile_limit_hit
 from .._core.compile_id import CompileId
-from .events import ArtifactEvent, CacheLookupEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
+from .events import ArtifactEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
 
 __all__ = [
     "BYPASS_PHASES",
@@ -140,8 +142,8 @@ class CompileRecord:
     recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
     # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
-    # torch's cache lookups during this compile (FX graph, AOTAutograd), in order
-    cache_lookups: list[CacheLookupEvent] = field(default_factory=list)
+    # the events of the kinds added to the record's own (torch_otel._kinds: cache lookups, ...), by kind, in order
+    attached: dict[str, list[Any]] = field(default_factory=dict)
     incomplete: str | None = None
     dropped: int = 0
     # inductor's debug directories of this compile, one per graph (TORCH_COMPILE_DEBUG=1)
@@ -160,7 +162,7 @@ class CompileRecord:
     # worker processes); ``child_cpu_ns`` is the part in those other processes
     cpu_ns: int | None = None
     child_cpu_ns: int | None = None
-    # -- Derived by the assembler, once, before any sink sees the record (Assembler._derive) --
+    # -- Derived by the assembler, once, before any sink sees the record (torch_otel._assemble.derive) --
     # the compiled code: its own, else its frame's earlier compile's (a compile that stops before dynamo reports
     # its code: the recompile-limit check), else (a lazy backward) its forward's
     code: CodeLocation = CodeLocation()
@@ -176,6 +178,8 @@ class CompileRecord:
     frame_recompiles: int | None = None
     recompile_limit: int | None = None
     recompile_limit_near: bool = False
+    # what each added kind's derivation found (torch_otel._kinds), by kind: cache lookups' times and why they missed
+    derived: dict[str, Any] = field(default_factory=dict)
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)
     # Phases open on inductor's compile workers, apart from the compile's own stack: worker thread -> its open

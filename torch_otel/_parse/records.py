@@ -15,7 +15,7 @@ from typing import Any
 
 from .._core.compile_id import CompileId, compile_id_from_metadata, parse_compile_id
 from .._core.graph_breaks import parse_graph_break
-from .._kinds.cache_lookups import cache_lookup
+from .._kinds import cache_lookups
 from .._model.events import (
     ArtifactEvent,
     Event,
@@ -58,21 +58,11 @@ def _chromium(
 InstantHandler = Callable[[str, int | None, Any, CompileId | None, int, int | None], list[Event] | None]
 
 
-def _cache_instant(cache: str, prefix: str) -> InstantHandler:
-    def handler(
-        name: str, ts_ns: int | None, args: Any, cid: CompileId | None, attempt: int, rank: int | None
-    ) -> list[Event] | None:
-        lookup = cache_lookup(cache, name[len(prefix) :], ts_ns, args, cid, attempt, rank)
-        return None if lookup is None else [lookup]
-
-    return handler
-
-
 # torch's instant events that carry a kind of their own, by name prefix: replay reads them from the log's chromium
-# events, live capture from torch's call (the ``cache_lookups`` row of torch_otel._sources), both through here.
+# events, live capture from torch's call (the ``cache_lookups`` row of torch_otel._capture.sources), both through here.
 INSTANTS: tuple[tuple[str, InstantHandler], ...] = (
-    ("fx_graph_cache_", _cache_instant("fx_graph", "fx_graph_cache_")),  # inductor's FX graph cache
-    ("autograd_cache_", _cache_instant("aot_autograd", "autograd_cache_")),  # AOTAutograd's cache
+    # each lookup of inductor's FX graph cache and of AOTAutograd's (torch_otel._kinds.cache_lookups)
+    *((prefix, cache_lookups.from_instant(cache, prefix)) for cache, (prefix, _) in cache_lookups.LOGGED_AS.items()),
 )
 
 
@@ -194,10 +184,7 @@ ARTIFACTS: dict[str, ArtifactHandler | None] = {
     "dynamo_graph_break_reason": _graph_break_reason,
     "torch_version": None,
     # each cache lookup's key and parts (both of inductor's paths): replay and a baseline learn the keys from them
-    **dict.fromkeys(
-        (f"{c}_cache_{r}" for c in ("fx_graph", "aotautograd") for r in ("hit", "miss", "bypass")),
-        None,
-    ),
+    **dict.fromkeys(cache_lookups.artifact_names(), None),
 }
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .records import ARTIFACTS
+from .records import ARTIFACTS, RecordError, parse_record
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
 _GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] ")
@@ -228,3 +228,44 @@ def torch_version_of(payload: str | None) -> str | None:
         return None
     version = v.get("pytorch_version") if isinstance(v, dict) else None
     return version if isinstance(version, str) and version else None
+
+
+def log_events(
+    path: Path,
+    stats: ReplayStats,
+    keep_all_payloads: bool = False,
+    writer: Writer | None = None,
+    progress: Progress | None = None,
+) -> Iterator[tuple[str, list[Any]]]:
+    """The events of one ``TORCH_TRACE`` log, record by record: ``(kind, events)``. The one read loop: replay feeds
+    them to its assembler, a baseline keeps the cache keys. What cannot be read is counted in ``stats`` (a file that
+    cannot be opened is one of its ``problems``); a rank's file name gives its records their rank."""
+    rank_hint = RANK_IN_NAME.search(path.name)
+    interned: dict[int, str] = {}
+    try:
+        fh = open_log(path)
+    except OSError as exc:
+        stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
+        return
+    raw = getattr(fh, "fileobj", fh)  # a gzip file's position in the compressed bytes
+    with fh:
+        for md, payload, size in iter_records(fh, stats, keep_all_payloads, writer):
+            stats.records += 1
+            if progress is not None and stats.records % 200 == 0:
+                progress.update(raw.tell(), stats.records, path.name)
+            if rank_hint and "rank" not in md:
+                md["rank"] = int(rank_hint.group(1))
+            try:
+                kind, events = parse_record(md, payload, interned, payload_size=size)
+            except RecordError as exc:
+                stats.skipped[str(exc)] += 1
+                continue
+            except Exception as exc:  # noqa: BLE001 - a record of unexpected shape is a skipped line, never a crash
+                stats.skipped[f"unusable {type(exc).__name__}"] += 1
+                continue
+            if events is None:
+                stats.unknown_kinds[kind] += 1
+                continue
+            if kind != "str":
+                stats.kinds[kind] += 1
+            yield kind, events

@@ -26,10 +26,11 @@ from .._analysis.recompiles import NearLimitWarning, live_recompile_limit
 from .._assemble.assembler import Assembler, CacheLoads, Tracing
 from .._core.errors import record_error
 from .._core.settings import Settings
+from .._kinds import cache_lookups
 from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import ReplayStats
 from .._sinks.logs import LogSink
-from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend
+from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend, series_table
 from .._sinks.replay_report import ReplayReport
 from .._sinks.summary import RunSummary, SummariesByRank
 from .._version import __version__
@@ -149,7 +150,7 @@ class Pipeline:
             max_open,
             tracing=self.tracing,
             cache_loads=self.cache_loads,
-            cache_keys=self.cache_keys,
+            kind_parts={cache_lookups.NAME: self.cache_keys} if self.cache_keys is not None else None,
             stamp=stamp,
             recent=recent,
             recompile_limit=self.recompile_limit,
@@ -289,17 +290,18 @@ def metrics_backends(spec: MetricsSpec) -> list[Backend]:
     its meter provider. One set per registry and per meter provider, whoever asks (prometheus_client refuses a
     second metric of one name), so instrumenting again reuses them."""
     out: list[Backend] = []
+    series = series_table()  # the record's own series and each added kind's, as the kinds' table stands
     with _backends_lock:
         if spec.registry is not None:
             b = _backends.get(spec.registry)
             if b is None:
-                b = _backends[spec.registry] = PrometheusBackend(spec.registry)
+                b = _backends[spec.registry] = PrometheusBackend(spec.registry, series)
             out.append(b)
         if spec.meter_provider is not None:
             b = _backends.get(spec.meter_provider)
             if b is None:
                 meter = spec.meter_provider.get_meter(spec.scope, spec.scope_version)
-                b = _backends[spec.meter_provider] = OTelBackend(meter)
+                b = _backends[spec.meter_provider] = OTelBackend(meter, series)
             out.append(b)
     return out
 

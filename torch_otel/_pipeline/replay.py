@@ -20,23 +20,13 @@ from typing import IO, Any
 
 from .._analysis.cache_index import baseline_keys, remember_key
 from .._analysis.caches import KeyHistory
-from .._assemble.assembler import Assembler, CacheKeys, Tracing
+from .._assemble.assembler import Assembler, Tracing
 from .._core.paths import check_writable
 from .._core.settings import load_settings, url_setting
+from .._kinds import cache_lookups
 from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from .._model.record import CompileRecord, Sink
-from .._parse.records import RecordError, parse_record
-from .._parse.trace_log import (
-    RANK_IN_NAME,
-    Progress,
-    ReplayStats,
-    Writer,
-    iter_records,
-    log_files,
-    not_a_trace_log,
-    open_log,
-    torch_version_of,
-)
+from .._parse.trace_log import Progress, ReplayStats, Writer, log_events, log_files, not_a_trace_log, torch_version_of
 from .build import MetricsSpec, Pipeline, PipelineSpec, Push, ReportSpec, build_pipeline
 
 __all__ = ["ReplayOptions", "replay_file", "replay_paths", "run_replay"]
@@ -85,52 +75,28 @@ def replay_file(
     progress: Progress | None = None,
     artifacts: bool = False,
     tracing: Tracing | None = None,
-    cache_keys: CacheKeys | None = None,
+    cache_keys: KeyHistory | None = None,
 ) -> None:
+    """One log into ``sinks``, through an assembler of its own (its records' process, log and torch stamped on each
+    compile); ``cache_keys`` (the replay's key history) learns the keys of every lookup torch logged."""
     stats.files += 1
-    rank_hint = RANK_IN_NAME.search(path.name)
-    interned: dict[int, str] = {}
     writer = Writer(path=str(path))
-    assembler = Assembler(sinks, max_open=4096, tracing=tracing, cache_keys=cache_keys, stamp=_stamp(writer))
-    try:
-        fh = open_log(path)
-    except OSError as exc:
-        stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
-        return
-    raw = getattr(fh, "fileobj", fh)  # a gzip file's position in the compressed bytes
-    with fh:
-        for md, payload, size in iter_records(fh, stats, keep_all_payloads, writer):
-            stats.records += 1
-            if progress is not None and stats.records % 200 == 0:
-                progress.update(raw.tell(), stats.records, path.name)
-            if rank_hint and "rank" not in md:
-                md["rank"] = int(rank_hint.group(1))
-            try:
-                kind, events = parse_record(md, payload, interned, payload_size=size)
-            except RecordError as exc:
-                stats.skipped[str(exc)] += 1
-                continue
-            except Exception as exc:  # noqa: BLE001 - a record of unexpected shape is a skipped line, never a crash
-                stats.skipped[f"unusable {type(exc).__name__}"] += 1
-                continue
-            if events is None:
-                stats.unknown_kinds[kind] += 1
-                continue
-            if kind != "str":
-                stats.kinds[kind] += 1
-            for ev in events:
-                if isinstance(ev, PhaseEvent):
-                    if writer.offset_ns is None:
-                        writer.calibrate(ev.ts_ns)
-                elif isinstance(ev, (GraphBreakEvent, ArtifactEvent)) and ev.ts_ns is None:
-                    ev.ts_ns = writer.line_ns()  # its own line's time (else: the compile's latest event's)
-                if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
-                    writer.torch_version = torch_version_of(ev.payload) or writer.torch_version
-                if isinstance(ev, ArtifactEvent) and cache_keys is not None:
-                    remember_key(cache_keys, ev, writer.torch_version)
-                if isinstance(ev, ArtifactEvent) and not artifacts:
-                    continue  # default capture: the same events a live default capture sees
-                assembler.feed(ev)
+    parts = {cache_lookups.NAME: cache_keys} if cache_keys is not None else None
+    assembler = Assembler(sinks, max_open=4096, tracing=tracing, kind_parts=parts, stamp=_stamp(writer))
+    for _kind, events in log_events(path, stats, keep_all_payloads, writer, progress):
+        for ev in events:
+            if isinstance(ev, PhaseEvent):
+                if writer.offset_ns is None:
+                    writer.calibrate(ev.ts_ns)
+            elif isinstance(ev, (GraphBreakEvent, ArtifactEvent)) and ev.ts_ns is None:
+                ev.ts_ns = writer.line_ns()  # the reader's own word: its line's time (else: the compile's latest event's)
+            if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
+                writer.torch_version = torch_version_of(ev.payload) or writer.torch_version
+            if isinstance(ev, ArtifactEvent) and cache_keys is not None:
+                remember_key(cache_keys, ev, writer.torch_version)
+            if isinstance(ev, ArtifactEvent) and not artifacts:
+                continue  # default capture: the same events a live default capture sees
+            assembler.feed(ev)
     assembler.flush("the log ends before the compile ended")
     for k, v in assembler.stats.items():
         if k.startswith("orphan"):

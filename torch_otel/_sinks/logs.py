@@ -17,6 +17,8 @@ from opentelemetry._logs import SeverityNumber
 
 from .._core.categories import scrub_guard_text
 from .._core.graph_breaks import graph_break_code
+from .._kinds.kind import Kind
+from .._kinds.registry import kinds_or_default
 from .._model.events import LogEvent
 from .._model.record import CompileRecord, Sink
 from .._version import __version__
@@ -37,8 +39,17 @@ def _severity(level: int) -> tuple[SeverityNumber, str]:
 
 
 class LogSink(Sink):
-    def __init__(self, logger_provider: Any, max_length: int = 4096, redact_paths: bool = False, scrub: bool = True) -> None:
+    def __init__(
+        self,
+        logger_provider: Any,
+        max_length: int = 4096,
+        redact_paths: bool = False,
+        scrub: bool = True,
+        kinds: tuple[Kind, ...] | None = None,
+    ) -> None:
         self._logger = logger_provider.get_logger("torch_otel", __version__)
+        # the added kinds that make log records of their own (torch_otel._kinds)
+        self._views = tuple(k.logs for k in kinds_or_default(kinds) if k.logs is not None)
         self._max = max_length
         self._redact = redact_paths
         self._scrub = scrub  # guard text in warnings (the recompile limit's "last reason") without source or values
@@ -64,7 +75,8 @@ class LogSink(Sink):
         )
 
     def on_finish(self, rec: CompileRecord) -> None:
-        if not rec.logs and not rec.graph_breaks:
+        added = [r for view in self._views for r in view(rec)]
+        if not rec.logs and not rec.graph_breaks and not added:
             return
         ctx = self._context(rec)
         base = {"torch.compile.id": rec.id_str}
@@ -80,6 +92,8 @@ class LogSink(Sink):
             what = gb.gb_type or (gb.reason.splitlines()[0] if gb.reason else "unknown")
             text = f"graph break: {what}"
             self._emit(LogEvent(rec.compile_id, gb.ts_ns or end, logging.WARNING, "torch._dynamo.graph_breaks", text), ctx, attrs)
+        for ts, level, logger, message, kind_attrs in added:
+            self._emit(LogEvent(rec.compile_id, ts or end, level, logger, message), ctx, {**base, **kind_attrs})
 
     def on_orphan_log(self, event: LogEvent) -> None:
         attrs = {"torch.compile.id": str(event.compile_id)} if event.compile_id is not None else {}

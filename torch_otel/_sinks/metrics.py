@@ -1,7 +1,8 @@
 """Finished compiles -> metric observations -> Prometheus series and/or OpenTelemetry instruments.
 
-One table (``SERIES``) names every series once; one function
-(``CompileMetrics.on_finish``) decides what a compile observes. Two backends
+One table (``SERIES``: the record's own series, and each added kind's, declared beside its
+kind in torch_otel._kinds) names every series once; one function (``CompileMetrics.on_finish``)
+decides what a compile observes, with each added kind's view. Two backends
 apply the same observations: a prometheus_client registry (``/metrics``,
 Pushgateway, OpenMetrics exemplars) and an OpenTelemetry meter (OTLP), so both
 expositions always carry the same series.
@@ -18,9 +19,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -29,7 +29,8 @@ from .._core.categories import PHASES, PHASES_ALSO, RECOMPILE_CATEGORIES, Bounde
 from .._core.errors import record_error
 from .._core.graph_breaks import graph_break_code
 from .._core.ranks import RankSet, env_rank
-from .._kinds.cache_lookups import bypass_category
+from .._kinds.kind import Kind, Observation, Series
+from .._kinds.registry import kinds_or_default, series_of
 from .._model.record import RUNTIME, CompileRecord, PhaseNode, Sink
 from .._version import __version__, torch_version
 
@@ -40,23 +41,8 @@ FURTHER_GRAPH_BREAK_CODES = 8
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
 
-# info: a gauge of which each rank serves one series at a time (a new label set replaces the rank's last)
-Kind = Literal["counter", "histogram", "updown", "gauge", "info"]
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One series: ``name`` is the Prometheus name without ``_total``."""
-
-    name: str
-    kind: Kind
-    help: str
-    labels: tuple[str, ...]
-    unit: str = ""
-    buckets: tuple[float, ...] | None = None
-
-
-SERIES: dict[str, Series] = {
+# The series of the record's own facts; each added kind declares its own (torch_otel._kinds: ``metrics.series``).
+CORE_SERIES: dict[str, Series] = {
     s.name: s
     for s in (
         Series(
@@ -103,26 +89,6 @@ SERIES: dict[str, Series] = {
             ("rank",),
             "s",
         ),
-        Series(
-            "torch_compile_cache_misses",
-            "counter",
-            "Compile cache lookups that missed, by cache and by the cause found (docs/caches.md): first_seen, "
-            "not_in_cache, or the class of what changed (versions, system, config, inputs, graph, other).",
-            ("rank", "cache", "cause"),
-        ),
-        Series(
-            "torch_compile_cache_bypasses",
-            "counter",
-            "Compile cache lookups torch bypassed, by a category of torch's reason (the reason is on the span).",
-            ("rank", "cache", "reason"),
-        ),
-        Series(
-            "torch_compile_cache_last_miss",
-            "info",
-            "This rank's latest compile cache miss, 1: the cache, its graph (compile id and pass), the cause and the "
-            "first part of the key that changed. One series per rank.",
-            ("rank", "cache", "graph", "cause", "component"),
-        ),
         Series("torch_compile_guards", "histogram", "Guards per compiled frame.", ("rank",), "", GUARD_BUCKETS),
         Series("torch_compile_in_progress", "updown", "Compiles running now.", ("rank", "kind")),
         Series(
@@ -141,8 +107,13 @@ SERIES: dict[str, Series] = {
     )
 }
 
-# (series name, label values in the series' order, value, exemplar trace/span ids)
-Observation = tuple[str, tuple[str, ...], float, "tuple[int, int] | None"]
+
+def series_table(kinds: tuple[Kind, ...] | None = None) -> dict[str, Series]:
+    """Every series, by name: the record's own, then each added kind's."""
+    return {**CORE_SERIES, **{s.name: s for s in series_of(kinds)}}
+
+
+SERIES = series_table()  # as the kinds' table stands at import: what backends serve unless given theirs
 
 
 class Backend(Protocol):
@@ -168,12 +139,13 @@ class PrometheusBackend:
     ``_created``).
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, series: Mapping[str, Series] | None = None) -> None:
         self.registry = registry
         self._histograms: dict[str, Histogram] = {}
         self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
-        self._table = _SeriesTable()
-        for s in SERIES.values():
+        series = SERIES if series is None else series
+        self._table = _SeriesTable(series)
+        for s in series.values():
             if s.kind == "histogram":
                 self._histograms[s.name] = Histogram(
                     s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry
@@ -200,23 +172,24 @@ class _SeriesTable:
     Registered on a prometheus_client registry, it is the collector that serves them at scrape time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, series: Mapping[str, Series] | None = None) -> None:
         self._lock = threading.Lock()
+        self._series = SERIES if series is None else series
         self.detail_ranks = RankSet("all")  # the ranks whose counters carry ``_created`` (the rank is the first label)
         self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
-            s.name: {} for s in SERIES.values() if s.kind != "histogram"
+            s.name: {} for s in self._series.values() if s.kind != "histogram"
         }
 
     def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
         series = self._values[name]
         with self._lock:
             cell = series.get(labels)
-            if SERIES[name].kind == "info":  # the rank's one series: a new label set replaces its last
+            if self._series[name].kind == "info":  # the rank's one series: a new label set replaces its last
                 for other in [k for k in series if k[0] == labels[0] and k != labels]:
                     del series[other]
             if cell is None:
                 series[labels] = [value, time.time()]  # the value, and when the series was created
-            elif SERIES[name].kind in ("gauge", "info"):
+            elif self._series[name].kind in ("gauge", "info"):
                 cell[0] = value
             else:
                 cell[0] += value
@@ -231,7 +204,8 @@ class _SeriesTable:
 
         created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
         for name in self._values:
-            s, fam = SERIES[name], _family(SERIES[name])
+            s = self._series[name]
+            fam = _family(s)
             for labels, value, since in self.rows(name):
                 if s.kind == "counter":
                     fam.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
@@ -241,7 +215,7 @@ class _SeriesTable:
 
     def describe(self) -> list[Any]:
         """Every family ``collect`` yields, empty: the registry refuses a second metric of one of these names."""
-        return [_family(SERIES[name]) for name in self._values]
+        return [_family(self._series[name]) for name in self._values]
 
 
 def _family(s: Series) -> Any:
@@ -368,14 +342,15 @@ class OTelBackend:
     which have no observable form and carry exemplars, are recorded as they come.
     """
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meter: Any, series: Mapping[str, Series] | None = None) -> None:
         from opentelemetry.metrics import Observation as OTelObservation
 
         self._observation = OTelObservation
         self._instruments: dict[str, Any] = {}
-        self._table = _SeriesTable()
+        self._series = SERIES if series is None else series
+        self._table = _SeriesTable(self._series)
         self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
-        for s in SERIES.values():
+        for s in self._series.values():
             if s.kind == "histogram":
                 inst = meter.create_histogram(
                     s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
@@ -394,7 +369,7 @@ class OTelBackend:
         key = (name, labels)
         a = self._attrs.get(key)
         if a is None:  # label sets are bounded: one dict per series, never changed after
-            a = self._attrs[key] = dict(zip(SERIES[name].labels, labels, strict=True))
+            a = self._attrs[key] = dict(zip(self._series[name].labels, labels, strict=True))
         return a
 
     def _observe(self, name: str, _options: Any) -> list[Any]:
@@ -402,7 +377,7 @@ class OTelBackend:
         return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        if SERIES[name].kind != "histogram":
+        if self._series[name].kind != "histogram":
             self._table.apply(name, labels, value)
             return
         ctx = _span_context(exemplar) if exemplar else None
@@ -443,8 +418,16 @@ def _span_context(ids: tuple[int, int]) -> Any:
 class CompileMetrics(Sink):
     """Turns each finished compile into observations and applies them to every backend."""
 
-    def __init__(self, backends: list[Backend], run_id: str | None = None, detail_ranks: RankSet | None = None) -> None:
+    def __init__(
+        self,
+        backends: list[Backend],
+        run_id: str | None = None,
+        detail_ranks: RankSet | None = None,
+        kinds: tuple[Kind, ...] | None = None,
+    ) -> None:
         self.backends = backends
+        # the added kinds that observe series of their own (torch_otel._kinds): the cache lookups' misses, bypasses
+        self._views = tuple(k.metrics for k in kinds_or_default(kinds) if k.metrics is not None)
         self.run_id = default_run_id() if run_id is None else run_id
         self.detail_ranks = RankSet() if detail_ranks is None else detail_ranks
         for b in backends:
@@ -506,22 +489,6 @@ class CompileMetrics(Sink):
         for phase, ns in phase_times(rec.root).items():  # one observation per phase per compile: the time spent in it
             yield "torch_compile_phase_duration_seconds", (rank, phase), ns / 1e9, ex
 
-    @staticmethod
-    def _cache_lookups(rec: CompileRecord, rank: str) -> Iterator[Observation]:
-        """Misses by cause, bypasses by reason category, and the rank's latest miss (graph, cause, component)."""
-        last = None
-        for lk in rec.cache_lookups:
-            if lk.result == "bypass":
-                yield "torch_compile_cache_bypasses", (rank, lk.cache, bypass_category(lk.bypass_reason)), 1, None
-            elif lk.result == "miss" and lk.explanation is not None:
-                yield "torch_compile_cache_misses", (rank, lk.cache, lk.explanation.cause), 1, None
-                last = lk
-        if last is not None:
-            e = last.explanation
-            graph = f"{rec.id_str} {'backward' if last.backward else 'forward' if last.backward is False else ''}".strip()
-            component = e.components[0] if e.components else ""
-            yield "torch_compile_cache_last_miss", (rank, last.cache, graph, e.cause, component), 1, None
-
     def observations(self, rec: CompileRecord) -> Iterator[Observation]:
         """Everything one finished compile contributes to the series."""
         rank = self._rank(rec)
@@ -567,7 +534,8 @@ class CompileMetrics(Sink):
                 yield "torch_compile_cache_requests", (rank, cache, "mega_cache", result), served[cache], None
             if n:
                 yield "torch_compile_cache_requests", (rank, cache, location, result), n, None
-        yield from self._cache_lookups(rec, rank)
+        for view in self._views:
+            yield from view.observations(rec, rank)
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None

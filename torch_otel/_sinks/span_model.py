@@ -2,9 +2,10 @@
 
 :class:`torch_otel._sinks.spans.SpanMapper` writes a compile's trace with these names, and ``torch-otel diff`` rebuilds
 a compile record from an exported trace (an OTLP-JSON traces file) with the same ones, to sum it with the same run
-summary. docs/span-model.md is the contract users read; tests/fast/test_span_model.py checks that every name here is
-in it, and that records written as spans and read back sum to the summary of the records themselves: a name changed
-on one side only fails there.
+summary. The names of the record's own facts are here; a kind added to them declares its own beside it, with its
+writer and its reader (torch_otel._kinds: ``SpanView``). docs/span-model.md is the contract users read;
+tests/fast/test_span_model.py checks that every name is in it, and that records written as spans and read back sum to
+the summary of the records themselves: a name changed on one side only fails there.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.compile_id import parse_compile_id
-from .._model.events import CacheLookupEvent, GraphBreakEvent
+from .._kinds.kind import Kind
+from .._kinds.registry import kinds_or_default
+from .._model.events import GraphBreakEvent
 from .._model.record import CodeLocation, CompileRecord, PhaseNode
 
-__all__ = ["METRIC_ATTRIBUTES", "Root", "otlp_attributes", "record_of_spans"]
+__all__ = ["METRIC_ATTRIBUTES", "Events", "Root", "otlp_attributes", "record_of_spans"]
 
 # CompilationMetrics fields copied as numeric attributes of the root span (field -> attribute), and read back.
 METRIC_ATTRIBUTES = {
@@ -85,24 +88,6 @@ class Events:
     GRAPH_BREAK_TYPE = "torch.compile.graph_break.type"
     GRAPH_BREAK_CODE = "torch.compile.graph_break.code"
     RECOMPILE_LIMIT_NEAR = "torch.compile.recompile_limit_near"
-    CACHE_LOOKUP = "torch.compile.cache_lookup"
-
-
-class CacheLookupAttributes:
-    """A ``torch.compile.cache_lookup`` event's attributes."""
-
-    NAME = "torch.compile.cache.name"
-    RESULT = "torch.compile.cache.result"
-    KEY = "torch.compile.cache.key"
-    BACKWARD = "torch.compile.cache.backward"
-    TIME = "torch.compile.cache.time_s"
-    TIME_SAVED = "torch.compile.cache.time_saved_s"
-    TIME_TAKEN = "torch.compile.cache.time_taken_s"
-    BYPASS_REASON = "torch.compile.cache.bypass_reason"
-    BYPASS_CATEGORY = "torch.compile.cache.bypass_category"
-    MISS_CAUSE = "torch.compile.cache.miss_cause"
-    MISS_REASON = "torch.compile.cache.miss_reason"
-    MISS_CHANGES = "torch.compile.cache.miss_changes"
 
 
 # -- reading an exported trace back ----------------------------------------------------------------------------------
@@ -128,19 +113,6 @@ def otlp_attributes(items: Any) -> dict[str, Any]:
     return out
 
 
-class _Explained:
-    """A miss's explanation as a span carries it: the cause, its words and the changes (as caches.Explanation)."""
-
-    def __init__(self, cause: str, reason: str, changes: list[str]) -> None:
-        self.cause, self.reason, self.changes = cause, reason, changes
-
-    def text(self) -> str:
-        return self.reason
-
-    def short(self) -> str:
-        return "; ".join(self.changes) if self.changes else self.reason
-
-
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -150,10 +122,15 @@ def _str(v: Any) -> str | None:
 
 
 def record_of_spans(
-    root: Mapping[str, Any], descendants: list[Mapping[str, Any]], resource: Mapping[str, Any]
+    root: Mapping[str, Any],
+    descendants: list[Mapping[str, Any]],
+    resource: Mapping[str, Any],
+    kinds: tuple[Kind, ...] | None = None,
 ) -> CompileRecord | None:
     """A compile record rebuilt from its root span and phase spans (OTLP-JSON, with ``_attrs``: their attributes as a
-    dict), for the run summary; None for a span that is no compile's root."""
+    dict), for the run summary; None for a span that is no compile's root. An added kind's events are read back by
+    its own view (torch_otel._kinds)."""
+    readers = [k.spans.read for k in kinds_or_default(kinds) if k.spans is not None and k.spans.read is not None]
     a = root["_attrs"]
     kind = a.get(Root.KIND)
     if not isinstance(kind, str):
@@ -232,26 +209,9 @@ def record_of_spans(
                     skipped_frame=name == Events.UNHANDLED_GRAPH_BREAK or bool(ea.get(Root.EAGER_FALLBACK)),
                 )
             )
-        elif name == Events.CACHE_LOOKUP:
-            c = CacheLookupAttributes
-            cache, result = ea.get(c.NAME), ea.get(c.RESULT)
-            if not isinstance(cache, str) or not isinstance(result, str):
-                continue
-            lk = CacheLookupEvent(cid, cache, result, key=ea.get(c.KEY))
-            t = ea.get(c.TIME)
-            lk.phase_ns = int(t * 1e9) if isinstance(t, (int, float)) else None
-            b = ea.get(c.BACKWARD)
-            lk.backward = b if isinstance(b, bool) else None
-            cause = ea.get(c.MISS_CAUSE)
-            if result == "miss" and isinstance(cause, str):
-                changes = ea.get(c.MISS_CHANGES)
-                lk.explanation = _Explained(
-                    cause,
-                    str(ea.get(c.MISS_REASON) or cause),
-                    [str(x) for x in changes] if isinstance(changes, list) else [],
-                )
-            rec.cache_lookups.append(lk)
         elif name == Events.RECOMPILE_LIMIT_NEAR:
             rec.recompile_limit = _int(ea.get(Root.RECOMPILE_LIMIT)) or rec.recompile_limit
             rec.recompile_limit_near = True
+        elif isinstance(name, str):
+            any(read(name, ea, rec) for read in readers)
     return rec

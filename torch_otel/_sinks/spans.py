@@ -18,14 +18,13 @@ from .._core.categories import recompile_category, scrub_guard_text, strip_recom
 from .._core.graph_breaks import graph_break_code
 from .._core.health import count_not_sampled
 from .._core.settings import Settings
-from .._kinds.cache_lookups import bypass_category
-from .._model.events import CacheLookupEvent
+from .._kinds.kind import Kind
+from .._kinds.registry import kinds_or_default
 from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 from .._otel.ids import own_ids, private_random
-from .span_model import METRIC_ATTRIBUTES, CacheLookupAttributes, Events, Root
+from .span_model import METRIC_ATTRIBUTES, Events, Root
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
-SHORT_KEY = 12  # characters of a cache key on a span (torch's keys are 52)
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
 # Phase-span args that are safe and useful (scalars only).
@@ -55,8 +54,11 @@ class SpanMapper:
         settings: Settings | None = None,
         live: bool = True,
         tracer_for: Callable[[CompileRecord], Tracer] | None = None,
+        kinds: tuple[Kind, ...] | None = None,
     ) -> None:
         self.tracer = tracer
+        # the added kinds with events of their own on the root span (torch_otel._kinds): the cache lookups'
+        self._views = tuple(k.spans for k in kinds_or_default(kinds) if k.spans is not None)
         # Replay: the tracer of the process that wrote the compile's log (its own resource)
         self.tracer_for = tracer_for
         self.settings = settings or Settings()
@@ -64,7 +66,15 @@ class SpanMapper:
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
         self._pid = os.getpid()
 
-    # -- helpers ------------------------------------------------------------
+    # -- helpers (``text`` and ``path``: what the kinds' views write with) ------------------------------------
+    def text(self, value: object) -> str:
+        """``value`` as an attribute's text: capped at ``attribute_max_length``."""
+        return self._str(value)
+
+    def path(self, value: object) -> str | None:
+        """A file path as the settings say (its name alone with ``redact_paths``)."""
+        return self._path(value)
+
     def _str(self, value: object) -> str:
         s = value if isinstance(value, str) else str(value)
         limit = self.settings.attribute_max_length
@@ -314,7 +324,8 @@ class SpanMapper:
 
         restarts = m.get("restart_reasons")
         restart_texts = sorted(str(x) for x in restarts) if isinstance(restarts, (list, set, tuple)) else []
-        needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + len(rec.cache_lookups) + 2
+        kind_events = [e for view in self._views for e in view.events(rec, self)]
+        needed = len(rec.graph_breaks) + len(restart_texts) + len(rec.root.instants) + len(kind_events) + 2
         room = max(0, self._event_limit(tracer) - needed)
         if rec.artifacts:
             root.set_attribute("torch.compile.artifact_count", len(rec.artifacts))
@@ -340,8 +351,8 @@ class SpanMapper:
             root.add_event("torch.compile.artifact", aa, timestamp=at(art.ts_ns))
         for iname, its, iargs in rec.root.instants:
             root.add_event(iname, self._scalar_args(iargs), timestamp=at(its))
-        for lk in rec.cache_lookups:
-            root.add_event(Events.CACHE_LOOKUP, self._lookup_attributes(lk), timestamp=at(lk.ts_ns))
+        for name, attributes, ts in kind_events:
+            root.add_event(name, attributes, timestamp=at(ts))
         for gb in rec.graph_breaks:
             ga: dict[str, Any] = {Events.GRAPH_BREAK_REASON: self._str(gb.reason)}
             if gb.gb_type:
@@ -370,31 +381,6 @@ class SpanMapper:
         for i, r in enumerate(restart_texts):
             ts = attempts[min(i, len(attempts) - 1)] if attempts else None
             root.add_event("torch.compile.restart", {"torch.compile.restart.reason": self._str(r)}, timestamp=at(ts))
-
-    def _lookup_attributes(self, lk: CacheLookupEvent) -> dict[str, Any]:
-        """One cache lookup: which cache, its result, a short key, its time and what a hit saved; why a miss missed."""
-        c = CacheLookupAttributes
-        a: dict[str, Any] = {c.NAME: lk.cache, c.RESULT: lk.result}
-        if lk.key:
-            a[c.KEY] = lk.key[:SHORT_KEY]
-        if lk.backward is not None:
-            a[c.BACKWARD] = lk.backward
-        if lk.phase_ns is not None:
-            a[c.TIME] = round(lk.phase_ns / 1e9, 6)
-        if lk.time_saved_ns is not None:
-            a[c.TIME_SAVED] = round(lk.time_saved_ns / 1e9, 6)
-        if lk.time_taken_ns is not None and lk.result == "miss":
-            a[c.TIME_TAKEN] = round(lk.time_taken_ns / 1e9, 6)
-        if lk.result == "bypass":
-            a[c.BYPASS_REASON] = self._str(lk.bypass_reason or "")
-            a[c.BYPASS_CATEGORY] = bypass_category(lk.bypass_reason)
-        e = lk.explanation
-        if e is not None:
-            a[c.MISS_CAUSE] = e.cause
-            a[c.MISS_REASON] = self._str(e.text())
-            if e.changes:
-                a[c.MISS_CHANGES] = [self._str(x) for x in e.changes]
-        return a
 
     def _near_limit_event(self, rec: CompileRecord, root: trace.Span) -> None:
         """Once per frame: its first compile within two recompiles of ``torch._dynamo.config.recompile_limit``."""

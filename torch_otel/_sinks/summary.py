@@ -12,11 +12,10 @@ import heapq
 import itertools
 import json
 import os
-import re
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -24,11 +23,14 @@ from .._analysis.recompiles import RecompilingFrames, frame_lines
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
+from .._core.merge import Merge, basename, counts, first, merge_with, num, rows, sum_int, sum_known_s, sum_s, union
 from .._core.paths import path_problem
 from .._core.ranks import env_rank
+from .._kinds.kind import Kind
+from .._kinds.registry import kinds_or_default
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
-__all__ = ["MERGE", "Merge", "RunSummary", "SummariesByRank", "format_text", "merge_summaries"]
+__all__ = ["MERGE", "Merge", "RunSummary", "SummariesByRank", "format_text", "merge_rules", "merge_summaries"]
 
 # The summary's JSON (TORCH_OTEL_SUMMARY=x.json, replay --json, demo --json): docs/replay.md lists its keys. A key
 # that changes meaning or goes away is a new version; new keys are not.
@@ -102,6 +104,7 @@ class RunSummary(Sink):
         capture_payloads: bool = False,
         max_tree_compiles: int = MAX_TREE_COMPILES,
         destinations: tuple[str, ...] = (),
+        kinds: tuple[Kind, ...] | None = None,
     ) -> None:
         self.source = source
         self.destinations = destinations
@@ -130,7 +133,9 @@ class RunSummary(Sink):
         self.runtime_ns = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        self.caches = _Caches()
+        # each added kind's part (torch_otel._kinds): the cache lookups' is ``caches``, cold and warm starts
+        self.kinds = kinds_or_default(kinds)
+        self.parts = [(k.summary.key, k.summary.part()) for k in self.kinds if k.summary is not None]
         # graph breaks by location, failures by frame, the frames that recompile: what torch-otel diff compares
         self.extra = _Extra(capture_payloads, source == "live")
         # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
@@ -223,7 +228,8 @@ class RunSummary(Sink):
         self.unhandled_graph_breaks += len(rec.graph_breaks) - len(rec.handled_graph_breaks)
         for k, n in rec.cache_counts().items():
             self.cache[k] += n
-        self.caches.add(rec)
+        for _, part in self.parts:
+            part.add(rec)
         self.extra.add(rec, key, failed)
         if failed:
             self.failures[failed] += 1
@@ -297,7 +303,7 @@ class RunSummary(Sink):
         ]
         frames = sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns)
         reasons = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-        return {
+        d: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "source": self.source,
             "compiles": compiles,
@@ -328,13 +334,19 @@ class RunSummary(Sink):
                 ],
             },
             "cache": [{"cache": c, "location": loc, "result": r, "count": n} for (c, loc, r), n in sorted(self.cache.items())],
-            "caches": self.caches.to_dict(self.cache),
-            "failures": {"total": sum(self.failures.values()), "by_type": dict(self.failures.most_common())},
-            "recompile_limit_hits": self.recompile_limit_hits,
-            "eager_fallbacks": self.eager_fallbacks,
-            "runtime": {"records": self.runtime_records, "total_s": _s(self.runtime_ns)},
-            "tree": self._tree(),
         }
+        for key, part in self.parts:  # the added kinds' parts, after torch's cache counts
+            d[key] = part.to_dict(d)
+        d.update(
+            {
+                "failures": {"total": sum(self.failures.values()), "by_type": dict(self.failures.most_common())},
+                "recompile_limit_hits": self.recompile_limit_hits,
+                "eager_fallbacks": self.eager_fallbacks,
+                "runtime": {"records": self.runtime_records, "total_s": _s(self.runtime_ns)},
+                "tree": self._tree(),
+            }
+        )
+        return d
 
     def _tree(self) -> dict[str, Any]:
         """The picture: the run, its frames, their slowest compiles, their phases."""
@@ -372,14 +384,14 @@ class RunSummary(Sink):
 
     def format_text(self, width: int = 100) -> str:
         """One terminal screen: the totals, then the top rows of each table."""
-        return format_text(self.to_dict(), width)
+        return format_text(self.to_dict(), width, self.kinds)
 
     def write(self, destination: str) -> None:
         """Write to ``stderr``/``stdout`` (text) or a file: ``.json`` JSON, ``.html`` the page, else text."""
         facts = self.to_dict()
         if destination in ("stderr", "stdout"):
             stream: IO[str] = getattr(sys, destination)
-            stream.write(format_text(facts))
+            stream.write(format_text(facts, kinds=self.kinds))
             stream.flush()
             return
         if destination.endswith(".json"):
@@ -389,7 +401,7 @@ class RunSummary(Sink):
 
             body = render_html(facts)
         else:
-            body = format_text(facts)
+            body = format_text(facts, kinds=self.kinds)
         parent = os.path.dirname(destination)
         if parent:
             os.makedirs(parent, exist_ok=True)
@@ -423,17 +435,17 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def format_text(facts: dict[str, Any], width: int = 100) -> str:
-    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text."""
+def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...] | None = None) -> str:
+    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text (the added kinds' lines with them)."""
     out: list[str] = []
     w = max(60, width)
     name_w = w - 42
-    kinds = ", ".join(f"{n} {k}" for k, n in facts["by_kind"].items())
+    by_kind = ", ".join(f"{n} {k}" for k, n in facts["by_kind"].items())
     wall = facts["wall_s"]
     cpu = f", {facts['cpu_s']:.2f} s CPU" if facts.get("cpu_s") is not None else ""
     out.append(
         f"torch.compile run summary ({facts['source']}): {facts['compiles']} compiles"
-        + (f" ({kinds})" if kinds else "")
+        + (f" ({by_kind})" if by_kind else "")
         + f", {wall:.2f} s compiling{cpu}"
     )
     if not facts["compiles"]:
@@ -494,14 +506,9 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
         more = gb["total"] - sum(g["count"] for g in gb["by_code"][:3])
         n = len(gb["by_code"]) - 3
         out.append(f"  {more:>5}  ({n} more graph-break code{'s' if n > 1 else ''}: --json or the HTML page lists them)")
-    caches: dict[str, list[str]] = {}
-    for c in facts["cache"]:
-        caches.setdefault(c["cache"], []).append(f"{c['location']} {c['result']} {c['count']}")
-    if not caches:  # torch's metrics have no counts (an older log): the lookups it logged events for
-        for c in (facts.get("caches") or {}).get("lookups") or []:
-            caches.setdefault(c["cache"], []).append(f"{c['result']} {c['count']}")
-    out.append("cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups"))
-    out.extend(_cache_lines(facts.get("caches") or {}, w))
+    for kind in kinds_or_default(kinds):
+        if kind.summary is not None:
+            out.extend(kind.summary.text(facts, w))
     fl = facts["failures"]
     types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
     out.append(
@@ -522,316 +529,88 @@ def format_text(facts: dict[str, Any], width: int = 100) -> str:
 # that cannot add up (one run's picture, one run's time span) says why.
 
 
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
-
-
-def _basename(path: Any) -> str | None:
-    return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
-
-
-@dataclass(frozen=True)
-class Merge:
-    """How one key of the summary's JSON adds up over several summaries: ``add`` takes each summary's value (None
-    where it has none) and returns the merged one; a ``section`` (a dict of keys) merges key by key; neither: not
-    merged, for the reason ``why``. ``when_all``: merged only when every summary has the key (a summary written by an
-    older torch-otel lacks it)."""
-
-    add: Callable[[list[Any]], Any] | None = None
-    when_all: bool = False
-    why: str = ""
-    section: Mapping[str, Merge] | None = None
-
-
-def _sum_int(values: list[Any]) -> int:
-    return int(sum(_num(v) for v in values))
-
-
-def _sum_s(values: list[Any]) -> float:
-    return round(sum(_num(v) for v in values), 6)
-
-
-def _sum_known_s(values: list[Any]) -> float | None:
-    """Seconds every summary knows (a live run's CPU time); None if one does not."""
-    return round(sum(_num(v) for v in values), 6) if values and all(isinstance(v, (int, float)) for v in values) else None
-
-
-def _counts(values: list[Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d in values:
-        for k, v in (d or {}).items():
-            out[k] = out.get(k, 0) + int(_num(v))
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
-def _union(values: list[Any]) -> list[Any]:
-    return sorted({x for v in values for x in v or []})
-
-
-def _first(values: list[Any]) -> Any:
-    return values[0] if values else None
-
-
-def _rows(key: Callable[[Mapping[str, Any]], Any], counts: tuple[str, ...]) -> Callable[[list[Any]], list[dict[str, Any]]]:
-    """Rows of the same ``key`` are one row: the first's, with ``counts`` added up."""
-
-    def add(values: list[Any]) -> list[dict[str, Any]]:
-        merged: dict[Any, dict[str, Any]] = {}
-        for rows in values:
-            for r in rows or []:
-                if not isinstance(r, Mapping):
-                    continue
-                k = key(r)
-                if k not in merged:
-                    merged[k] = dict(r)
-                else:
-                    for c in counts:
-                        merged[k][c] = round(_num(merged[k].get(c)) + _num(r.get(c)), 6)
-        return list(merged.values())
-
-    return add
-
-
-def merge_with(rules: Mapping[str, Merge], parts: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """``parts`` merged key by key, as ``rules`` say."""
-    out: dict[str, Any] = {}
-    for key, rule in rules.items():
-        if rule.when_all and not all(key in p for p in parts):
-            continue
-        if rule.section is not None:
-            out[key] = merge_with(rule.section, [v if isinstance(v, Mapping) else {} for p in parts for v in [p.get(key)]])
-        elif rule.add is not None:
-            out[key] = rule.add([p.get(key) for p in parts])
-    return out
-
-
-def _hit_rates(values: list[Any]) -> dict[str, dict[str, Any]]:
-    rates: dict[str, dict[str, Any]] = {}
-    for hit_rate in values:
-        for cache, r in (hit_rate or {}).items():
-            x = rates.setdefault(cache, {"hits": 0, "misses": 0})
-            x["hits"] += int(_num(r.get("hits")))
-            x["misses"] += int(_num(r.get("misses")))
-    for x in rates.values():
-        x["rate"] = round(x["hits"] / (x["hits"] + x["misses"]), 4) if x["hits"] + x["misses"] else 0.0
-    return rates
-
-
 def _frame_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (r.get("function"), _basename(r.get("file")), r.get("line"))
+    return (r.get("function"), basename(r.get("file")), r.get("line"))
 
 
 def _recompiling_frames(values: list[Any]) -> list[dict[str, Any]]:
-    frames = _rows(_frame_key, ("recompiles", "compiles", "limit_hits"))(values)
+    frames = rows(_frame_key, ("recompiles", "compiles", "limit_hits"))(values)
     by_cat: dict[tuple[Any, ...], dict[str, int]] = {}
-    for rows in values:
-        for f in rows or []:
+    for part in values:
+        for f in part or []:
             k = _frame_key(f)
             for c, n in (f.get("by_category") or {}).items():
-                by_cat.setdefault(k, {})[c] = by_cat.setdefault(k, {}).get(c, 0) + int(_num(n))
+                by_cat.setdefault(k, {})[c] = by_cat.setdefault(k, {}).get(c, 0) + int(num(n))
     for f in frames:
         f["by_category"] = by_cat.get(_frame_key(f), {})
     return frames
 
 
 def _slowest(values: list[Any]) -> list[dict[str, Any]]:
-    rows = [dict(r) for v in values for r in v or [] if isinstance(r, Mapping)]
-    return sorted(rows, key=lambda r: -_num(r.get("duration_s")))[:SLOWEST]
+    kept = [dict(r) for v in values for r in v or [] if isinstance(r, Mapping)]
+    return sorted(kept, key=lambda r: -num(r.get("duration_s")))[:SLOWEST]
 
 
+# The summary's own keys; each added kind declares its part's (torch_otel._kinds: ``summary.merge``).
 MERGE: dict[str, Merge] = {
     "schema_version": Merge(lambda values: SCHEMA_VERSION),
-    "source": Merge(_first),
-    "compiles": Merge(_sum_int),
-    "by_kind": Merge(_counts),
-    "wall_s": Merge(_sum_s),
-    "cpu_s": Merge(_sum_known_s),
-    "cpu_child_processes_s": Merge(_sum_known_s),
+    "source": Merge(first),
+    "compiles": Merge(sum_int),
+    "by_kind": Merge(counts),
+    "wall_s": Merge(sum_s),
+    "cpu_s": Merge(sum_known_s),
+    "cpu_child_processes_s": Merge(sum_known_s),
     "first_to_last_s": Merge(why="the ranks compiled at the same time: each run's span is its own"),
-    "phases": Merge(_rows(lambda r: r.get("name"), ("count", "total_s", "self_s"))),
-    "frames": Merge(_rows(_frame_key, ("compiles", "total_s"))),
+    "phases": Merge(rows(lambda r: r.get("name"), ("count", "total_s", "self_s"))),
+    "frames": Merge(rows(_frame_key, ("compiles", "total_s"))),
     "slowest": Merge(_slowest),
     "recompiles": Merge(
         section={
-            "total": Merge(_sum_int),
-            "by_category": Merge(_counts),
-            "top_reasons": Merge(_rows(lambda r: (r.get("category"), r.get("reason")), ("count",))),
+            "total": Merge(sum_int),
+            "by_category": Merge(counts),
+            "top_reasons": Merge(rows(lambda r: (r.get("category"), r.get("reason")), ("count",))),
         }
     ),
     "graph_breaks": Merge(
         section={
-            "total": Merge(_sum_int),
-            "unhandled": Merge(_sum_int),
-            "by_code": Merge(_rows(lambda r: (r.get("code"), r.get("type")), ("count",))),
+            "total": Merge(sum_int),
+            "unhandled": Merge(sum_int),
+            "by_code": Merge(rows(lambda r: (r.get("code"), r.get("type")), ("count",))),
             "by_location": Merge(
-                _rows(lambda r: (r.get("code"), _basename(r.get("file")), r.get("line"), r.get("frame")), ("count",)),
+                rows(lambda r: (r.get("code"), basename(r.get("file")), r.get("line"), r.get("frame")), ("count",)),
                 when_all=True,
             ),
         }
     ),
-    "cache": Merge(_rows(lambda r: (r.get("cache"), r.get("location"), r.get("result")), ("count",))),
-    "caches": Merge(
-        section={
-            "miss_cost_s": Merge(_sum_s),
-            "load_s": Merge(_sum_s),
-            "saved_s": Merge(_sum_s),
-            "hit_rate": Merge(_hit_rates),
-            "lookups": Merge(_rows(lambda r: (r.get("cache"), r.get("result")), ("count",))),
-            "misses": Merge(_sum_int),
-            "misses_by_cause": Merge(_counts),
-            "misses_by_cache_and_cause": Merge(_rows(lambda r: (r.get("cache"), r.get("cause")), ("count",))),
-            "top_reasons": Merge(_rows(lambda r: (r.get("cache"), r.get("reason")), ("count",))),
-            "odd_ranks": Merge(why="found by comparing ranks, which one rank's summary cannot"),
-        }
-    ),
+    "cache": Merge(rows(lambda r: (r.get("cache"), r.get("location"), r.get("result")), ("count",))),
     "failures": Merge(
         section={
-            "total": Merge(_sum_int),
-            "by_type": Merge(_counts),
+            "total": Merge(sum_int),
+            "by_type": Merge(counts),
             "by_frame": Merge(
-                _rows(lambda r: (r.get("type"), r.get("function"), _basename(r.get("file")), r.get("line")), ("count",)),
+                rows(lambda r: (r.get("type"), r.get("function"), basename(r.get("file")), r.get("line")), ("count",)),
                 when_all=True,
             ),
         }
     ),
-    "recompile_limit_hits": Merge(_sum_int),
-    "eager_fallbacks": Merge(_sum_int),
-    "runtime": Merge(section={"records": Merge(_sum_int), "total_s": Merge(_sum_s)}),
+    "recompile_limit_hits": Merge(sum_int),
+    "eager_fallbacks": Merge(sum_int),
+    "runtime": Merge(section={"records": Merge(sum_int), "total_s": Merge(sum_s)}),
     "tree": Merge(why="the picture of one run's slowest compiles"),
     "recompiling_frames": Merge(_recompiling_frames, when_all=True),
-    "ranks": Merge(_union),
-    "torch_versions": Merge(_union),
+    "ranks": Merge(union),
+    "torch_versions": Merge(union),
 }
 
 
-def merge_summaries(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Several runs' summaries (``to_dict()``, one per rank of a job) as one, key by key as :data:`MERGE` says."""
-    return merge_with(MERGE, [p for p in parts if isinstance(p, Mapping)])
+def merge_rules(kinds: tuple[Kind, ...] | None = None) -> dict[str, Merge]:
+    """How every key of the summary adds up: :data:`MERGE`, and each added kind's part (its ``summary.merge``)."""
+    return {**MERGE, **{k.summary.key: k.summary.merge for k in kinds_or_default(kinds) if k.summary is not None}}
 
 
-def _cache_lines(c: dict[str, Any], width: int) -> list[str]:
-    """Cold and warm: the work the misses cost, the loads, what the hits saved; why misses missed; odd ranks."""
-    if not c or not (c.get("hit_rate") or c.get("misses")):
-        return []
-    out = [
-        f"  cold work (misses) {c['miss_cost_s']:.2f} s, loading from caches {c['load_s']:.2f} s, "
-        f"saved by hits {c['saved_s']:.2f} s (torch's record)"
-    ]
-    rates = ", ".join(f"{k} {v['rate']:.0%} ({v['hits']} of {v['hits'] + v['misses']})" for k, v in c["hit_rate"].items())
-    if rates:
-        out.append(f"  hit rate: {rates}")
-    by = c.get("misses_by_cause") or {}
-    if by:
-        out.append("  misses by cause: " + ", ".join(f"{k} {n}" for k, n in by.items()))
-    for r in (c.get("top_reasons") or [])[:3]:
-        out.append(f"  {r['count']:>5}  {_cut(r['cache'] + ' ' + r['reason'], width - 9)}")
-    for r in (c.get("odd_ranks") or [])[:3]:
-        out.append(f"  {_cut(r['line'], width - 2)}")
-    more = len(c.get("odd_ranks") or []) - 3
-    if more > 0:
-        out.append(f"  ({more} more ranks missed what others hit)")
-    return out
-
-
-MAX_CACHE_SLOTS = 4096  # graphs whose lookups are compared across ranks
-MAX_CACHE_REASONS = 200
-
-
-class _Caches:
-    """Cold and warm starts: the time misses cost and hits saved, why misses missed, and ranks that missed alone."""
-
-    def __init__(self) -> None:
-        self.load_ns = 0
-        self.miss_cost_ns = 0
-        self.saved_s = 0.0
-        self.lookups: Counter[tuple[str, str]] = Counter()  # (cache, result): the lookups torch logged events for
-        self.causes: Counter[tuple[str, str]] = Counter()  # (cache, cause)
-        self.reasons: Counter[tuple[str, str]] = Counter()  # (cache, explanation text)
-        # (cache, compile id, pass) -> rank -> (result, cause text); compared across ranks
-        self.slots: dict[tuple[str, str, str], dict[int, tuple[str, str]]] = {}
-
-    def add(self, rec: CompileRecord) -> None:
-        saved = (rec.metrics or {}).get("remote_cache_time_saved_s")
-        if isinstance(saved, (int, float)) and not isinstance(saved, bool) and saved > 0:
-            self.saved_s += saved
-        if not rec.cache_lookups:
-            return
-        aot_miss = [lk for lk in rec.cache_lookups if lk.cache == "aot_autograd" and lk.result == "miss"]
-        for lk in rec.cache_lookups:
-            self.lookups[(lk.cache, lk.result)] += 1
-            if lk.result == "hit" and lk.phase_ns:
-                self.load_ns += lk.phase_ns
-            if lk.result == "miss" and lk.phase_ns and (lk.cache == "aot_autograd" or not aot_miss):
-                self.miss_cost_ns += lk.phase_ns  # an FX graph's compile is inside its AOTAutograd miss's
-            e = lk.explanation
-            if lk.result == "miss" and e is not None:
-                self.causes[(lk.cache, e.cause)] += 1
-                key = (lk.cache, e.text()[:300])
-                if key in self.reasons or len(self.reasons) < MAX_CACHE_REASONS:
-                    self.reasons[key] += 1
-            if rec.rank is not None and lk.result in ("hit", "miss"):
-                pass_ = "backward" if lk.backward else "forward" if lk.backward is False else ""
-                slot = (lk.cache, rec.id_str, pass_)
-                ranks = self.slots.get(slot)
-                if ranks is None and len(self.slots) < MAX_CACHE_SLOTS:
-                    ranks = self.slots[slot] = {}
-                if ranks is not None:
-                    ranks.setdefault(rec.rank, (lk.result, e.short() if e is not None else ""))
-
-    def odd_ranks(self) -> list[dict[str, Any]]:
-        """Per graph that some ranks hit and others missed: each rank that missed, with why."""
-        out = []
-        for (cache, cid, pass_), ranks in sorted(self.slots.items()):
-            hit = sorted(r for r, (res, _) in ranks.items() if res == "hit")
-            missed = sorted(r for r, (res, _) in ranks.items() if res == "miss")
-            if not hit or not missed:
-                continue
-            graph = f"{cid} {pass_}".strip()
-            others = ", ".join(str(r) for r in hit[:8]) + (" ..." if len(hit) > 8 else "")
-            for r in missed:
-                why = ranks[r][1]
-                out.append(
-                    {
-                        "rank": r,
-                        "cache": cache,
-                        "graph": graph,
-                        "hit_on": hit,
-                        "reason": why,
-                        "line": f"rank {r} missed {cache} {graph} (rank {others} hit it): {why}",
-                    }
-                )
-        return out
-
-    def to_dict(self, counts: Counter[tuple[str, str, str]]) -> dict[str, Any]:
-        rates: dict[str, dict[str, Any]] = {}
-        counted = {cache for (cache, _loc, _r) in counts}
-        # torch's counts (its CompilationMetrics); a cache they lack (older logs) by the lookups' events
-        rows = [(cache, result, n) for (cache, _loc, result), n in sorted(counts.items())]
-        rows += [(cache, result, n) for (cache, result), n in sorted(self.lookups.items()) if cache not in counted]
-        for cache, result, n in rows:
-            if result in ("hit", "miss"):
-                r = rates.setdefault(cache, {"hits": 0, "misses": 0})
-                r["hits" if result == "hit" else "misses"] += n
-        for r in rates.values():
-            r["rate"] = round(r["hits"] / (r["hits"] + r["misses"]), 4) if r["hits"] + r["misses"] else 0.0
-        by_cause: Counter[str] = Counter()
-        for (_, cause), n in self.causes.items():
-            by_cause[cause] += n
-        return {
-            "miss_cost_s": _s(self.miss_cost_ns),
-            "load_s": _s(self.load_ns),
-            "saved_s": round(self.saved_s, 6),
-            "hit_rate": rates,
-            "lookups": [{"cache": c, "result": r, "count": n} for (c, r), n in sorted(self.lookups.items())],
-            "misses": sum(self.causes.values()),
-            "misses_by_cause": dict(by_cause.most_common()),
-            "misses_by_cache_and_cause": [{"cache": c, "cause": k, "count": n} for (c, k), n in sorted(self.causes.items())],
-            "top_reasons": [
-                {"cache": c, "reason": t, "count": n}
-                for (c, t), n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
-            ],
-            "odd_ranks": self.odd_ranks(),
-        }
+def merge_summaries(parts: list[Mapping[str, Any]], kinds: tuple[Kind, ...] | None = None) -> dict[str, Any]:
+    """Several runs' summaries (``to_dict()``, one per rank of a job) as one, key by key as :func:`merge_rules` say."""
+    return merge_with(merge_rules(kinds), [p for p in parts if isinstance(p, Mapping)])
 
 
 # -- what `torch-otel diff` compares, beside the totals above (new keys of the same schema_version) ------------------

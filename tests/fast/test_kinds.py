@@ -1,0 +1,202 @@
+"""Fast tier: a kind of event added through the tables alone reaches every sink; no torch.compile anywhere.
+
+A synthetic kind, ``synthetic_things`` (torch would log it as an instant event ``synthetic_thing`` with a count),
+is declared as the package declares its cache lookups (torch_otel._kinds.cache_lookups): a :class:`Kind` with its
+event, how it joins its compile, a derived fact, and a view for each sink. It is then added by two rows only, one
+in the parser's ``INSTANTS`` table and one in the kinds' table (``KINDS``), and a ``TORCH_TRACE`` log holding it is
+replayed through replay's own pipeline (torch_otel._pipeline.build) with every sink on: the spans, the metrics, the
+run summary (text, JSON, its merge across ranks), log records, replay's report, and a toy sink of the caller's. Read
+back from the exported trace, as ``torch-otel diff`` reads one, it is there too. No other file of the package knows it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastkit import Collect
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from prometheus_client import CollectorRegistry
+from test_replay_reader import chromium, log, record
+
+from torch_otel._core.compile_id import CompileId
+from torch_otel._core.merge import Merge, sum_int
+from torch_otel._core.settings import Settings
+from torch_otel._kinds import registry
+from torch_otel._kinds.kind import Attach, Kind, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
+from torch_otel._model.record import CompileRecord
+from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
+from torch_otel._parse import records
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.build import MetricsSpec, PipelineSpec, ReportSpec, build_pipeline
+from torch_otel._pipeline.diff import read_side
+from torch_otel._pipeline.replay import replay_paths
+from torch_otel._sinks.spans import SpanMapper
+from torch_otel._sinks.summary import format_text, merge_summaries
+
+try:
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter as InMemoryLogs
+except ImportError:  # an SDK before the rename
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter as InMemoryLogs  # type: ignore[attr-defined,no-redef]
+
+NAME = "synthetic_things"
+EVENT = "torch.compile.synthetic_thing"
+COUNT = "torch.compile.synthetic_thing.count"
+
+
+@dataclass(slots=True)
+class SyntheticEvent:
+    compile_id: CompileId | None
+    n: int
+    ts_ns: int | None = None
+    attempt: int = 0
+    rank: int | None = None
+
+
+def from_instant(name: str, ts_ns: int | None, args: Any, cid: CompileId | None, attempt: int, rank: int | None) -> list[Any]:
+    n = args.get("n") if isinstance(args, dict) else None
+    return [SyntheticEvent(cid, n if isinstance(n, int) else 0, ts_ns, attempt, rank)]
+
+
+def derive(rec: CompileRecord, part: Any) -> None:
+    rec.derived[NAME] = sum(ev.n for ev in rec.attached[NAME])  # a fact worked out once, into the record
+
+
+def span_events(rec: CompileRecord, fmt: Text) -> list[SpanEvent]:
+    return [(EVENT, {COUNT: ev.n}, ev.ts_ns) for ev in rec.attached.get(NAME, ())]
+
+
+def read_span_event(name: str, attributes: Mapping[str, Any], rec: CompileRecord) -> bool:
+    if name != EVENT:
+        return False
+    rec.attached.setdefault(NAME, []).append(SyntheticEvent(rec.compile_id, int(attributes[COUNT])))
+    rec.derived[NAME] = rec.derived.get(NAME, 0) + int(attributes[COUNT])
+    return True
+
+
+def observations(rec: CompileRecord, rank: str) -> Iterator[Observation]:
+    if NAME in rec.derived:
+        yield "torch_compile_synthetic_things", (rank,), rec.derived[NAME], None
+
+
+class Part:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, record: CompileRecord) -> None:
+        self.total += record.derived.get(NAME, 0)
+
+    def to_dict(self, facts: Mapping[str, Any]) -> Any:
+        return {"total": self.total}
+
+
+SYNTHETIC = Kind(
+    NAME,
+    SyntheticEvent,
+    Attach(NAME, 8),
+    derive=derive,
+    spans=SpanView(span_events, read_span_event, (EVENT, COUNT)),
+    metrics=MetricsView((Series("torch_compile_synthetic_things", "counter", "Synthetic things.", ("rank",)),), observations),
+    summary=SummaryView(
+        NAME, Part, lambda facts, width: [f"synthetic things: {facts[NAME]['total']}"], Merge(section={"total": Merge(sum_int)})
+    ),
+    logs=lambda rec: [(0, logging.WARNING, "torch._dynamo", f"{rec.derived[NAME]} synthetic things", {COUNT: 7})],
+)
+
+
+@pytest.fixture
+def with_the_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two rows that add the kind: the parser's, and the kinds' table's."""
+    monkeypatch.setattr(records, "INSTANTS", (*records.INSTANTS, ("synthetic_thing", from_instant)))
+    monkeypatch.setattr(registry, "KINDS", (*registry.KINDS, SYNTHETIC))
+
+
+def _instant(name: str, ts_us: float, args: dict[str, Any]) -> list[bytes]:
+    md = {"chromium_event": {}, "frame_id": 0, "frame_compile_id": 0, "attempt": 0, "has_payload": "0b302f70"}
+    return record(md, {"name": name, "ts": ts_us, "args": {"compile_id": "0/0", **args}, "ph": "i", "tid": 0, "pid": 0})
+
+
+def _the_log(tmp_path: Path) -> Path:
+    metrics = {"compile_id": "0/0", "co_name": "fn", "co_filename": "/w/train.py", "co_firstlineno": 75, "is_forward": True}
+    path = tmp_path / "dedicated_log_torch_trace_rank_0.log"
+    path.write_bytes(
+        log(
+            chromium("dynamo", "B", 1_000_000.0),
+            _instant("synthetic_thing", 1_200_000.0, {"n": 2}),
+            _instant("synthetic_thing", 1_300_000.0, {"n": 5}),
+            chromium("dynamo", "E", 2_000_000.0),
+            record({"compilation_metrics": metrics, "frame_id": 0, "frame_compile_id": 0, "attempt": 0}),
+        )
+    )
+    return path
+
+
+def test_a_kind_added_through_the_tables_alone_reaches_every_sink(with_the_kind: None, tmp_path: Path) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPJsonFileSpanExporter(str(spans_file), setting="test")))
+    logs = InMemoryLogs()
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    registry_ = CollectorRegistry()
+    toy = Collect()
+    text, stats = io.StringIO(), ReplayStats()
+    pipeline = build_pipeline(
+        PipelineSpec(
+            "replay",
+            Settings(),
+            tracing=SpanMapper(provider.get_tracer("t"), Settings(), live=False),
+            metrics=MetricsSpec(registry_),
+            logger_provider=logger_provider,
+            report=ReportSpec(stats, text, io.StringIO(), json_path=str(tmp_path / "replay.json")),
+            sinks=(toy,),
+        )
+    )
+    assert replay_paths([str(_the_log(tmp_path))], pipeline, stats) == 0
+    pipeline.shutdown()
+    provider.shutdown()
+    # the record: its events, kept as torch logged them, and its fact derived once
+    rec = toy.only()
+    assert [ev.n for ev in rec.attached[NAME]] == [2, 5] and rec.derived[NAME] == 7
+    # the spans: an event each on the compile's root span
+    roots = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    events = [
+        e for r in roots for rs in r["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"] for e in sp["events"]
+    ]
+    assert [e["attributes"] for e in events if e["name"] == EVENT] == [
+        [{"key": COUNT, "value": {"intValue": "2"}}],
+        [{"key": COUNT, "value": {"intValue": "5"}}],
+    ]
+    # the metrics: its series, with the compile's observation
+    assert registry_.get_sample_value("torch_compile_synthetic_things_total", {"rank": "0"}) == 7.0
+    # the run summary: its part of the JSON (replay --json), its line of the text, and how it adds up over ranks
+    doc = json.loads((tmp_path / "replay.json").read_text())
+    assert doc[NAME] == {"total": 7}
+    assert "synthetic things: 7" in text.getvalue() and "synthetic things: 7" in format_text(doc)
+    assert merge_summaries([doc, doc])[NAME] == {"total": 14}
+    # log records: correlated with the compile's trace
+    (log_record,) = [r.log_record for r in logs.get_finished_logs() if r.log_record.attributes.get(COUNT) == 7]
+    assert log_record.body == "7 synthetic things" and log_record.trace_id == rec.trace_id
+    # read back from the exported trace, as torch-otel diff reads a traces file
+    side, code, _ = read_side(str(spans_file), io.StringIO())
+    assert side is not None and code == 0 and side.summary[NAME] == {"total": 7}
+
+
+def test_without_its_rows_the_kind_is_not_seen(tmp_path: Path) -> None:
+    """The same log with the tables as they ship: the instant is a plain one, nothing is attached or shown."""
+    toy, stats = Collect(), ReplayStats()
+    report = ReportSpec(stats, io.StringIO(), io.StringIO())
+    pipeline = build_pipeline(PipelineSpec("replay", Settings(), report=report, sinks=(toy,)))
+    assert replay_paths([str(_the_log(tmp_path))], pipeline, stats) == 0
+    rec = toy.only()
+    assert NAME not in rec.attached and NAME not in rec.derived
+    assert [name for name, _, _ in rec.root.instants] == ["synthetic_thing", "synthetic_thing"]

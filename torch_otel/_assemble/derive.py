@@ -1,0 +1,132 @@
+"""The derive step: every fact a sink reads that torch's records for a compile do not hold, worked out once.
+
+The assembler calls :class:`Derive` on each finished record before any sink sees it. It fills the record's derived
+block (torch_otel._model.record.CompileRecord), never the events: the code a compile inherits from its frame's earlier
+compile or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, its place against
+the recompile limit, the mega-cache hits, each added kind's facts (its ``derive``, with the part the pipeline has for
+it: the key history for cache lookups), and last its trace identity from ``tracing`` (the span mapper builds the
+compile's trace, so the sinks that name the trace, exemplars and log records, read its ids from the record).
+
+Its memory of earlier compiles is bounded whatever the job's length (``recent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from .._analysis.recompiles import NEAR, recompile_limit_of
+from .._core.errors import record_error
+from .._kinds.kind import Kind
+from .._kinds.registry import kinds_or_default
+from .._model.record import CodeLocation, CompileRecord, Linked, Recent
+
+__all__ = ["RECENT", "CacheLoads", "Derive", "Tracing", "guard"]
+
+# Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
+# recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
+RECENT = 4096
+
+
+class Tracing(Protocol):
+    """Builds a finished compile's trace; returns its root's ``(trace id, span id)``, or None when not traced."""
+
+    def emit(self, record: CompileRecord) -> tuple[int, int] | None: ...
+
+
+class CacheLoads(Protocol):
+    """What a mega-cache load put in this process's caches (:class:`torch_otel._analysis.caches.LoadedKeys`)."""
+
+    def hits(self, record: CompileRecord) -> dict[str, int]: ...
+
+
+def guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; an exception is counted and logged once (``assembler <what>``), and None returned."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - a derivation must not starve the sinks
+        record_error(f"assembler {what}", exc)
+        return None
+
+
+class Derive:
+    """The derive step of one assembler (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        tracing: Tracing | None = None,
+        cache_loads: CacheLoads | None = None,
+        kinds: tuple[Kind, ...] | None = None,
+        kind_parts: Mapping[str, Any] | None = None,
+        recent: int | None = None,
+        recompile_limit: Callable[[], int | None] | None = None,
+    ) -> None:
+        recent = RECENT if recent is None else recent
+        self.tracing = tracing
+        self.cache_loads = cache_loads
+        self.kinds = tuple(k for k in kinds_or_default(kinds) if k.derive is not None)
+        self.kind_parts = dict(kind_parts or {})
+        # live: torch._dynamo.config.recompile_limit, for a compile whose metrics do not say it
+        self.recompile_limit = recompile_limit
+        # What later compiles inherit: a frame's code by (autograd id, frame id); forwards by compile id (a lazy
+        # backward's); compiled-autograd graphs by their id
+        self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
+        self._forwards: Recent[str, Linked] = Recent(recent)
+        self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
+        # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
+        self._frame_compiles: Recent[tuple[int | None, int | None], int] = Recent(recent)
+        self._near_limit: Recent[tuple[int | None, int | None], bool] = Recent(recent)
+
+    def __call__(self, rec: CompileRecord) -> None:
+        cid = rec.compile_id
+        code = rec.own_code()
+        if rec.kind == "frame" and cid is not None:
+            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
+            key = (cid.compiled_autograd_id, cid.frame_id)
+            if code.function and code.file:
+                self._frame_code.remember(key, code)
+            else:
+                code = self._frame_code.get(key, code)
+            self._recompile_facts(rec, key)
+        if rec.kind == "backward":
+            rec.forward = self._forwards.get(rec.id_str)
+            if rec.forward is not None and not code.function:
+                code = rec.forward.code
+        rec.code = code
+        if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
+            rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
+        if self.cache_loads is not None:
+            rec.mega_cache_hits = guard("mega-cache hits", self.cache_loads.hits, rec) or {}
+        for kind in self.kinds:
+            if rec.attached.get(kind.name) and kind.derive is not None:
+                guard(kind.name, kind.derive, rec, self.kind_parts.get(kind.name))
+        if self.tracing is not None:
+            ids = guard("tracing", self.tracing.emit, rec)
+            if ids is not None:
+                rec.trace_id, rec.span_id = ids
+        if rec.kind == "frame":
+            self._forwards.remember(rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code))
+        elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
+            self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
+
+    def _recompile_facts(self, rec: CompileRecord, key: tuple[int | None, int | None]) -> None:
+        """A frame compile's place against the recompile limit: its frame's compiles so far, the limit, near it or not."""
+        m = rec.metrics or {}
+        before = self._frame_compiles.get(key, 0)
+        self._frame_compiles.remember(key, before + 1)
+        size = m.get("cache_size")
+        rec.frame_recompiles = size if isinstance(size, int) and not isinstance(size, bool) else before
+        limit = recompile_limit_of(m)
+        if limit is None and self.recompile_limit is not None:
+            limit = guard("recompile limit", self.recompile_limit)
+        rec.recompile_limit = limit
+        if (
+            limit is not None
+            and rec.frame_recompiles >= 1
+            and not rec.recompile_limit_hit
+            and limit - rec.frame_recompiles - 1 <= NEAR
+            and key not in self._near_limit
+        ):
+            rec.recompile_limit_near = True
+            self._near_limit.remember(key, True)
