@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,40 @@ def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
     full.update(env or {})
     return full
+
+
+def cli_argv(*args: str, script: bool = False) -> list[str]:
+    """``torch-otel ARGS`` as a command line: ``python -m torch_otel ARGS``, or with ``script`` the console script
+    the package installs (what a user types)."""
+    return [str(Path(sys.executable).parent / "torch-otel"), *args] if script else [sys.executable, "-m", "torch_otel", *args]
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300, script: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``torch-otel ARGS`` in a subprocess (:func:`cli_argv`), in the test's environment without any OTEL_/TORCH_OTEL_
+    setting plus ``env`` (:func:`clean_env`), its input closed, its output kept as text."""
+    return subprocess.run(
+        cli_argv(*args, script=script),
+        env=clean_env(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[Any]], wait: float = 60) -> None:
+    """A test's teardown of the processes it started: each may take ``wait`` seconds to exit, then it is killed."""
+    for p in procs:
+        if p.poll() is not None:
+            continue
+        try:
+            p.wait(wait)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 def spans_to_file(path: Path) -> dict[str, str]:

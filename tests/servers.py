@@ -488,6 +488,14 @@ class Rotel:
         if self._p is not None:
             self._p.stop()
 
+    def port(self, protocol: str) -> int:
+        """The port that takes OTLP over ``protocol`` (``grpc`` or ``http/protobuf``)."""
+        return self.grpc_port if protocol == "grpc" else self.http_port
+
+    def endpoint(self, protocol: str) -> str:
+        """The endpoint that takes OTLP over ``protocol``, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` names it."""
+        return self.grpc_endpoint if protocol == "grpc" else self.http_endpoint
+
     @property
     def grpc_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.grpc_port}"
@@ -505,6 +513,11 @@ class Rotel:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def otlp_env(endpoint: str, protocol: str = "grpc") -> dict[str, str]:
+    """The settings that send a bridged process's telemetry to the OTLP receiver at ``endpoint`` over ``protocol``."""
+    return {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
 
 
 def _connects(port: int) -> bool:
@@ -629,6 +642,11 @@ class Tap:
         self.port = self._sock.getsockname()[1]
         self._stop = False
         threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint a bridged process sends to, to go through the tap (plain ``http``, as the tests name it)."""
+        return f"http://127.0.0.1:{self.port}"
 
     def _accept(self) -> None:
         import threading

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_python
+from helpers import run_cli, run_python
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -272,7 +272,6 @@ def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
 
     from helpers import WORKLOADS, clean_env, read_otlp_json_spans, torchrun_under_torch_otel
 
-    bin_dir = Path(sys.executable).parent
     env = {
         "TORCH_TRACE": str(tmp_path / "trace"),
         "TORCH_OTEL_TRACES_FILE": str(tmp_path / "live.jsonl"),
@@ -283,13 +282,7 @@ def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
     argv = torchrun_under_torch_otel(2, WORKLOADS / "ddp_buckets.py")
     r = subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
-    rr = subprocess.run(
-        [str(bin_dir / "torch-otel"), "replay", str(tmp_path / "trace"), "-o", str(tmp_path / "replay.jsonl")],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    rr = run_cli("replay", str(tmp_path / "trace"), "-o", str(tmp_path / "replay.jsonl"), script=True)
     assert rr.returncode == 0, rr.stderr
     for name in ("live.jsonl", "replay.jsonl"):
         spans = read_otlp_json_spans(tmp_path / name)

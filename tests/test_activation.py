@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, bridge_lines, clean_env, frame_roots, run_python, torchrun_under_torch_otel
-from servers import Rotel, Tap, free_port, wait_until
+from helpers import WORKLOADS, bridge_lines, clean_env, frame_roots, run_cli, run_python, torchrun_under_torch_otel
+from servers import Rotel, Tap, free_port, otlp_env, wait_until
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
 
@@ -45,8 +45,7 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 300) -> subproce
 
 def _otlp_env(rotel: Rotel, protocol: str) -> dict[str, str]:
     return {
-        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint if protocol == "grpc" else rotel.http_endpoint,
+        **otlp_env(rotel.endpoint(protocol), protocol),
         "OTEL_METRICS_EXPORTER": "otlp",
         "OTEL_SERVICE_NAME": "trainer",
         "OTEL_RESOURCE_ATTRIBUTES": "team=ml,deployment.environment=ci",
@@ -234,9 +233,9 @@ def test_each_invalid_setting_is_one_line_and_training_goes_on(variable, value, 
 
 
 def test_torch_otel_run_without_a_command_is_one_line():
-    r = _run([str(BIN / "torch-otel"), "run"], {})
+    r = run_cli("run", script=True)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "torch-otel run -- python train.py" in r.stderr
-    r = _run([str(BIN / "torch-otel"), "run", "--", "no-such-program-xyz"], {})
+    r = run_cli("run", "--", "no-such-program-xyz", script=True)
     assert r.returncode == 127 and "no-such-program-xyz" in r.stderr
 
 

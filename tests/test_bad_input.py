@@ -11,7 +11,7 @@ import string
 
 import pytest
 import torch
-from helpers import run_python
+from helpers import run_cli, run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -190,17 +190,11 @@ def test_an_exception_in_the_bridges_handler_is_logged_once_counted_and_compile_
 
 
 def test_the_cli_without_a_command_shows_its_commands_and_each_help_says_what_it_does():
-    import subprocess
-    import sys
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "torch_otel", *args], capture_output=True, text=True, timeout=60)
-
-    bare = cli()
+    bare = run_cli()
     assert bare.returncode == 2
     assert "demo" in bare.stderr and "replay" in bare.stderr and "run" in bare.stderr
     assert bare.stderr.rstrip().endswith("torch-otel: name a command; try: torch-otel demo")
-    assert "Runs COMMAND with the bridge on in every Python process" in cli("run", "--help").stdout
-    demo = " ".join(cli("demo", "--help").stdout.split())  # argparse wraps at the terminal's width
+    assert "Runs COMMAND with the bridge on in every Python process" in run_cli("run", "--help").stdout
+    demo = " ".join(run_cli("demo", "--help").stdout.split())  # argparse wraps at the terminal's width
     assert "(default: 9464)" in demo and "(default: aot_eager)" in demo
-    assert "3 spans not exported" in " ".join(cli("replay", "--help").stdout.split())
+    assert "3 spans not exported" in " ".join(run_cli("replay", "--help").stdout.split())

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_python, spans_to_file
+from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, run_python, spans_to_file
 from servers import free_port
 
 from torch_otel._analysis.cache_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, KeyIndex, index_document
@@ -50,9 +50,8 @@ def _lookups(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _replay(log_dir: Path, out: Path, baseline: Path | None) -> dict[str, Any]:
-    argv = [str(Path(sys.executable).parent / "torch-otel"), "replay", str(log_dir), "-o", str(out / "replayed.jsonl")]
-    argv += ["--json", str(out / "replayed.json")] + (["--baseline", str(baseline)] if baseline else [])
-    res = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    args = [str(log_dir), "-o", str(out / "replayed.jsonl"), "--json", str(out / "replayed.json")]
+    res = run_cli("replay", *args, *(["--baseline", str(baseline)] if baseline else []), script=True)
     assert res.returncode == 0, res.stderr[-3000:]
     return {
         "json": json.loads((out / "replayed.json").read_text()),

@@ -20,8 +20,8 @@ import pytest
 from helpers import (
     HERE,
     WORKLOADS,
-    clean_env,
     read_otlp_json_spans,
+    run_cli,
     run_python,
     span_compile_ids,
     spans_to_file,
@@ -36,7 +36,6 @@ from torch_otel._version import torch_version
 
 CORPUS = HERE / "data" / "tlparse-corpus"
 CORPUS_LOGS = sorted(p.name for p in CORPUS.glob("*.gz"))
-CLI = [sys.executable, "-m", "torch_otel", "replay"]
 
 
 def _unzip(name: str, into: Path) -> Path:
@@ -46,14 +45,7 @@ def _unzip(name: str, into: Path) -> Path:
 
 
 def _replay(paths: list[Path], out: Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    proc = subprocess.run(
-        [*CLI, *map(str, paths), "--output", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        env=clean_env({"OTEL_METRICS_EXPORTER": "none"}),
-    )
+    proc = run_cli("replay", *map(str, paths), "--output", str(out), env={"OTEL_METRICS_EXPORTER": "none"})
     return proc, read_otlp_json_spans(out) if out.exists() else []
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, run_python, spans_to_file, torchrun_under_torch_otel
+from helpers import WORKLOADS, clean_env, run_cli, run_python, spans_to_file, torchrun_under_torch_otel
 from servers import free_port
 
 from torch_otel._analysis.diff import compare, format_text, parse_fail_on
@@ -181,20 +181,7 @@ def test_two_runs_of_identical_code_flag_nothing_and_pass_the_gate(runs: dict[st
     assert v["graph_breaks_new"] == v["recompiles_new"] == v["failures_new"] == [] and v["gate"] == []
     for d in diffs.values():
         assert d["gate"]["passed"], d["gate"]
-    res = subprocess.run(
-        [
-            str(BIN / "torch-otel"),
-            "diff",
-            str(runs["base1"]["forms"]["log"]),
-            str(runs["base2"]["forms"]["log"]),
-            "--fail-on",
-            "all",
-        ],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_cli("diff", str(runs["base1"]["forms"]["log"]), str(runs["base2"]["forms"]["log"]), "--fail-on", "all", script=True)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     assert len(lines) <= 45 and max(len(x) for x in lines) <= 100
@@ -207,23 +194,17 @@ def test_a_graph_break_added_is_named_with_its_code_and_location_and_fails_the_g
     assert v["graph_breaks_new"] == [("GB0025", "diff_pair.py", 37, 1)]
     assert v["gate"] == ["new graph break GB0025 Call to `torch._dynamo.graph_break()` at diff_pair.py:37"]
     assert ("torch_dynamo_resume_in_loss_fn_at_37", 0, 2) in v["frames"]  # its frame and its backward
-    res = subprocess.run(
-        [
-            str(BIN / "torch-otel"),
-            "diff",
-            str(runs["base1"]["forms"]["summary"]),
-            str(runs["graph_break"]["forms"]["traces"]),
-            "--fail-on",
-            "graph-breaks",
-            "--html",
-            str(runs["graph_break"]["out"] / "diff.html"),
-            "--json",
-            "-",
-        ],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    res = run_cli(
+        "diff",
+        str(runs["base1"]["forms"]["summary"]),
+        str(runs["graph_break"]["forms"]["traces"]),
+        "--fail-on",
+        "graph-breaks",
+        "--html",
+        str(runs["graph_break"]["out"] / "diff.html"),
+        "--json",
+        "-",
+        script=True,
     )
     assert res.returncode == 4, res.stderr
     doc = json.loads(res.stdout)
@@ -319,7 +300,6 @@ def test_a_log_against_a_job_of_another_world_size_says_what_is_compared(runs: d
 
 
 def test_unreadable_input_gets_replays_exit_codes_and_one_line(runs: dict[str, Any], tmp_path: Path) -> None:
-    tool = str(BIN / "torch-otel")
     good = str(runs["base1"]["forms"]["log"])
     empty = tmp_path / "empty.log"
     empty.write_text("")
@@ -331,7 +311,7 @@ def test_unreadable_input_gets_replays_exit_codes_and_one_line(runs: dict[str, A
         ([good, str(v2)], 1, "schema_version 2"),
         ([good, good, "--fail-on", "speed"], 2, "no such condition"),
     ):
-        res = subprocess.run([tool, "diff", *argv], env=clean_env(), capture_output=True, text=True, timeout=300)
+        res = run_cli("diff", *argv, script=True)
         assert res.returncode == code, (argv, res.stderr)
         assert words in res.stderr, res.stderr
 
@@ -374,19 +354,16 @@ BASE_2_13 = Path(__file__).parent / "data" / "cache-baseline-2.13"  # tests/work
 def test_a_run_on_this_torch_against_a_2_13_run_shows_the_phases_and_the_release_as_the_misses_cause(tmp_path: Path) -> None:
     """The same workload on whatever torch runs the test, diffed against a committed torch 2.13.0 run's log."""
     import re
-    import subprocess
-    import sys
 
     import torch
-    from helpers import WORKLOADS, clean_env, run_python
+    from helpers import WORKLOADS, run_python
 
     out = tmp_path / "out"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "TORCH_TRACE": str(out / "trace")}
     env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none", "TORCH_OTEL_CACHE_INDEX": "off"}
     res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "cold"], timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    argv = [str(Path(sys.executable).parent / "torch-otel"), "diff", str(BASE_2_13), str(out / "trace"), "--json", "-"]
-    done = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    done = run_cli("diff", str(BASE_2_13), str(out / "trace"), "--json", "-", script=True)
     assert done.returncode == 0, done.stderr[-3000:]
     d = json.loads(done.stdout)
     assert d["phases"] and all("base_self_s" in p and "new_self_s" in p for p in d["phases"])

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans, torchrun_under_torch_otel
+from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, stop_processes, torchrun_under_torch_otel
 from servers import Prometheus, free_port, wait_until
 
 RULES = Path(__file__).resolve().parent.parent / "grafana" / "alerts" / "torch-compile-rules.yml"
@@ -91,11 +91,7 @@ def jobs(tmp_path_factory) -> Any:
             yield tmp, prom, ports, settled
         finally:
             (tmp / "release").touch()
-            for p in procs.values():
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_processes(procs.values(), wait=60)
 
 
 def _panel_expr(dashboard: str, title: str) -> str:
@@ -323,13 +319,7 @@ def test_tlparse_warns_of_diverging_compile_ids_where_there_are_none(tmp_path):
     keys = {r: set(json.loads((tmp_path / "tlparse" / f"rank_{r}" / "compile_directory.json").read_text())) for r in (0, 1, 2)}
     assert tl["compiles"] and keys == {0: {"[0/0]"}, 1: {"[-/-]", "[0/0]"}, 2: {"[0/0]"}}, (tl, keys)
     assert tl["cache"] == {frozenset({0, 2}), frozenset({1})}
-    r = subprocess.run(
-        [str(BIN / "torch-otel"), "replay", str(trace), "-o", str(tmp_path / "s.jsonl"), "--json", str(tmp_path / "r.json")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=clean_env(),
-    )
+    r = run_cli("replay", str(trace), "-o", str(tmp_path / "s.jsonl"), "--json", str(tmp_path / "r.json"), script=True)
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["divergence"]["diverged"] == ["cache"] and doc["divergence"]["aspects"]["cache"]["minority"] == [1]

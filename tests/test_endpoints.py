@@ -52,7 +52,7 @@ def _ours(stderr: str) -> list[str]:
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_an_endpoint_without_a_scheme_is_plaintext_as_the_docs_say(rotel, tmp_path, protocol):
     """docs/configuration.md: the collector's ``host:4317``. No TLS handshake, no gRPC log line, no wait at exit."""
-    port = rotel.grpc_port if protocol == "grpc" else rotel.http_port
+    port = rotel.port(protocol)
     r, service = _job(tmp_path, {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_ENDPOINT": f"127.0.0.1:{port}"})
     assert r.returncode == 0 and "done None" in r.stdout, r.stderr[-3000:]
     assert not _ours(r.stderr), r.stderr[-3000:]

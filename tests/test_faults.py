@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, clean_env, frame_roots, read_otlp_json_spans
-from servers import Rotel, Tap, free_port, http_get, wait_until
+from helpers import WORKLOADS, clean_env, frame_roots, read_otlp_json_spans, stop_processes
+from servers import Rotel, Tap, free_port, http_get, otlp_env, wait_until
 
 BIN = Path(sys.executable).parent
 STEPS = str(WORKLOADS / "steps.py")
@@ -99,9 +99,7 @@ class Job:
         return [ln for ln in self.stderr().splitlines() if ln.startswith("torch-otel")]
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_processes([self.proc], wait=0)
 
 
 @pytest.fixture
@@ -125,15 +123,10 @@ def _arrive(rotel: Rotel, names: list[str], timeout: float = 60) -> None:
     wait_until(lambda: set(names) <= _functions(rotel), timeout, f"{names} at the collector")
 
 
-def _endpoint(protocol: str, port: int) -> dict[str, str]:
-    return {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_collector_down_at_start_dying_and_coming_back(job, protocol):
     with Rotel(started=False) as rotel:
-        port = rotel.grpc_port if protocol == "grpc" else rotel.http_port
-        j = job({**_endpoint(protocol, port), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+        j = job({**otlp_env(rotel.endpoint(protocol), protocol), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
         j.compile(3)  # down at start: the compiles run as if nothing were wrong
         wait_until(lambda: j.dropped() > 0, 60, "the first batch to be counted as dropped")
 
@@ -160,9 +153,9 @@ def test_collector_down_at_start_dying_and_coming_back(job, protocol):
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_hung_collector_never_blocks_compiles_and_exit_is_bounded(job, protocol):
     with Rotel() as rotel:
-        tap = Tap(rotel.grpc_port if protocol == "grpc" else rotel.http_port)
+        tap = Tap(rotel.port(protocol))
         tap.hold = True  # reads every request, answers none
-        j = job({**_endpoint(protocol, tap.port), "TORCH_OTEL_SHUTDOWN_TIMEOUT": "2"})
+        j = job({**otlp_env(tap.endpoint, protocol), "TORCH_OTEL_SHUTDOWN_TIMEOUT": "2"})
         j.compile(2)
         wait_until(lambda: tap.held > 0, 60, "an export request to be stuck in the hung collector")
         more = j.compile(20)  # compiles go on while the exporter waits on the hung request
@@ -182,7 +175,7 @@ def test_slow_collector_gets_everything_late_and_nothing_is_dropped(job):
     with Rotel() as rotel:
         tap = Tap(rotel.http_port)
         tap.delay = 2.0  # seconds per request
-        j = job(_endpoint("http/protobuf", tap.port))
+        j = job(otlp_env(tap.endpoint, "http/protobuf"))
         names = j.compile(5)
         names += j.compile(5)
         _arrive(rotel, names)
@@ -196,7 +189,7 @@ def test_rejecting_collector_counts_drops_then_flow_resumes(job):
     with Rotel() as rotel:
         tap = Tap(rotel.http_port)
         tap.reject = 503  # overloaded: retryable, so the exporter retries until its timeout
-        j = job({**_endpoint("http/protobuf", tap.port), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
+        j = job({**otlp_env(tap.endpoint, "http/protobuf"), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"})
         j.compile(3)
         wait_until(lambda: j.dropped() > 0, 60, "the rejected spans to be counted")
         assert tap.rejected > 0
@@ -215,7 +208,9 @@ def test_full_queue_is_bounded_and_counted(job):
     with Rotel() as rotel:
         tap = Tap(rotel.http_port)
         tap.hold = True
-        j = job({**_endpoint("http/protobuf", tap.port), "OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "16"})
+        j = job(
+            {**otlp_env(tap.endpoint, "http/protobuf"), "OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "16"}
+        )
         j.compile(40)  # several spans per compile: far more than 64 + one batch in flight
         wait_until(lambda: j.dropped() > 0, 30, "queue overflow to be counted")
         j.kill()
@@ -260,8 +255,7 @@ def test_signal_mid_compile_flushes_and_exits_promptly(tmp_path, sig):
             proc.wait(90)
             elapsed = time.monotonic() - t0
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            stop_processes([proc], wait=0)
         got = wait_until(lambda: (g := rotel.received())["points"] and len(frame_roots(g)) == 2 and g, 30, "both compiles")
     assert proc.returncode == -sig, log.read_text()[-3000:]  # dies of the signal, as without the bridge
     # Not a timing bound: torch's own unwinding after SIGINT takes 1.6 s here and 13 s under a loaded CI, with or
@@ -366,9 +360,7 @@ def test_two_thousand_compiles_past_the_bridges_bounds_leave_no_state_and_bounde
             for p in (bridged, plain):
                 p.wait(1500)
         finally:
-            for p in (bridged, plain):
-                if p.poll() is None:
-                    p.kill()
+            stop_processes((bridged, plain), wait=0)
     out = {name: (tmp_path / f"{name}.log").read_text() for name in ("bridged", "plain")}
     assert bridged.returncode == 0 and plain.returncode == 0, out["bridged"][-3000:] + out["plain"][-3000:]
     report, base = (json.loads(out[name].strip().splitlines()[-1]) for name in ("bridged", "plain"))

@@ -5,15 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from helpers import clean_env, read_otlp_json_spans, run_python
+from helpers import read_otlp_json_spans, run_cli, run_python
 from prometheus_client import CollectorRegistry
 
 from torch_otel._core.categories import PHASE_LABELS
@@ -239,14 +237,7 @@ def test_parallel_kernel_builds_and_phase_labels_agree_with_torch_live_and_on_re
 
     phases, seconds, summary = _replayed(log)
     _check_one_meaning("replay", phases, seconds, summary, fields, marks)
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch_otel", "replay", str(log), "--output", str(tmp_path / "spans.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        env=clean_env({"OTEL_METRICS_EXPORTER": "none"}),
-    )
+    proc = run_cli("replay", str(log), "--output", str(tmp_path / "spans.jsonl"), env={"OTEL_METRICS_EXPORTER": "none"})
     assert proc.returncode == 0, proc.stderr
     assert "phase events unmatched: 0\n" in proc.stdout, proc.stdout
     replayed = _otlp_to_plain(read_otlp_json_spans(tmp_path / "spans.jsonl"))

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, read_otlp_json_spans
+from helpers import clean_env, cli_argv, read_otlp_json_spans
 
 from torch_otel._version import SUPPORTED_TORCH
 
@@ -141,7 +141,7 @@ def test_version_prints_torch_otels_and_torchs_versions_without_importing_torch(
 
     import torch_otel
 
-    for argv in ([str(BIN / "torch-otel"), "--version"], [sys.executable, "-m", "torch_otel", "--version"]):
+    for argv in (cli_argv("--version", script=True), cli_argv("--version")):
         r = _run(argv)
         assert r.stdout.strip().startswith(f"torch-otel {torch_otel.__version__} (torch {torch.__version__}"), r.stdout
         assert f"tested: {SUPPORTED_TORCH}" in r.stdout and "a tested release" in r.stdout

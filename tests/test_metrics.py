@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-from servers import Prometheus, Pushgateway, Rotel, free_port, http_get, require, wait_until
+from servers import Prometheus, Pushgateway, Rotel, free_port, http_get, otlp_env, require, wait_until
 
 import torch_otel
 from torch_otel._core.categories import RECOMPILE_CATEGORIES
@@ -225,8 +225,7 @@ def test_otlp_metrics_reach_a_real_collector_alongside_prometheus(tmp_path, prot
             "WITH_BRIDGE": "1",
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_METRICS_EXPORTER": "otlp,prometheus",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-            "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint if protocol == "grpc" else rotel.http_endpoint,
+            **otlp_env(rotel.endpoint(protocol), protocol),
             "OTEL_EXPORTER_PROMETHEUS_PORT": str(prom_port),
             "OTEL_SERVICE_NAME": "trainer",
             "RELEASE_FILE": str(release),

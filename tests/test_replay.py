@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import (
     WORKLOADS,
-    clean_env,
+    cli_argv,
     read_otlp_json_spans,
     recompile_limit_fail_type,
+    run_cli,
     run_python,
     span_compile_ids,
     spans_to_file,
@@ -31,8 +32,6 @@ from torch_otel._pipeline.build import Pipeline
 from torch_otel._pipeline.replay import replay_paths
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
-
-CLI = [sys.executable, "-m", "torch_otel", "replay"]
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +54,6 @@ def recorded(tmp_path_factory) -> dict[str, Path]:
     assert res.returncode == 0, res.stderr[-3000:]
     (log,) = (d / "trace").glob("*.log")
     return {"dir": d / "trace", "log": log, "live": d / "live.jsonl", "tmp": d}
-
-
-def _replay(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300, stdin=subprocess.DEVNULL)
 
 
 def _by_compile(path: Path) -> dict[tuple[str, str], tuple[dict, list[str], list[str]]]:
@@ -85,7 +80,7 @@ def _replayable(attrs: dict) -> dict:  # type: ignore[type-arg]
 
 def test_replay_produces_the_live_span_trees_and_attributes(recorded):
     out = recorded["tmp"] / "replayed.jsonl"
-    res = _replay([str(recorded["dir"]), "--output", str(out)], recorded["tmp"])
+    res = run_cli("replay", str(recorded["dir"]), "--output", str(out), cwd=recorded["tmp"])
     assert res.returncode == 0, res.stderr
     live, replayed = _by_compile(recorded["live"]), _by_compile(out)
     assert set(live) == set(replayed) and len(live) >= 15
@@ -115,13 +110,13 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
 
 def test_replay_compile_ids_equal_tlparse(recorded):
     out = recorded["tmp"] / "ids.jsonl"
-    assert _replay([str(recorded["log"]), "-o", str(out)], recorded["tmp"]).returncode == 0
+    assert run_cli("replay", str(recorded["log"]), "-o", str(out), cwd=recorded["tmp"]).returncode == 0
     roots = [root for root, _, _ in _by_compile(out).values()]
     assert span_compile_ids(roots) == tlparse_compile_ids(recorded["log"], recorded["tmp"] / "tl_out")
 
 
 def test_summary_lists_compiles_failures_and_reasons(recorded):
-    res = _replay([str(recorded["log"]), "-o", str(recorded["tmp"] / "s.jsonl")], recorded["tmp"])
+    res = run_cli("replay", str(recorded["log"]), "-o", str(recorded["tmp"] / "s.jsonl"), cwd=recorded["tmp"])
     out = res.stdout
     assert re.search(r"torch\.compile run summary \(replay\): \d+ compiles \(.*compiled_autograd.*frame", out), out
     assert "failures: 2 (" in out and "TorchRuntimeError 1" in out and f"{recompile_limit_fail_type()} 1" in out
@@ -138,7 +133,7 @@ def test_gzip_and_rank_directory(recorded, tmp_path):
     with gzip.open(d / "dedicated_log_torch_trace_rank_1_y.log.gz", "wb") as fh:
         fh.write(data)
     out = tmp_path / "r.jsonl"
-    res = _replay([str(d), "-o", str(out)], tmp_path)
+    res = run_cli("replay", str(d), "-o", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     roots = [s for s in read_otlp_json_spans(out) if "torch.compile.kind" in s["attrs"]]
     assert {r["attrs"].get("torch.distributed.rank") for r in roots} == {"0", "1"}
@@ -157,24 +152,27 @@ def test_bad_inputs_are_counted_never_fatal(recorded, tmp_path):
     for name, blob in cases.items():
         p = tmp_path / name
         p.write_bytes(blob)
-        res = _replay([str(p), "-o", str(tmp_path / (name + ".jsonl"))], tmp_path)
+        res = run_cli("replay", str(p), "-o", str(tmp_path / (name + ".jsonl")), cwd=tmp_path)
         assert res.returncode == 0, (name, res.stderr)
         assert "Traceback" not in res.stderr, name
-    assert "brand_new_event" in _replay([str(tmp_path / "unknown.log"), "-o", str(tmp_path / "u.jsonl")], tmp_path).stdout
-    nj = _replay([str(tmp_path / "nonjson.log"), "-o", str(tmp_path / "n.jsonl")], tmp_path).stdout
+    assert (
+        "brand_new_event"
+        in run_cli("replay", str(tmp_path / "unknown.log"), "-o", str(tmp_path / "u.jsonl"), cwd=tmp_path).stdout
+    )
+    nj = run_cli("replay", str(tmp_path / "nonjson.log"), "-o", str(tmp_path / "n.jsonl"), cwd=tmp_path).stdout
     assert "1  metadata is not JSON" in nj
-    tz = _replay([str(tmp_path / "truncated.log.gz"), "-o", str(tmp_path / "t.jsonl")], tmp_path).stdout
+    tz = run_cli("replay", str(tmp_path / "truncated.log.gz"), "-o", str(tmp_path / "t.jsonl"), cwd=tmp_path).stdout
     assert "truncated or corrupt compressed data" in tz
 
 
 def test_missing_path_and_unparseable_input_exit_nonzero_with_one_line(tmp_path):
-    res = _replay([str(tmp_path / "nope")], tmp_path)
+    res = run_cli("replay", str(tmp_path / "nope"), cwd=tmp_path)
     assert res.returncode == 2
     assert [ln for ln in res.stderr.splitlines() if ln.startswith("torch-otel replay:")] == [
         f"torch-otel replay: {tmp_path / 'nope'}: no such file or directory; pass a TORCH_TRACE log, a .gz of one, or its directory"
     ]
     (tmp_path / "junk.bin").write_bytes(bytes(range(256)) * 50)
-    res = _replay([str(tmp_path / "junk.bin"), "-o", str(tmp_path / "j.jsonl")], tmp_path)
+    res = run_cli("replay", str(tmp_path / "junk.bin"), "-o", str(tmp_path / "j.jsonl"), cwd=tmp_path)
     assert res.returncode == 1 and "nothing in the given path(s) could be parsed" in res.stderr
     assert "Traceback" not in res.stderr
 
@@ -184,10 +182,8 @@ def test_a_replay_that_exports_nothing_says_so_and_exits_3(recorded, tmp_path):
     from servers import free_port
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    env = clean_env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TIMEOUT": "1", "OTEL_METRICS_EXPORTER": "none"})
-    res = subprocess.run(
-        [*CLI, str(recorded["log"])], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env
-    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TIMEOUT": "1", "OTEL_METRICS_EXPORTER": "none"}
+    res = run_cli("replay", str(recorded["log"]), env=env)
     assert res.returncode == 3, (res.returncode, res.stderr[-2000:])
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("torch-otel replay:")]
     assert lines == [
@@ -291,7 +287,7 @@ def test_replay_pushes_the_runs_metrics_to_the_pushgateway(recorded, tmp_path):
 
     out = tmp_path / "replayed.jsonl"
     with Pushgateway() as gw:
-        r = _replay([str(recorded["dir"]), "-o", str(out), "--pushgateway", gw.url, "--run", "nightly-42"], tmp_path)
+        r = run_cli("replay", str(recorded["dir"]), "-o", str(out), "--pushgateway", gw.url, "--run", "nightly-42", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         assert "metrics pushed to" in r.stdout
         samples = [s for f in text_string_to_metric_families(gw.metrics()) for s in f.samples]
@@ -312,15 +308,8 @@ def test_replay_sends_metrics_over_otlp_labelled_with_the_run(recorded, tmp_path
     from servers import Rotel, wait_until
 
     with Rotel() as rotel:
-        r = subprocess.run(
-            [*CLI, str(recorded["log"]), "--run", "ci-7"],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp"},
-        )
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp"}
+        r = run_cli("replay", str(recorded["log"]), "--run", "ci-7", env=env, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         got = wait_until(lambda: (g := rotel.received())["points"] and g["spans"] and g, 30, "replayed spans and metrics")
     limit = [p for p in got["points"] if p["metric"] == "torch_compile_recompile_limit_hits" and p.get("value")]
@@ -332,7 +321,7 @@ def test_progress_bar_on_a_terminal_only(recorded, tmp_path):
 
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [*CLI, str(recorded["log"]), "-o", str(tmp_path / "a.jsonl")],
+        cli_argv("replay", str(recorded["log"]), "-o", str(tmp_path / "a.jsonl")),
         stdout=subprocess.DEVNULL,
         stderr=slave,
         stdin=subprocess.DEVNULL,
@@ -352,7 +341,7 @@ def test_progress_bar_on_a_terminal_only(recorded, tmp_path):
     os.close(master)
     text = seen.decode(errors="replace")
     assert re.search(r"\r\[#*-*\] +\d+\.\d% +\d+\.\d MB +\d+\.\d MB/s \d+ records", text), text[:500]
-    piped = _replay([str(recorded["log"]), "-o", str(tmp_path / "b.jsonl")], tmp_path)
+    piped = run_cli("replay", str(recorded["log"]), "-o", str(tmp_path / "b.jsonl"), cwd=tmp_path)
     assert "\r" not in piped.stderr and "MB/s" not in piped.stderr
 
 
@@ -380,6 +369,6 @@ def test_memory_stays_flat_from_10_to_100_mb(recorded, tmp_path):
     for mb in (10, 100):
         log = tmp_path / f"synthetic-{mb}.log"
         make_log(recorded["log"], log, mb * 1_000_000)
-        peaks[mb] = _peak_rss_mb([*CLI, str(log), "-o", os.devnull], tmp_path)
+        peaks[mb] = _peak_rss_mb(cli_argv("replay", str(log), "-o", os.devnull), tmp_path)
         log.unlink()
     assert peaks[100] < peaks[10] + 25, peaks  # measured here: about 29 MB and 33 MB

@@ -95,7 +95,7 @@ def test_otlp_over_tls_with_a_private_ca(tmp_path, protocol):
     script = tmp_path / "job.py"
     script.write_text(TINY)
     with Rotel() as rotel:
-        tap = Tap(rotel.grpc_port if protocol == "grpc" else rotel.http_port, certfile=str(cert), keyfile=str(key))
+        tap = Tap(rotel.port(protocol), certfile=str(cert), keyfile=str(key))
         env = {
             "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://127.0.0.1:{tap.port}",

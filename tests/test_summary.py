@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, assert_summary_is_the_spans, clean_env, read_otlp_json_spans, run_python, spans_to_file
+from helpers import WORKLOADS, assert_summary_is_the_spans, read_otlp_json_spans, run_cli, run_python, spans_to_file
 from readme_demo import REPLAY_BEGIN, REPLAY_END, readme_block, replay_screen
 
 from torch_otel._parse.trace_log import ReplayStats
@@ -22,13 +20,8 @@ from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.summary import RunSummary
 
 CORPUS = Path(__file__).parent / "data" / "tlparse-corpus"
-CLI = [sys.executable, "-m", "torch_otel", "replay"]
 # tlparse's real GPU logs: inductor with Triton and autotuning, cudagraphs, recompiles across ranks
 GPU_LOGS = ("inductor_provenance_jit_cuda_log.txt.gz", "autotune_with_compile_id.log.gz", "multi_rank_runtime_rank_0.log.gz")
-
-
-def _replay(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300, stdin=subprocess.DEVNULL)
 
 
 def _screen(out: str) -> list[str]:
@@ -41,7 +34,7 @@ def _screen(out: str) -> list[str]:
 
 @pytest.mark.parametrize("log", GPU_LOGS)
 def test_a_replayed_gpu_logs_summary_is_the_sum_of_its_spans_on_one_screen(tmp_path, log):
-    res = _replay([str(CORPUS / log), "-o", str(tmp_path / "s.jsonl"), "--json", str(tmp_path / "s.json")], tmp_path)
+    res = run_cli("replay", str(CORPUS / log), "-o", str(tmp_path / "s.jsonl"), "--json", str(tmp_path / "s.json"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
     spans = read_otlp_json_spans(tmp_path / "s.jsonl")
@@ -57,7 +50,7 @@ def test_a_replayed_gpu_logs_summary_is_the_sum_of_its_spans_on_one_screen(tmp_p
     slow = summary["slowest"][0]
     assert f"{slow['duration_s']:8.3f} s  {slow['id']}" in res.stdout
     # --json - : the same facts on stdout, the text on stderr
-    piped = _replay([str(CORPUS / log), "-o", str(tmp_path / "t.jsonl"), "--json", "-"], tmp_path)
+    piped = run_cli("replay", str(CORPUS / log), "-o", str(tmp_path / "t.jsonl"), "--json", "-", cwd=tmp_path)
     assert json.loads(piped.stdout)["phases"] == summary["phases"]
     assert "torch.compile run summary (replay)" in piped.stderr
 
@@ -81,7 +74,7 @@ def test_a_live_run_writes_its_summary_at_exit_and_replay_of_its_log_says_the_sa
     assert "torch.compile run summary (live)" in res.stderr and "recompile-limit hits: 1" in res.stderr
     assert (tmp_path / "live.html").read_text().lstrip().lower().startswith("<!doctype html")
     (log,) = (tmp_path / "trace").glob("*.log")
-    rep = _replay([str(log), "-o", str(tmp_path / "r.jsonl"), "--json", str(tmp_path / "r.json")], tmp_path)
+    rep = run_cli("replay", str(log), "-o", str(tmp_path / "r.jsonl"), "--json", str(tmp_path / "r.json"), cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     replayed = json.loads((tmp_path / "r.json").read_text())
     assert_summary_is_the_spans(replayed, read_otlp_json_spans(tmp_path / "r.jsonl"))
@@ -153,14 +146,7 @@ def _our_own_output(d: Path) -> Path:
 )
 def test_replay_names_what_is_wrong_with_its_input(tmp_path, make, says):
     path = make(tmp_path)
-    res = subprocess.run(
-        [*CLI, str(path), "-o", str(tmp_path / "out.jsonl")],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run_cli("replay", str(path), "-o", str(tmp_path / "out.jsonl"), timeout=120)
     assert res.returncode == 1, res
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"torch-otel replay: {path}") and says in lines[0], lines

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, torchrun_under_torch_otel
+from helpers import WORKLOADS, clean_env, stop_processes, torchrun_under_torch_otel
 from servers import VM_PACKAGES, Command, free_port, http_get, require, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,11 +186,7 @@ def pipeline(tmp_path_factory) -> Any:
         @stack.callback
         def _release() -> None:
             (tmp / "release").touch()
-            for p in procs.values():
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_processes(procs.values(), wait=60)
 
         env, words = by_role["victoria-metrics"]
         vm = _start(stack, "victoria-metrics", _env(env, shared), words, {})
