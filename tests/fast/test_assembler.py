@@ -1,6 +1,6 @@
 """Fast tier: the assembler driven by typed event sequences, no torch.compile anywhere.
 
-Each test feeds :class:`torch_otel._assembler.Assembler` the events a source would produce and checks the
+Each test feeds :class:`torch_otel._assemble.assembler.Assembler` the events a source would produce and checks the
 records a sink is handed. The whole tier runs in seconds::
 
     .venv/bin/python -m pytest tests/fast

@@ -15,9 +15,9 @@ import sys
 
 if os.environ.get("WITH_BRIDGE", "1") == "1":
     if os.environ.get("SMALL_CAPS"):  # run past the bridge's memory of recent compiles in fewer compiles
-        import torch_otel._assembler
+        import torch_otel._assemble.derive
 
-        torch_otel._assembler.RECENT = int(os.environ["SMALL_CAPS"])
+        torch_otel._assemble.derive.RECENT = int(os.environ["SMALL_CAPS"])
     import torch_otel.auto  # noqa: F401
 
 import torch

@@ -43,6 +43,8 @@ from .._model.events import (
 from .._model.record import ROOTS, RUNTIME, STANDALONE, CompileRecord, PhaseNode, Sink
 from .derive import RECENT, CacheLoads, Derive, Tracing, guard
 
+__all__ = ["ATTACH", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
+
 # torch's functions on a standalone compile's stack that say what it is
 _STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
 
@@ -55,7 +57,6 @@ MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and back
 MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
 # on a phase with no compile id (inductor's compile workers) given to the only compile in flight
 ATTRIBUTED = {"attributed": "the only compile in flight"}
-__all__ = ["ATTACH", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
 
 
 def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:
