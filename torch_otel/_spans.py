@@ -70,6 +70,24 @@ def _meta_key(field: str) -> str:
     return f"torch.compile.artifact.metadata.{field}"
 
 
+@functools.lru_cache(maxsize=64)
+def cuda_device_attributes(index: int) -> tuple[tuple[str, Any], ...]:
+    """A CUDA device's name and compute capability (read once per device; live only: logs do not name it)."""
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is None:
+        return ()
+    try:
+        major, minor = cuda.get_device_capability(index)
+        name = str(cuda.get_device_name(index))
+    except Exception:  # noqa: BLE001 - a broken CUDA runtime: no device attributes, never an error in the user's run
+        return ()
+    return (
+        ("torch.cuda.device.index", index),
+        ("torch.cuda.device.name", name),
+        ("torch.cuda.device.capability", f"{major}.{minor}"),
+    )
+
+
 def torch_trace_file() -> str | None:
     """The file torch's TORCH_TRACE handler writes to in this process, once it has opened one."""
     internal = sys.modules.get("torch._logging._internal")
@@ -133,6 +151,8 @@ class SpanMapper:
         if rec.rank is not None:
             a["torch.distributed.rank"] = rec.rank
         origin = rec.origin
+        if origin is not None and origin.cuda_device is not None:
+            a.update(cuda_device_attributes(origin.cuda_device))
         if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
             a["torch.compile.attempt"] = rec.forward.attempt
         self._code_attributes(rec.code, a, "code")
