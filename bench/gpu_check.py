@@ -1032,7 +1032,7 @@ def _pack(work: Path, out: Path) -> None:
             if not d.exists():
                 continue
             for p in sorted(d.iterdir()):
-                if p.is_file() and p.suffix in (".json", ".jsonl", ".txt"):
+                if p.is_file() and p.suffix in (".json", ".jsonl", ".txt") and not p.name.startswith("replay-"):
                     tar.add(p, arcname=f"{name}/{p.name}")
     for name in WORKLOADS:
         trace = work / name / "trace"
@@ -1136,6 +1136,7 @@ def run_all(out: Path, deadline_s: float, keep_work: Path | None) -> int:
             if info.get("torch_otel"):
                 report["machine"]["torch_otel"] = info["torch_otel"]
                 break
+    _pack(work, out)  # the raw files first: a run cut during the checks still brings them back
     print("[gpu_check] comparing", flush=True)
     report["checks"] = [dataclasses.asdict(c) for c in compare(work, cuda)]
     write_report()
