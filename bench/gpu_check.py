@@ -3,14 +3,16 @@
     python bench/gpu_check.py OUT                 # every workload, then the checks; the report in OUT
     python bench/gpu_check.py --compare OUT       # the checks again, from what a run left in OUT (e.g. at home, on CPU)
     python bench/gpu_check.py --deadline 360 OUT  # end the workloads by 360 s (a partial report, not none)
+    python bench/gpu_check.py --only transformer_full,cudagraphs_full OUT
 
 Each workload runs in a process of its own (``--worker``), in this order:
 
-1. ``transformer_full``: a 2-layer transformer's training step under inductor, ``mode="max-autotune-no-cudagraphs"``,
-   3 steps, the bridge at full capture and ``TORCH_TRACE`` set;
+1. ``transformer_full``: a 2-layer transformer's training step under inductor, ``mode="max-autotune-no-cudagraphs"``
+   (each GEMM's template autotuning limited to 4 Triton configs, ``GPU_CHECK_MAX_MM_CONFIGS``), 3 steps, the bridge at full capture and ``TORCH_TRACE`` set;
 2. ``cudagraphs_full``: an inference MLP under ``mode="reduce-overhead"`` (cudagraph trees) called 5 times with a
    batch of 8, 5 times with 16 (a recompile), 5 times with 8 again (the dynamic graph records that size anew),
-   plus a function that mutates an input (torch skips cudagraphs for it: ``cudagraph_skip_reason``); full capture,
+   plus a function that mutates an input and one with a CPU tensor (torch skips cudagraphs for both: torch's
+   ``cudagraph_skip_reason`` names the second, decided as it compiles; the first is decided at its first call); full capture,
    ``TORCH_TRACE`` set;
 3. ``transformer_default``: the transformer at default capture, no ``TORCH_TRACE``: the compile's cost and the
    steady-state step time with the bridge;
@@ -52,9 +54,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 WORKLOADS = ("transformer_full", "cudagraphs_full", "transformer_default", "transformer_off")
 # Per-workload time caps (s): a stuck or slow workload leaves time for the others and for the report
-CAPS = {"transformer_full": 150.0, "cudagraphs_full": 90.0, "transformer_default": 120.0, "transformer_off": 120.0}
+CAPS = {"transformer_full": 240.0, "cudagraphs_full": 90.0, "transformer_default": 120.0, "transformer_off": 120.0}
 # The bridge-on and bridge-off transformers compile cold unless the first one's compile took longer than this: then
 # both start from a copy of its inductor cache (warm: FX graph and autotune cache hits), so the run fits its time
+MAX_MM_CONFIGS = int(os.environ.get("GPU_CHECK_MAX_MM_CONFIGS", "4"))  # 0: inductor's own number
 COLD_IF_UNDER_S = float(os.environ.get("GPU_CHECK_COLD_IF_UNDER_S", "75"))
 STEPS_TO_COMPILE = 3
 # dynamo_timed keys whose chromium event carries another name (phase_name): compile_times() lists the key
@@ -290,6 +293,11 @@ def worker(name: str, out: Path, device_arg: str) -> int:
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         mode = "max-autotune-no-cudagraphs" if cuda else None
         info["mode"] = mode
+        if cuda and hasattr(torch._inductor.config, "test_configs") and MAX_MM_CONFIGS:
+            # Each GEMM's template autotuning benchmarks this many Triton configs (and aten) instead of about 20: the
+            # lazy backward's twelve GEMMs took 106 s on an H200 otherwise (11 s each, building every config)
+            torch._inductor.config.test_configs.max_mm_configs = MAX_MM_CONFIGS
+            info["max_mm_configs"] = MAX_MM_CONFIGS
         cm = torch.compile(model, mode=mode)
         x = torch.randn(8, 64, d, device=dev)
 
@@ -363,6 +371,13 @@ def worker(name: str, out: Path, device_arg: str) -> int:
         buf = torch.zeros(4, device=dev)
         for _ in range(3):
             cmut(torch.randn(4, device=dev), buf)
+
+        def mixed(x: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x * 2, c + 1  # a CPU tensor in the graph: torch skips cudagraphs for it as it compiles
+
+        cmix = torch.compile(mixed, mode="reduce-overhead")
+        for _ in range(3):
+            cmix(torch.randn(4, device=dev), torch.randn(4))
         sync()
         result["calls"] = calls
         result["cudagraph_trees"] = _cudagraph_tree_counts(torch) if cuda else {"skipped": "no CUDA"}
@@ -553,6 +568,89 @@ def _close(a: float, b: float, abs_tol: float) -> bool:
     return abs(a - b) <= abs_tol
 
 
+def _first_line(reason: str) -> str:
+    return reason.strip().split("\n", 1)[0].split(". Found from", 1)[0].strip()
+
+
+def gpu_fields(
+    name: str,
+    how: str,
+    records: list[dict[str, Any]],
+    roots: list[dict[str, Any]],
+    counters: dict[str, Any],
+    add: Any,
+    cuda: bool,
+) -> None:
+    """``triton_kernel_compile_times_us`` and ``cudagraph_skip_reason``, compile by compile, against the roots' attributes."""
+    by_id = {(r["attrs"]["torch.compile.kind"], r["attrs"]["torch.compile.id"]): r["attrs"] for r in roots}
+    listed, off, kernels, total = 0, [], 0, 0.0
+    for r in records:
+        v = r.get("triton_kernel_compile_times_us")
+        if record_kind(r) == "runtime" or not isinstance(v, str) or not v:
+            continue
+        times = [t[1] for t in json.loads(v) if isinstance(t, list) and len(t) == 2]
+        listed += 1
+        kernels += len(times)
+        total += sum(times) / 1e6
+        a = by_id.get((record_kind(r), str(r["compile_id"])), {})
+        if (
+            a.get("torch.compile.triton.kernels_listed") != len(times)
+            or abs(float(a.get("torch.compile.triton.kernel_build_s", -1)) - sum(times) / 1e6) > 1e-6
+        ):
+            off.append(
+                (
+                    str(r["compile_id"]),
+                    len(times),
+                    sum(times),
+                    a.get("torch.compile.triton.kernels_listed"),
+                    a.get("torch.compile.triton.kernel_build_s"),
+                )
+            )
+    if listed:
+        add(
+            f"triton_kernel_compile_times_us ({how})",
+            "agree" if not off else ("absent" if all(o[3] is None for o in off) else "disagree"),
+            f"{listed} compiles list {kernels} kernel builds, {total:.3f} s (torch keeps each compile's slowest 25, timed in the compile workers); "
+            + (
+                "each root's torch.compile.triton.kernels_listed and .kernel_build_s equal them"
+                if not off
+                else f"roots differ (id, torch n, torch us, span n, span s): {off[:6]}"
+            ),
+        )
+    elif cuda:
+        add(
+            f"triton_kernel_compile_times_us ({how})",
+            "skipped",
+            "no record lists a Triton kernel build (kernels came from a cache)",
+        )
+    skips = [r for r in records if r.get("cudagraph_skip_reason")]
+    torch_count = int((counters.get("inductor") or {}).get("cudagraph_skips", 0))
+    bad = []
+    for r in skips:
+        a = by_id.get((record_kind(r), str(r["compile_id"])), {})
+        if a.get("torch.compile.cudagraph_skip_reason") != _first_line(r["cudagraph_skip_reason"]):
+            bad.append(
+                (str(r["compile_id"]), _first_line(r["cudagraph_skip_reason"]), a.get("torch.compile.cudagraph_skip_reason"))
+            )
+    carried = sum(1 for a in by_id.values() if a.get("torch.compile.cudagraph_skip_reason"))
+    if skips or torch_count or name.startswith("cudagraphs"):
+        if not cuda:
+            add(f"cudagraph_skip_reason ({how})", "skipped", "no CUDA: cudagraphs never considered")
+            return
+        add(
+            f"cudagraph_skip_reason ({how})",
+            "agree" if not bad and carried == len(skips) else "disagree",
+            f"torch counted {torch_count} cudagraph skips (counters['inductor']['cudagraph_skips']); its records name {len(skips)} "
+            f"({[_first_line(r['cudagraph_skip_reason']) for r in skips]}); roots carrying torch.compile.cudagraph_skip_reason: {carried}"
+            + (f"; differ: {bad}" if bad else "")
+            + (
+                "; a skip decided at a graph's first call (after its compile) is in no CompilationMetrics record"
+                if torch_count > len(skips)
+                else ""
+            ),
+        )
+
+
 def check_workload(name: str, wdir: Path, checks: list[Check], cuda: bool) -> None:  # noqa: C901 - one list of checks
     def add(check: str, status: str, detail: str, **numbers: Any) -> None:
         checks.append(Check(name, check, status, detail, numbers))
@@ -667,71 +765,7 @@ def check_workload(name: str, wdir: Path, checks: list[Check], cuda: bool) -> No
         rows=rows2,
     )
 
-    # triton_kernel_compile_times_us: torch's top kernels by build time (built in worker processes)
-    kern: dict[str, int] = {}
-    for r in records:
-        v = r.get("triton_kernel_compile_times_us")
-        if isinstance(v, str) and v:
-            try:
-                parsed = json.loads(v)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, list):
-                for item in parsed:
-                    if isinstance(item, dict):
-                        kern[str(item.get("kernel_name", item.get("name", len(kern))))] = int(
-                            item.get("compile_time_us", item.get("value", 0)) or 0
-                        )
-                    elif isinstance(item, (list, tuple)) and len(item) == 2:
-                        kern[str(item[0])] = int(item[1])
-            elif isinstance(parsed, dict):
-                kern.update({str(k): int(v2) for k, v2 in parsed.items() if isinstance(v2, (int, float))})
-    on_spans = sorted({k for r in live_roots for k in r["attrs"] if "kernel" in k and "triton" in k})
-    if not kern:
-        add(
-            "triton_kernel_compile_times_us",
-            "skipped" if not cuda else "absent",
-            "no record carries it (no Triton kernel built here)",
-        )
-    else:
-        add(
-            "triton_kernel_compile_times_us",
-            "agree" if on_spans else "absent",
-            f"torch lists {len(kern)} kernels, {sum(kern.values()) / 1e6:.3f}s of builds (top-N per compile, in the compile workers); "
-            + (
-                f"spans carry {on_spans}"
-                if on_spans
-                else "no span attribute or label carries it; triton_compile (the compile's wait) "
-                + f"{live_phases.get('triton_compile', 0.0):.3f}s"
-            ),
-            kernels=len(kern),
-            total_s=round(sum(kern.values()) / 1e6, 6),
-            raw=[r.get("triton_kernel_compile_times_us") for r in records if r.get("triton_kernel_compile_times_us")][:4],
-        )
-
-    # cudagraph_skip_reason
-    skips = [(str(r.get("compile_id")), r.get("cudagraph_skip_reason")) for r in records if r.get("cudagraph_skip_reason")]
-    if skips:
-        shown = []
-        for cid, reason in skips:
-            root = next((r for r in live_roots if r["attrs"]["torch.compile.id"] == cid), None)
-            attrs = {k: v for k, v in (root or {}).get("attrs", {}).items() if "cudagraph" in k}
-            shown.append({"compile_id": cid, "reason": reason, "span_attrs": attrs})
-        carried = all(s["span_attrs"] for s in shown)
-        add(
-            "cudagraph_skip_reason",
-            "agree" if carried else "absent",
-            f"{len(skips)} records carry a skip reason; " + ("each root carries it" if carried else "the roots do not carry it"),
-            skips=shown,
-        )
-    elif name.startswith("cudagraphs"):
-        add(
-            "cudagraph_skip_reason",
-            "disagree" if cuda else "skipped",
-            "no record carries a skip reason though one graph mutates an input"
-            if cuda
-            else "no CUDA: cudagraphs never considered",
-        )
+    gpu_fields(name, "live", records, live_roots, w["torch"]["counters"], add, cuda)
 
     # 4. runtime roots = torch's runtime records
     rt_records = [r for r in records if record_kind(r) == "runtime"]
@@ -851,6 +885,7 @@ def check_workload(name: str, wdir: Path, checks: list[Check], cuda: bool) -> No
         replay_phases={k: round(v, 6) for k, v in rp.items()},
         live_phases={k: round(v, 6) for k, v in live_phases.items()},
     )
+    gpu_fields(name, "replay", records, rep_roots, w["torch"]["counters"], add, cuda)
     # the labels against torch's fields, on replay
     bad = [
         f"{lab}: torch {fields.get(lab, 0.0):.4f}s, replay {rp.get(lab, 0.0):.4f}s"
@@ -1041,7 +1076,7 @@ def _pack(work: Path, out: Path) -> None:
                 tar.add(trace, arcname=f"{name}/trace")
 
 
-def run_all(out: Path, deadline_s: float, keep_work: Path | None) -> int:
+def run_all(out: Path, deadline_s: float, keep_work: Path | None, only: tuple[str, ...] = WORKLOADS) -> int:
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     work = keep_work or Path(tempfile.mkdtemp(prefix="gpu_check_"))
@@ -1061,7 +1096,7 @@ def run_all(out: Path, deadline_s: float, keep_work: Path | None) -> int:
         (out / "report.md").write_text(render(report))
 
     write_report()
-    for name in WORKLOADS:
+    for name in [n for n in WORKLOADS if n in only]:
         left = deadline_s - (time.perf_counter() - t0)
         if left < 40:
             report["workloads"][name] = {"rc": None, "note": f"not started: {left:.0f} s left before the deadline"}
@@ -1170,13 +1205,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     ap.add_argument("--compare", action="store_true", help="recompute the checks from what a run left in OUT")
     ap.add_argument("--deadline", type=float, default=360.0, help="end the workloads by this many seconds (default 360)")
+    ap.add_argument("--only", help="these workloads, comma-separated (default: all)")
     ap.add_argument("--work", type=Path, help="keep the workloads' files here (default: a temporary directory)")
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker, args.out, args.device)
     if args.compare:
         return compare_only(args.out)
-    return run_all(args.out, args.deadline, args.work)
+    only = tuple(args.only.split(",")) if args.only else WORKLOADS
+    unknown = set(only) - set(WORKLOADS)
+    if unknown:
+        ap.error(f"unknown workloads {sorted(unknown)}: choose from {', '.join(WORKLOADS)}")
+    return run_all(args.out, args.deadline, args.work, only)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ CUDA = torch.cuda.is_available()
 DEVICE_ATTRS = ("torch.cuda.device.name", "torch.cuda.device.capability", "torch.cuda.device.index")
 
 
+@pytest.mark.skipif(CUDA, reason="on a machine with a GPU, dynamo itself initialises CUDA at its first compile")
 def test_a_process_that_never_touched_cuda_gets_no_device_attributes_and_cuda_stays_uninitialised(cap):
-    """On a CPU job (this build of torch has CUDA compiled in), the bridge names no device and never initialises CUDA
-    to find one: initialising it would cost the user's process a CUDA context and break a later fork."""
+    """On a machine without a GPU (this build of torch has CUDA compiled in), the bridge names no device and never
+    initialises CUDA to find one. (Where a GPU is present, dynamo initialises CUDA at its first compile, as it saves
+    the CUDA RNG state, so later compiles name the current device whatever their code runs on.)"""
     assert not torch.cuda.is_initialized()
     torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.randn(4))
     (root,) = cap.roots()
