@@ -16,7 +16,9 @@ Each workload runs in a process of its own (``--worker``), in this order:
    ``TORCH_TRACE`` set;
 3. ``transformer_default``: the transformer at default capture, no ``TORCH_TRACE``: the compile's cost and the
    steady-state step time with the bridge;
-4. ``transformer_off``: the same without torch-otel imported: the step time and compile time without it.
+4. ``transformer_off``: the same without torch-otel imported: the step time and compile time without it;
+5. ``transformer_pair``: the transformer under inductor's default mode, its steady step timed in one process in
+   blocks with the bridge instrumented and uninstrumented in turn.
 
 Each worker writes, beside its spans (OTLP-JSON lines) and the bridge's Prometheus samples, what torch says in the
 same process: ``get_compilation_metrics()`` (runtime records too), ``compile_times()``'s data, torch's counters,
@@ -52,9 +54,15 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS = ("transformer_full", "cudagraphs_full", "transformer_default", "transformer_off")
+WORKLOADS = ("transformer_full", "cudagraphs_full", "transformer_default", "transformer_off", "transformer_pair")
 # Per-workload time caps (s): a stuck or slow workload leaves time for the others and for the report
-CAPS = {"transformer_full": 240.0, "cudagraphs_full": 90.0, "transformer_default": 120.0, "transformer_off": 120.0}
+CAPS = {
+    "transformer_full": 240.0,
+    "cudagraphs_full": 90.0,
+    "transformer_default": 120.0,
+    "transformer_off": 120.0,
+    "transformer_pair": 120.0,
+}
 # The bridge-on and bridge-off transformers compile cold unless the first one's compile took longer than this: then
 # both start from a copy of its inductor cache (warm: FX graph and autotune cache hits), so the run fits its time
 MAX_MM_CONFIGS = int(os.environ.get("GPU_CHECK_MAX_MM_CONFIGS", "4"))  # 0: inductor's own number
@@ -223,7 +231,12 @@ def torch_record() -> dict[str, Any]:
 def worker(name: str, out: Path, device_arg: str) -> int:
     """One workload; its files in ``out``."""
     t_start = time.perf_counter()
-    capture = {"transformer_full": "full", "cudagraphs_full": "full", "transformer_default": "default"}.get(name, "off")
+    capture = {
+        "transformer_full": "full",
+        "cudagraphs_full": "full",
+        "transformer_default": "default",
+        "transformer_pair": "default",
+    }.get(name, "off")
     meter = HookMeter()
     bridge: dict[str, Any] = {}
     if capture != "off":
@@ -291,7 +304,7 @@ def worker(name: str, out: Path, device_arg: str) -> int:
         layer = torch.nn.TransformerEncoderLayer(d_model=d, nhead=4, dim_feedforward=2 * d, dropout=0.0, batch_first=True)
         model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        mode = "max-autotune-no-cudagraphs" if cuda else None
+        mode = "max-autotune-no-cudagraphs" if cuda and name != "transformer_pair" else None
         info["mode"] = mode
         if cuda and hasattr(torch._inductor.config, "test_configs") and MAX_MM_CONFIGS:
             # Each GEMM's template autotuning benchmarks this many Triton configs (and aten) instead of about 20: the
@@ -349,6 +362,35 @@ def worker(name: str, out: Path, device_arg: str) -> int:
             "hook_cpu_s": round(h1[1] - h0[1], 6),
             "threads_cpu_s": _thread_groups(before, after),
         }
+        if name == "transformer_pair" and bridge:
+            # The same compiled step, in this one process, in blocks with the bridge instrumented and uninstrumented,
+            # in turn (ABBA: on off off on ...), so drift and the process's own layout cancel out
+            import torch_otel
+
+            pairs: dict[str, list[float]] = {"on": [], "off": []}
+            order = ["on", "off", "off", "on"] * (5 if cuda else 1)
+            state = "on"
+            for want in order:
+                if want != state:
+                    if want == "off":
+                        torch_otel.uninstrument()
+                    else:
+                        torch_otel.instrument(bridge["provider"], registry=None, capture="default")
+                    state = want
+                sync()
+                s0 = time.perf_counter()
+                for _ in range(per_block):
+                    step()
+                sync()
+                pairs[want].append(round((time.perf_counter() - s0) * 1000 / per_block, 4))
+            if state == "off":
+                torch_otel.instrument(bridge["provider"], registry=None, capture="default")
+            result["paired"] = {
+                "order": order,
+                "ms_per_step": pairs,
+                "median_on": round(statistics.median(pairs["on"]), 4),
+                "median_off": round(statistics.median(pairs["off"]), 4),
+            }
     else:  # cudagraphs
         torch.manual_seed(0)
         mlp = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to(dev).eval()
@@ -978,6 +1020,29 @@ def check_costs(work: Path, checks: list[Check]) -> None:
         )
 
 
+def check_pair(work: Path, checks: list[Check]) -> None:
+    p = work / "transformer_pair" / "worker.json"
+    if not p.exists():
+        return
+    w = json.loads(p.read_text())
+    pr = w.get("paired")
+    if not pr:
+        return
+    on, off = pr["ms_per_step"]["on"], pr["ms_per_step"]["off"]
+    diffs = [a - b for a, b in zip(on, off, strict=True)]
+    checks.append(
+        Check(
+            "transformer_pair",
+            "step time, bridge instrumented and uninstrumented in turn (one process)",
+            "measured",
+            f"median {pr['median_on']:.4f} ms/step instrumented, {pr['median_off']:.4f} ms/step uninstrumented "
+            f"({(pr['median_on'] / pr['median_off'] - 1) * 100:+.2f}%); block pairs' differences (ms) {[round(d, 4) for d in diffs]}; "
+            f"inductor's default mode, {w['steady']['steps'] // len(w['steady']['ms_per_step_blocks'])} steps a block",
+            {"on": on, "off": off, "order": pr["order"]},
+        )
+    )
+
+
 def compare(work: Path, cuda: bool) -> list[Check]:
     checks: list[Check] = []
     for name in WORKLOADS:
@@ -993,6 +1058,7 @@ def compare(work: Path, cuda: bool) -> list[Check]:
                 )
             )
     try:
+        check_pair(work, checks)
         check_costs(work, checks)
     except Exception as exc:  # noqa: BLE001
         checks.append(Check("costs", "checks", "disagree", f"the cost checks crashed: {type(exc).__name__}: {exc}"))
