@@ -2,6 +2,7 @@
 
     python bench/gpu_check.py OUT                 # every workload, then the checks; the report in OUT
     python bench/gpu_check.py --compare OUT       # the checks again, from what a run left in OUT (e.g. at home, on CPU)
+    python bench/gpu_check.py --compare --test-data tests/data/gpu-h200 OUT   # and tests/test_gpu.py's data from it
     python bench/gpu_check.py --deadline 360 OUT  # end the workloads by 360 s (a partial report, not none)
     python bench/gpu_check.py --only transformer_full,cudagraphs_full OUT
 
@@ -1264,6 +1265,125 @@ def compare_only(out: Path) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Test data from a GPU run (tests/test_gpu.py reads it on CPU)
+# ---------------------------------------------------------------------------------------------------------------
+
+_TRIM_KEEP = {
+    "chromium_event",
+    "compilation_metrics",
+    "bwd_compilation_metrics",
+    "compilation_metrics_runtime",
+    "bwd_compilation_metrics_runtime",
+    "dynamo_start",
+    "str",
+}
+_TRIM_DROP = ("inductor_config", "compiler_config", "functorch_config", "components")  # large, read by no test
+_HEAD = re.compile(r"^([VIWEC]\d{4} [\d:.]+ +\d+ [^\]]*\] )(\{.*\})$")
+
+
+def _scrub(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _scrub(v) for k, v in obj.items() if k not in _TRIM_DROP}
+    if isinstance(obj, list):
+        return [_scrub(v) for v in obj]
+    return obj
+
+
+def trim_log(src: Path, dst: Path) -> None:
+    """A TORCH_TRACE log as test data: every record line stays; payloads stay only for the records replay reads
+    (its artifacts table included), without torch's config dumps and cache-key components; gzipped."""
+    from torch_otel._parse import ARTIFACTS
+
+    lines = src.read_text().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        payload = []
+        while i < len(lines) and lines[i].startswith("\t"):
+            payload.append(lines[i][1:])
+            i += 1
+        m = _HEAD.match(line)
+        if not m:
+            out.append(line)
+            continue
+        md = json.loads(m.group(2))
+        kind = next(iter(md))
+        keep = kind in _TRIM_KEEP or (kind == "artifact" and md[kind].get("name") in ARTIFACTS)
+        md = _scrub(md)
+        if not keep:
+            md.pop("has_payload", None)
+            out.append(m.group(1) + json.dumps(md))
+            continue
+        out.append(m.group(1) + json.dumps(md))
+        if payload:
+            try:
+                body = json.dumps(_scrub(json.loads("\n".join(payload))))
+            except ValueError:
+                body = "\n".join(payload)
+            out.extend("\t" + p for p in body.split("\n"))
+    with gzip.open(dst, "wt") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def export_test_data(work: Path, dest: Path) -> None:
+    """Each full-capture workload's trimmed log, torch's in-process record and a digest of its live spans."""
+    dest.mkdir(parents=True, exist_ok=True)
+    keep_fields = {f for f in FIELD_LABELS} | {
+        "compile_id",
+        "is_forward",
+        "is_runtime",
+        "duration_us",
+        "triton_kernel_compile_times_us",
+        "cudagraph_skip_reason",
+        "co_name",
+    }
+    for name in ("transformer_full", "cudagraphs_full"):
+        wdir = work / name
+        logs = sorted((wdir / "trace").glob("*.log"))
+        if not logs or not (wdir / "worker.json").exists():
+            continue
+        trim_log(logs[0], dest / f"{name}.log.gz")
+        w = json.loads((wdir / "worker.json").read_text())
+        spans = read_spans(wdir / "spans.jsonl")
+        roots = roots_of(spans, "frame", "backward", "runtime")
+        by_trace = {r["trace_id"]: f"{r['attrs']['torch.compile.kind']} {r['attrs']['torch.compile.id']}" for r in roots}
+        names: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for sp in spans:
+            if sp["trace_id"] in by_trace:
+                names[by_trace[sp["trace_id"]]][sp["name"]] += 1
+        doc = {
+            "workload": name,
+            "info": w["info"],
+            "torch": {
+                "records": [{k: v for k, v in r.items() if k in keep_fields} for r in w["torch"]["compilation_metrics"]],
+                "compilation_time_metrics": w["torch"]["compilation_time_metrics"],
+                "counters": {"inductor": w["torch"]["counters"].get("inductor", {})},
+                "cudagraph_trees": w.get("cudagraph_trees"),
+            },
+            "live": {
+                "roots": [
+                    {
+                        "kind": r["attrs"]["torch.compile.kind"],
+                        "id": r["attrs"]["torch.compile.id"],
+                        "duration_s": r["attrs"].get("torch.compile.duration_s"),
+                        "span_ns": r["end_ns"] - r["start_ns"],
+                        "attrs": {
+                            k: v
+                            for k, v in r["attrs"].items()
+                            if k.startswith(("torch.cuda.", "torch.compile.triton.", "torch.compile.cudagraph"))
+                        },
+                    }
+                    for r in roots
+                ],
+                "span_names": {k: dict(v) for k, v in names.items()},
+                "phase_sums": phase_sums(w["bridge"]["samples"]),
+            },
+        }
+        (dest / f"{name}.json").write_text(json.dumps(_jsonable(doc), indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
@@ -1271,13 +1391,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     ap.add_argument("--compare", action="store_true", help="recompute the checks from what a run left in OUT")
     ap.add_argument("--deadline", type=float, default=360.0, help="end the workloads by this many seconds (default 360)")
+    ap.add_argument(
+        "--test-data", type=Path, metavar="DEST", help="with --compare: write tests/test_gpu.py's data from OUT's run to DEST"
+    )
     ap.add_argument("--only", help="these workloads, comma-separated (default: all)")
     ap.add_argument("--work", type=Path, help="keep the workloads' files here (default: a temporary directory)")
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker, args.out, args.device)
     if args.compare:
-        return compare_only(args.out)
+        code = compare_only(args.out)
+        if args.test_data:
+            export_test_data(args.out / "work", args.test_data)
+        return code
     only = tuple(args.only.split(",")) if args.only else WORKLOADS
     unknown = set(only) - set(WORKLOADS)
     if unknown:
