@@ -1129,10 +1129,8 @@ def render(report: dict[str, Any]) -> str:
 def _pack(work: Path, out: Path) -> None:
     """At most 8 files back: the raw files in one tarball, each workload's TORCH_TRACE log in one of its own."""
     with tarfile.open(out / "raw.tar.gz", "w:gz") as tar:
-        for name in WORKLOADS:
-            d = work / name
-            if not d.exists():
-                continue
+        for d in sorted(p for p in work.iterdir() if p.is_dir()):
+            name = d.name
             for p in sorted(d.iterdir()):
                 if p.is_file() and p.suffix in (".json", ".jsonl", ".txt") and not p.name.startswith("replay-"):
                     tar.add(p, arcname=f"{name}/{p.name}")
@@ -1163,7 +1161,10 @@ def run_all(out: Path, deadline_s: float, keep_work: Path | None, only: tuple[st
         (out / "report.md").write_text(render(report))
 
     write_report()
-    for name in [n for n in WORKLOADS if n in only]:
+    seen: dict[str, int] = {}
+    for entry in only:  # in the order given (the default: WORKLOADS)
+        seen[entry] = seen.get(entry, 0) + 1
+        name = entry if seen[entry] == 1 else f"{entry}.{seen[entry]}"  # a workload named again: its own directory
         left = deadline_s - (time.perf_counter() - t0)
         if left < 40:
             report["workloads"][name] = {"rc": None, "note": f"not started: {left:.0f} s left before the deadline"}
@@ -1181,9 +1182,9 @@ def run_all(out: Path, deadline_s: float, keep_work: Path | None, only: tuple[st
             }
         )
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-        if name.endswith("_full"):
+        if entry.endswith("_full"):
             env["TORCH_TRACE"] = str(wdir / "trace")
-        if name in ("transformer_default", "transformer_off"):
+        if entry in ("transformer_default", "transformer_off"):
             first = _compile_wall(work / "transformer_full")
             warm = first is None or first > COLD_IF_UNDER_S
             src = work / "transformer_full" / "inductor-cache"
@@ -1194,7 +1195,7 @@ def run_all(out: Path, deadline_s: float, keep_work: Path | None, only: tuple[st
                 if warm and src.exists()
                 else f"cold (transformer_full compiled in {first} s)"
             )
-        timeout = min(CAPS[name], left - 30)
+        timeout = min(CAPS[entry], left - 30)
         print(f"[gpu_check] {name}: starting (limit {timeout:.0f} s)", flush=True)
         s0 = time.perf_counter()
         with (wdir / "stderr.txt").open("w") as err:
@@ -1203,7 +1204,7 @@ def run_all(out: Path, deadline_s: float, keep_work: Path | None, only: tuple[st
                     sys.executable,
                     str(Path(__file__).resolve()),
                     "--worker",
-                    name,
+                    entry,
                     str(wdir),
                     "--device",
                     "cuda" if cuda else "cpu",
