@@ -1,7 +1,7 @@
-"""GPU paths: the device on the spans, and what a recorded GPU run (bench/gpu_check.py on an H100/H200) showed.
+"""GPU paths: the device on the spans, and what a recorded GPU run (bench/gpu_check.py on an H200) showed.
 
 Tests that need CUDA skip without it; the others run on CPU from the committed GPU log
-(``tests/data/gpu-h100``), which live capture on that GPU was checked against (docs/compatibility.md, On a GPU).
+(``tests/data/gpu-h200``), which live capture on that GPU was checked against (docs/compatibility.md, On a GPU).
 """
 
 from __future__ import annotations
