@@ -43,7 +43,8 @@ if command -v flock >/dev/null 2>&1; then flock 9; fi
 
 # A failed go command: one line naming what is missing, with the full log kept for the curious.
 go_failed() {
-    local what=$1 log=$2 line
+    local what=$1 log=$2 work=$3 line
+    rm -rf "$work"
     line=$(grep -m1 -E 'dial tcp|no such host|connection refused|403 Forbidden|404 Not Found|410 Gone|not available|i/o timeout|TLS handshake|go: cannot find|requires go >=|invalid version|unknown revision|checksum mismatch' "$log" || true)
     [ -n "$line" ] || line=$(grep -v '^\s*$' "$log" | tail -n 1)
     die "building $what failed: ${line# } (GOPROXY=$(go env GOPROXY); the whole log: $log)"
@@ -58,7 +59,7 @@ build_otelcol() {
     if ! (cd "$work" &&
         GOBIN=$cache/bin-$OCB_VERSION go install "go.opentelemetry.io/collector/cmd/builder@$OCB_VERSION" &&
         "$cache/bin-$OCB_VERSION/builder" --config manifest.yaml --ldflags='-s -w') >"$log" 2>&1; then
-        go_failed "the collector" "$log"
+        go_failed "the collector" "$log" "$work"
     fi
     mkdir -p "$(dirname "$otelcol")"
     mv "$work/_build/otelcol-torch-otel" "$otelcol.tmp" && mv "$otelcol.tmp" "$otelcol"
@@ -72,7 +73,7 @@ build_jaeger() {
     say "building Jaeger ($(awk '/jaegertracing\/jaeger /{print $2; exit}' "$jaeger_mod/go.mod")) in $work"
     cp "$jaeger_mod/go.mod" "$jaeger_mod/go.sum" "$work/"
     if ! (cd "$work" && go build -trimpath -ldflags='-s -w' -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger) >"$log" 2>&1; then
-        go_failed "Jaeger" "$log"
+        go_failed "Jaeger" "$log" "$work"
     fi
     mkdir -p "$(dirname "$jaeger")"
     mv "$work/jaeger" "$jaeger.tmp" && mv "$jaeger.tmp" "$jaeger"

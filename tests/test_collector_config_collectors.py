@@ -1,14 +1,13 @@
 """Structural checks of collector-config/'s files, and of its collectors: the agent and the gateway.
 
-Docker cannot run in the test environment, so these files are checked by construction: every file
-parses, and no image is unpinned; the collector pipelines only name components the file defines,
-and use each one (the collector rejects an undefined one, and silently ignores an unused one); the ports agree
-with the README. The collector collector-config/build.sh builds validates every config, the fleet's too; that
-each one runs, and complains of nothing, is test_collector_config_run.py's.
+These files are checked by construction: every file parses, and no image is unpinned; the collector
+pipelines only name components the file defines, and use each one (the collector rejects an undefined
+one, and silently ignores an unused one); the ports agree with the README. The collector
+collector-config/build.sh builds validates every config, the fleet's too.
 
-The other subjects: docker compose (test_collector_config_compose.py), prometheus.yml
-(test_collector_config_prometheus.py), the fleet layout (test_collector_config_fleet.py) and its
-tail sampling over real compiles (test_collector_config_tail_sampling.py).
+The other subjects: each config run by that collector (test_collector_config_run.py), the fleet end to
+end (test_collector_pipeline.py), docker compose (test_collector_config_compose.py), prometheus.yml
+(test_collector_config_prometheus.py) and the fleet layout (test_collector_config_fleet.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Structural checks of the fleet layout (collector-config/fleet/): node agents and a gateway tier.
 
 Checked against the bridge: the tail-sampling policies name every reason the rank sampler gives,
-and the heavy series the gateway sums over ranks are the bridge's own histograms. The policies over
-real compiles: test_collector_config_tail_sampling.py.
+and the heavy series the gateway sums over ranks are the bridge's own histograms. The real collector
+running this layout on a real job, its policies deciding real compiles: test_collector_pipeline.py.
 """
 
 from __future__ import annotations
@@ -263,7 +263,8 @@ def test_readme_fleet_section():
     for name in (FLEET_AGENT, FLEET_GATEWAY):
         assert f"`{name}`" in section
     assert "rules of thumb" in section.lower()
-    assert "otelcol-contrib validate" in section and "headless" in section
+    assert "headless" in section and "preStop" in section
+    assert '"$OTELCOL" validate --config=' in README.read_text()
     image = compose_services()["gateway"]["image"]
     assert image in section
     for policy in tail_sampling()["policies"]:

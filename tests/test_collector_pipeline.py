@@ -128,6 +128,7 @@ def launcher(node: str, ranks: list[int], agent_port: int, rdzv_port: int, tmp: 
             "SLOW_S": str(SLOW_COMPILE_MS / 1000 + 2),
             "ODD_RANK": "2",
             "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+            "TORCH_OTEL_DETAIL_RANKS": "all",  # every rank records the heavy histograms: the gateway sums three
         }
     )
     argv = [
@@ -169,6 +170,31 @@ def resolved(agents: Any, gateways: int) -> None:
     gauge = "otelcol_loadbalancer_num_backends"
     wait_until(lambda: all(a.counter(gauge) == gateways for a in agents), 60, f"the agents to resolve {gateways} gateways")
     time.sleep(DNS_INTERVAL_S + 1)
+
+
+def by_trace(spans: list[dict[str, Any]], since_s: float = 0.0) -> dict[str, list[dict[str, Any]]]:
+    """Spans by trace id; ``since_s``: only the traces that ended after it."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in spans:
+        out[s["traceId"]].append(s)
+    return {t: ss for t, ss in out.items() if max(int(s["endTimeUnixNano"]) for s in ss) / 1e9 > since_s}
+
+
+def compiles_by_kind_and_status(spans: list[dict[str, Any]], by_rank: bool = False) -> dict[tuple[str, ...], int]:
+    """The compiles the ranks' spans record (their roots), counted by kind and status (and rank)."""
+    out: dict[tuple[str, ...], int] = defaultdict(int)
+    for s in spans:
+        a = s["attrs"]
+        if "torch.compile.kind" in a and not s.get("parentSpanId") and a["torch.compile.kind"] != "runtime":
+            key = (a["torch.compile.kind"], "failed" if "error.type" in a else "ok")
+            out[(str(a["torch.distributed.rank"]), *key) if by_rank else key] += 1
+    return dict(out)
+
+
+def by_kind_and_status(result: list[dict[str, Any]], by_rank: bool = False) -> dict[tuple[str, ...], int]:
+    """A Prometheus vector by (kind, status) (and rank), its zero samples left out."""
+    labels = ("rank", "kind", "status") if by_rank else ("kind", "status")
+    return {tuple(r["metric"][k] for k in labels): round(float(r["value"][1])) for r in result if float(r["value"][1])}
 
 
 def agent_sets(port: int) -> dict[str, Any]:
@@ -236,6 +262,13 @@ def fleet(tmp_path_factory):  # type: ignore[no-untyped-def]
         try:
             (tmp / "go" / "a").touch()
             phase("phase a")
+            # Before any gateway moves: the by-job sum of the ranks' compile-duration histograms equals the count of
+            # the compiles the ranks made, by kind and status (their root spans).
+            want_by_job = compiles_by_kind_and_status(settled_spans(tmp))
+            summed = f'sum by (kind, status) (torch_compile_frame_duration_seconds_count{{job="{SERVICE}"}})'
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: by_kind_and_status(prom.query(summed)) == want_by_job, 60, "the by-job sums")
+            got_by_job = by_kind_and_status(prom.query(summed))
             # A rolling restart of gateway 2, as Kubernetes does it: the pod leaves the headless service's records,
             # its preStop hook waits while the agents re-resolve, then it gets SIGTERM (it decides and sends what it
             # holds, and takes no more). It comes back, and joins the records once ready.
@@ -247,6 +280,11 @@ def fleet(tmp_path_factory):  # type: ignore[no-untyped-def]
             times["stopped"] = time.time()
             (tmp / "go" / "b").touch()
             phase("phase b")
+            # it stays down until phase b's kept traces are in Jaeger: the agents have sent them while it was out
+            out = by_trace(settled_spans(tmp), since_s=times["stop"])
+            out_kept = {t for t, spans in out.items() if kept_because(spans)}
+            wait_until(lambda: all(watch.spans_seen.get(t, 0) >= len(out[t]) for t in out_kept), 60, "phase b's kept traces")
+            times["out_kept"] = len(out_kept)
             gateways[1].start()
             dns.resolve(list(GATEWAYS.values()))
             times["started"] = time.time()
@@ -255,9 +293,7 @@ def fleet(tmp_path_factory):  # type: ignore[no-untyped-def]
             (tmp / "go" / "c").touch()
             phase("HOLDING")
             truth = settled_spans(tmp)
-            traces: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for s in truth:
-                traces[s["traceId"]].append(s)
+            traces = by_trace(truth)
             expected = {t: kept_because(spans) for t, spans in traces.items()}
             kept = {t for t, why in expected.items() if why}
 
@@ -273,7 +309,16 @@ def fleet(tmp_path_factory):  # type: ignore[no-untyped-def]
             prom.wait_for(f'count(torch_compile_cache_requests_total{{job="{SERVICE}"}}) > 0', 60)
             time.sleep(3)
             queries = {(d, title, expr): prom.query(substitute(expr, ".*", SERVICE)) for d, title, expr in all_prom_targets()}
+            # Every rank's own series, through the per-rank pipeline, unchanged.
+            per_rank = f'sum by (rank, kind, status) (torch_compile_compiles_total{{job="{SERVICE}"}})'
+            want_per_rank = compiles_by_kind_and_status(truth, by_rank=True)
+            with contextlib.suppress(AssertionError):
+                wait_until(
+                    lambda: by_kind_and_status(prom.query(per_rank), by_rank=True) == want_per_rank, 60, "every rank's compiles"
+                )
             yield {
+                "by_job": (got_by_job, want_by_job),
+                "per_rank": (by_kind_and_status(prom.query(per_rank), by_rank=True), want_per_rank),
                 "traces": traces,
                 "expected": expected,
                 "kept": kept,
@@ -396,6 +441,7 @@ def test_a_rolling_restart_of_a_gateway_moves_its_traces_and_loses_none(fleet):
         return max(int(s["endTimeUnixNano"]) for s in fleet["traces"][t]) / 1e9
 
     out = [t for t in stored if times["stop"] < ended(t) < times["started"]]
+    assert len(out) == times["out_kept"]
     after = [t for t in stored if ended(t) > times["back"]]
     assert out and {via[t] for t in out} == {"gw1"}, (
         "a trace went to the gateway that had left: "
@@ -408,6 +454,13 @@ def test_a_rolling_restart_of_a_gateway_moves_its_traces_and_loses_none(fleet):
         f"kept {len(stored)} traces; from a compile's end to its trace in Jaeger: median {delays[len(delays) // 2]:.1f} s, "
         f"max {delays[-1]:.1f} s (Jaeger polled every 0.5 s)"
     )
+
+
+def test_every_ranks_numbers_and_their_sum_over_the_job_are_the_ranks_own(fleet):
+    got, want = fleet["per_rank"]
+    assert got == want
+    got, want = fleet["by_job"]
+    assert got == want, "the gateway's sum over the ranks (cumulative_to_delta ... delta_to_cumulative)"
 
 
 def test_metrics_through_the_gateways_feed_every_dashboard_panel(fleet):
