@@ -98,11 +98,23 @@ def compat(session: nox.Session) -> None:
         if not doctor.exists() or not junit.exists():
             session.error(f"no report for torch {torch} in {REPORTS}: run `nox -s \"release(torch='{torch}')\"` first")
         reports.append((torch, json.loads(doctor.read_text()), _outcomes(junit)))
-    COMPAT.write_text(render(reports))
+    COMPAT.write_text(render(reports, gpu_section(COMPAT.read_text() if COMPAT.exists() else "")))
     session.log(f"wrote {COMPAT}")
 
 
-def render(reports: list[tuple[str, dict, dict[str, int]]]) -> str:
+GPU_HEADING = "## On a GPU"
+
+
+def gpu_section(page: str) -> str:
+    """The page's GPU section, kept as it is: it comes from a GPU run (bench/gpu_check.py), which the matrix cannot make."""
+    start = page.find("\n" + GPU_HEADING + "\n")
+    if start < 0:
+        return ""
+    end = page.find("\n## ", start + 1)
+    return page[start + 1 : end + 1 if end >= 0 else len(page)].rstrip("\n") + "\n"
+
+
+def render(reports: list[tuple[str, dict, dict[str, int]]], gpu: str = "") -> str:
     heads = [t for t, _, _ in reports]
     lines = [
         "# Compatibility with torch releases",
@@ -173,7 +185,10 @@ def render(reports: list[tuple[str, dict, dict[str, int]]]) -> str:
         "   `tests/test_releases.py::test_this_release_has_every_attach_point_its_row_promises`: give the old row",
         "   its last release in `releases` and add a row for the new place in `torch_otel/_capture/sources.py`. torch's",
         "   wording that changed (recompile-limit hits, guard failures) is matched in `torch_otel/_core/categories.py`.",
-        "3. `nox -s matrix` (or the new release's session and `nox -s compat`) rewrites this page.",
+        "3. `nox -s matrix` (or the new release's session and `nox -s compat`) rewrites this page, all but its GPU",
+        "   section, which it keeps as it is.",
         "",
     ]
+    if gpu:
+        lines += [gpu.rstrip("\n"), ""]
     return "\n".join(lines)

@@ -20,7 +20,7 @@ README = CONFIG_DIR / "README.md"
 COMPOSE = "docker-compose.yaml"
 FLEET_AGENT = "fleet/agent.yaml"
 FLEET_GATEWAY = "fleet/gateway.yaml"
-COLLECTOR_CONFIGS = ("agent.yaml", "gateway.yaml", FLEET_AGENT, FLEET_GATEWAY)
+COLLECTOR_CONFIGS = ("agent.yaml", "gateway.yaml", FLEET_AGENT, FLEET_GATEWAY, "local.yaml")
 RULES_MOUNT = "/etc/prometheus/rules"
 
 

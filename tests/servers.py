@@ -1,5 +1,6 @@
-"""Real receivers for the tests, on 127.0.0.1 with free ports: Prometheus, Pushgateway, rotel, and a
-VictoriaMetrics pipeline (VictoriaMetrics, vmagent, vmalert) with Prometheus's Alertmanager.
+"""Real receivers for the tests, on 127.0.0.1 with free ports: Prometheus, Pushgateway, rotel, a
+VictoriaMetrics pipeline (VictoriaMetrics, vmagent, vmalert) with Prometheus's Alertmanager, and the
+OpenTelemetry Collector and Jaeger v2 that collector-config/build.sh builds from source.
 
 Each is a context manager that starts the real program, waits until it
 answers, and stops it (and removes its temporary state) on exit.
@@ -11,10 +12,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -732,3 +735,314 @@ class Tap:
     def close(self) -> None:
         self._stop = True
         self._sock.close()
+
+
+# -- The OpenTelemetry Collector and Jaeger v2, built from source by collector-config/build.sh --
+
+ROOT = Path(__file__).resolve().parent.parent
+COLLECTOR_CONFIG = ROOT / "collector-config"
+BUILD_SH = COLLECTOR_CONFIG / "build.sh"
+_LOG_LEVEL = re.compile(r"^\S+\t(warn|error|fatal|panic)\t")
+
+
+def collector_binaries() -> tuple[str, str]:
+    """(collector, Jaeger): ``bash collector-config/build.sh``'s two lines, building what is not built yet.
+
+    A build that cannot run (no Go, no module proxy) fails the test on CI, and skips it elsewhere, with the
+    script's one line.
+    """
+    global _BINARIES
+    if _BINARIES is None:
+        try:
+            proc = subprocess.run(
+                ["bash", str(BUILD_SH)], capture_output=True, text=True, timeout=45 * 60, stdin=subprocess.DEVNULL
+            )
+        except subprocess.TimeoutExpired:
+            _BINARIES = ("", "collector-config/build.sh: did not finish within 45 minutes")
+        else:
+            lines = proc.stdout.split()
+            if proc.returncode == 0 and len(lines) == 2:
+                _BINARIES = (lines[0], lines[1])
+            else:
+                _BINARIES = ("", (proc.stderr.strip().splitlines() or ["collector-config/build.sh failed"])[-1])
+    if not _BINARIES[0]:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(_BINARIES[1])
+    return _BINARIES
+
+
+_BINARIES: tuple[str, str] | None = None
+
+
+def yaml_flow(value: Any) -> str:
+    """A value for the collector's ``--set=a::b=VALUE`` (parsed as YAML): JSON is YAML."""
+    return json.dumps(value)
+
+
+class OtelCollector:
+    """A collector (or Jaeger, itself a collector distribution) running ``config``, changed only by ``--set`` flags.
+
+    Every address it listens on is on loopback with a free port, chosen once and kept across :meth:`restart`, so that
+    whoever sends to it reconnects: ``listen`` names each ``--set`` key that is a listen address (a list: 127.0.0.1
+    and a free port each; a dict: the address to take). The rest of ``sets`` are the test's own changes, each visible
+    on the command line. ``wrap`` goes before the command (``unshare ...``). Its own metrics (what it accepted,
+    refused, sampled) are on :meth:`telemetry`. Ready once its health check answers.
+    """
+
+    health_path = "/"
+
+    def __init__(
+        self,
+        exe: str,
+        config: Path,
+        name: str,
+        listen: list[str] | dict[str, str],
+        health: str,
+        sets: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        wrap: list[str] | None = None,
+    ) -> None:
+        self.exe, self.config, self.name, self.env, self.wrap = exe, config, name, env, wrap or []
+        self.health_key = health
+        addresses = listen if isinstance(listen, dict) else {key: "" for key in listen}
+        self.addresses = {key: a or f"127.0.0.1:{free_port()}" for key, a in {health: "", **addresses}.items()}
+        self.telemetry_port = free_port()
+        self.sets = dict(sets or {})
+        self._p: _Process | None = None
+        self._kept: str | None = None
+        self.starts = 0
+
+    def argv(self) -> list[str]:
+        sets: dict[str, Any] = dict(self.addresses)
+        sets["service::telemetry::metrics::readers"] = [
+            {"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": self.telemetry_port}}}}
+        ]
+        sets.update(self.sets)
+        flags = [f"--set={k}={v if isinstance(v, str) else yaml_flow(v)}" for k, v in sets.items()]
+        return [*self.wrap, self.exe, f"--config={self.config}", *flags]
+
+    def address(self, key_suffix: str) -> str:
+        """``host:port`` of the one listen key ending in ``key_suffix`` (``grpc::endpoint``)."""
+        (address,) = [a for k, a in self.addresses.items() if k.endswith(key_suffix)]
+        return address
+
+    def port(self, key_suffix: str) -> int:
+        return int(self.address(key_suffix).rpartition(":")[2])
+
+    started = True  # False: its addresses are chosen, and it is down until :meth:`start`
+
+    def __enter__(self) -> OtelCollector:
+        self.dir = Path(tempfile.mkdtemp(prefix=f"torch-otel-{self.name}-"))
+        if self.started:
+            self.start()
+        return self
+
+    def start(self, timeout: float = 60) -> None:
+        self.starts += 1
+        env = None if self.env is None else {**os.environ, **self.env}
+        self._p = _Process(self.argv(), self.dir / f"{self.name}-{self.starts}.log", env)
+        health = f"http://{self.addresses[self.health_key]}{self.health_path}"
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._p.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited ({self._p.proc.returncode}):\n{self._p.output()[-4000:]}")
+            try:
+                http_get(health, timeout=1)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{self.name} not healthy after {timeout}s:\n{self._p.output()[-4000:]}") from None
+                time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGTERM, grace: float = 30) -> None:
+        """SIGTERM (a graceful stop: it decides and sends what it holds), or ``sig``; SIGKILL after ``grace`` s."""
+        if self._p is not None and self._p.proc.poll() is None:
+            self._p.proc.send_signal(sig)
+            try:
+                self._p.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self._p.proc.kill()
+                self._p.proc.wait(10)
+        if self._p is not None:
+            self._p.stop()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def pid(self) -> int:
+        assert self._p is not None
+        return self._p.proc.pid
+
+    def output(self) -> str:
+        """Everything it logged, every start (kept after ``__exit__``)."""
+        if self._kept is not None:
+            return self._kept
+        return "".join(p.read_text(errors="replace") for p in sorted(self.dir.glob(f"{self.name}-*.log")))
+
+    def complaints(self) -> list[str]:
+        """The lines it logged at warn level or above."""
+        return [ln for ln in self.output().splitlines() if _LOG_LEVEL.match(ln)]
+
+    def telemetry(self) -> str:
+        return http_get(f"http://127.0.0.1:{self.telemetry_port}/metrics", timeout=10)
+
+    def counter(self, name: str, **labels: str) -> float:
+        """The sum of a telemetry series' samples whose labels include ``labels``."""
+        total = 0.0
+        for line in self.telemetry().splitlines():
+            m = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+            if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
+                total += float(m.group(2))
+        return total
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self._kept = self.output()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+OTLP_LISTEN = ["receivers::otlp::protocols::grpc::endpoint", "receivers::otlp::protocols::http::endpoint"]
+
+
+def collector(
+    config: str,
+    name: str,
+    sets: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    otlp_host: str = "127.0.0.1",
+    grpc_port: int | None = None,
+    wrap: list[str] | None = None,
+    listen: list[str] | None = None,
+    started: bool = True,
+) -> OtelCollector:
+    """The built collector on ``collector-config/<config>``: its health check on 127.0.0.1, its OTLP receiver on
+    ``otlp_host`` (gRPC on ``grpc_port`` if given), and the other ``listen`` keys on 127.0.0.1, each on a free port.
+    ``started``: False, down until its ``start()``."""
+    exe = collector_binaries()[0]
+    grpc, http = OTLP_LISTEN
+    addresses = {grpc: f"{otlp_host}:{grpc_port or free_port()}", http: f"{otlp_host}:{free_port()}"}
+    addresses.update({key: f"127.0.0.1:{free_port()}" for key in listen or []})
+    made = OtelCollector(exe, COLLECTOR_CONFIG / config, name, addresses, "extensions::health_check::endpoint", sets, env, wrap)
+    made.started = started
+    return made
+
+
+class Jaeger(OtelCollector):
+    """Jaeger v2 on ``collector-config/jaeger.yaml`` (in memory), and its query API v3.
+
+    ``receivers``: more OTLP gRPC receivers, each tagging what it receives with the span attribute
+    ``test.via=<name>`` in a pipeline of its own, so that a test knows which sender every span came through.
+    """
+
+    health_path = "/status"  # healthcheckv2
+
+    def __init__(
+        self, receivers: list[str] | None = None, sets: dict[str, Any] | None = None, addresses: dict[str, str] | None = None
+    ) -> None:
+        exe = collector_binaries()[1]
+        keys = [
+            *OTLP_LISTEN,
+            "extensions::jaeger_query::http::endpoint",
+            "extensions::jaeger_query::grpc::endpoint",
+            *(f"receivers::otlp/{r}::protocols::grpc::endpoint" for r in receivers or []),
+        ]
+        listen = {key: "" for key in keys} | (addresses or {})  # ``addresses``: those not to choose here
+        extra: dict[str, Any] = {}
+        for r in receivers or []:
+            extra[f"processors::attributes/{r}::actions"] = [{"key": "test.via", "value": r, "action": "insert"}]
+            extra[f"service::pipelines::traces/{r}"] = {
+                "receivers": [f"otlp/{r}"],
+                "processors": [f"attributes/{r}", "batch"],
+                "exporters": ["jaeger_storage_exporter"],
+            }
+        super().__init__(
+            exe,
+            COLLECTOR_CONFIG / "jaeger.yaml",
+            "jaeger",
+            listen,
+            "extensions::healthcheckv2::http::endpoint",
+            {**extra, **(sets or {})},
+        )
+
+    def otlp(self, receiver: str = "") -> str:
+        """``host:port`` of the OTLP gRPC receiver (``receiver``: one of the extra ones)."""
+        key = f"otlp/{receiver}::protocols::grpc::endpoint" if receiver else "receivers::otlp::protocols::grpc::endpoint"
+        return f"127.0.0.1:{self.port(key)}"
+
+    @property
+    def query_url(self) -> str:
+        return f"http://127.0.0.1:{self.port('jaeger_query::http::endpoint')}"
+
+    def api(self, path: str, **params: str) -> Any:
+        try:
+            return json.loads(http_get(f"{self.query_url}/api/v3/{path}?{urllib.parse.urlencode(params)}", timeout=30))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # Jaeger's answer to a search that finds nothing
+                return {}
+            raise
+
+    def services(self) -> list[str]:
+        return self.api("services").get("services", [])
+
+    def spans(self, service: str, since_ns: int, raw: bool = True, limit: int = 100000) -> list[dict[str, Any]]:
+        """Every span of ``service``'s traces that started after ``since_ns``, each with its resource's attributes
+        as ``resource`` (a dict). ``raw``: as stored, duplicates included (Jaeger otherwise merges them)."""
+        fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+        body = self.api(
+            "traces",
+            **{
+                "query.service_name": service,
+                "query.start_time_min": time.strftime(fmt.replace(".%f", ""), time.gmtime(since_ns / 1e9 - 1)),
+                "query.start_time_max": time.strftime(fmt.replace(".%f", ""), time.gmtime(time.time() + 60)),
+                "query.num_traces": str(limit),
+                "query.raw_traces": "true" if raw else "false",
+            },
+        )
+        out = []
+        for rs in body.get("result", {}).get("resourceSpans", []):
+            resource = {a["key"]: otlp_value(a["value"]) for a in rs.get("resource", {}).get("attributes", [])}
+            for ss in rs.get("scopeSpans", []):
+                for span in ss.get("spans", []):
+                    out.append({**span, "resource": resource})
+        return out
+
+
+def otlp_value(value: dict[str, Any]) -> Any:
+    """An OTLP-JSON AnyValue as Python (int64s arrive as strings)."""
+    (kind, v), *_ = value.items() or [("stringValue", "")]
+    if kind == "intValue":
+        return int(v)
+    if kind == "arrayValue":
+        return [otlp_value(x) for x in v.get("values", [])]
+    return v
+
+
+class HostsFile:
+    """A hosts file of the test's own, seen as /etc/hosts by the processes started with :attr:`wrap` only.
+
+    ``wrap`` runs a command in a mount namespace of its own with this file bind-mounted over /etc/hosts (the machine's
+    file is untouched), so that a DNS name (``name``) can resolve to several loopback addresses, and a test can change
+    them while the command runs, as a Kubernetes headless service's records change. Needs root (``unshare -m``).
+    """
+
+    def __init__(self, path: Path, name: str) -> None:
+        self.path, self.name = path, name
+        self.path.write_text("127.0.0.1 localhost\n")
+        probe = subprocess.run([*self.wrap, "true"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        if probe.returncode != 0:
+            (pytest.fail if os.environ.get("CI") else pytest.skip)(
+                f"cannot give a process its own /etc/hosts (unshare -m and mount --bind, as root): {probe.stderr.strip()}"
+            )
+
+    @property
+    def wrap(self) -> list[str]:
+        return ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(self.path)]
+
+    def resolve(self, addresses: list[str]) -> None:
+        """``name`` resolves to these addresses from now on (rewritten in place: the bind mount keeps the inode)."""
+        text = "127.0.0.1 localhost\n" + "".join(f"{a} {self.name}\n" for a in addresses)
+        with self.path.open("r+") as f:
+            f.seek(0)
+            f.write(text)
+            f.truncate()

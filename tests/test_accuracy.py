@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from torch_otel._core.categories import PHASES
+from torch_otel._core.categories import phase_label
 from torch_otel._core.settings import Settings
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._parse.trace_log import ReplayStats
@@ -45,7 +45,7 @@ for n in (4, 8):
 
 
 def _phase_of(s) -> str | None:  # type: ignore[no-untyped-def]
-    phase = PHASES.get(s.name)
+    phase = phase_label(s.name)
     if phase is None and s.attributes and s.attributes.get("torch.compile.kind") in ("backward", "compiled_autograd"):
         phase = {"backward": "backward_compile", "compiled_autograd": "compiled_autograd"}[s.attributes["torch.compile.kind"]]
     return phase

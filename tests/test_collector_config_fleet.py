@@ -1,8 +1,8 @@
 """Structural checks of the fleet layout (collector-config/fleet/): node agents and a gateway tier.
 
 Checked against the bridge: the tail-sampling policies name every reason the rank sampler gives,
-and the heavy series the gateway sums over ranks are the bridge's own histograms. The policies over
-real compiles: test_collector_config_tail_sampling.py.
+and the heavy series the gateway sums over ranks are the bridge's own histograms. The real collector
+running this layout on a real job, its policies deciding real compiles: test_collector_pipeline.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from torch_otel.sampling import SAMPLED_BECAUSE, RankSampler
 
 # OpenTelemetry SDK default: a BatchSpanProcessor exports every 5 s (OTEL_BSP_SCHEDULE_DELAY).
 SDK_SPAN_EXPORT_DELAY_S = 5.0
-# The loadbalancing exporter's resolvers; a config names exactly one.
+# The load_balancing exporter's resolvers; a config names exactly one.
 RESOLVERS = {"dns", "static", "k8s"}
 # Resource attributes that tell one rank's process from another's (docs/distributed.md).
 PER_PROCESS_RESOURCE = {
@@ -62,8 +62,8 @@ def policies_of(type_: str) -> list[dict[str, Any]]:
 
 
 def heavy_series() -> set[str]:
-    """The series the fleet gateway sums over ranks: those metricstransform/by_job aggregates."""
-    transforms = load(FLEET_GATEWAY)["processors"]["metricstransform/by_job"]["transforms"]
+    """The series the fleet gateway sums over ranks: those metrics_transform/by_job aggregates."""
+    transforms = load(FLEET_GATEWAY)["processors"]["metrics_transform/by_job"]["transforms"]
     return {t["include"] for t in transforms}
 
 
@@ -90,16 +90,16 @@ def test_fleet_agent_routes_traces_by_trace_id_and_metrics_apart():
     (traces,) = pipelines["traces"]["exporters"]
     (metrics,) = pipelines["metrics"]["exporters"]
     assert pipelines["logs"]["exporters"] == [traces], "a compile's log records go where its spans go"
-    assert component_type(traces) == component_type(metrics) == "loadbalancing"
+    assert component_type(traces) == component_type(metrics) == "load_balancing"
     assert traces != metrics, "metrics must not go through the trace-id balancer"
     assert cfg["exporters"][traces]["routing_key"] == "traceID"
-    # every rank of a job to one gateway: the gateway's cumulativetodelta/deltatocumulative state
+    # every rank of a job to one gateway: the gateway's cumulative_to_delta/delta_to_cumulative state
     assert cfg["exporters"][metrics]["routing_key"] == "service"
 
 
 def test_fleet_agent_resolves_the_gateways_by_the_headless_service():
     cfg = load(FLEET_AGENT)
-    lbs = {k: v for k, v in cfg["exporters"].items() if component_type(k) == "loadbalancing"}
+    lbs = {k: v for k, v in cfg["exporters"].items() if component_type(k) == "load_balancing"}
     assert len(lbs) == 2
     resolvers = [lb["resolver"] for lb in lbs.values()]
     assert resolvers[0] == resolvers[1], "both exporters must hash over the same gateway list"
@@ -108,7 +108,7 @@ def test_fleet_agent_resolves_the_gateways_by_the_headless_service():
         assert "endpoint" not in lb["protocol"]["otlp"], "the exporter sets one endpoint per gateway"
     dns = resolvers[0]["dns"]
     gateway_grpc = host_port(load(FLEET_GATEWAY)["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])[1]
-    assert dns["port"] == gateway_grpc
+    assert int(dns["port"]) == gateway_grpc
     assert seconds(dns["timeout"]) < seconds(dns["interval"])
     # the default name is the headless service of the README's manifest
     (service,) = [m for m in readme_manifests() if m.get("kind") == "Service"]
@@ -132,11 +132,15 @@ def test_tail_sampling_policies():
     names = [p["name"] for p in ts["policies"]]
     assert len(names) == len(set(names)), "policy names tell the decisions apart in the gateway's metrics"
     assert [p["status_codes"] for p in policies_of("status_code")] == [["ERROR"]]
-    assert policies_of("boolean_attribute") == [{"key": "torch.compile.recompile_limit_exceeded", "value": True}]
+    assert policies_of("boolean_attribute") == [
+        {"key": "torch.compile.recompile_limit_exceeded", "value": True},
+        {"key": "torch.compile.is_recompile", "value": True},
+    ]
+    # the two thresholds an SRE tunes come from the environment, with the defaults the README gives
     (latency,) = policies_of("latency")
-    assert latency["threshold_ms"] > 0
+    assert latency["threshold_ms"] == "${env:SLOW_COMPILE_MS:-60000}"
     (share,) = policies_of("probabilistic")
-    assert 0 < share["sampling_percentage"] < 100
+    assert share["sampling_percentage"] == "${env:ROUTINE_TRACES_PERCENT:-1}"
     (sdk,) = policies_of("string_attribute")
     assert sdk["key"] == SAMPLED_BECAUSE
     # a compile's spans are built at its end and leave together: one SDK export, one agent batch
@@ -167,7 +171,7 @@ def test_tail_sampling_keeps_every_reason_the_rank_sampler_gives():
 def test_heavy_series_are_the_bridges_histograms_with_rank():
     heavy = heavy_series()
     assert heavy == {"torch_compile_phase_duration_seconds", "torch_compile_frame_duration_seconds"}
-    transforms = load(FLEET_GATEWAY)["processors"]["metricstransform/by_job"]["transforms"]
+    transforms = load(FLEET_GATEWAY)["processors"]["metrics_transform/by_job"]["transforms"]
     for t in transforms:
         series = SERIES[t["include"]]
         assert series.kind == "histogram" and "rank" in series.labels
@@ -183,7 +187,7 @@ def test_per_rank_and_by_job_pipelines_split_the_heavy_series():
     metric_pipelines = {k: v for k, v in pipelines.items() if component_type(k) == "metrics"}
     assert set(metric_pipelines) == {"metrics/per_rank", "metrics/by_job"}
     for pipeline in metric_pipelines.values():
-        assert pipeline["receivers"] == ["otlp"] and pipeline["exporters"] == ["prometheusremotewrite"]
+        assert pipeline["receivers"] == ["otlp"] and pipeline["exporters"] == ["prometheus_remote_write"]
     # per rank: the filter drops a metric when a condition holds: exactly the heavy ones
     (drop,) = [p for p in pipelines["metrics/per_rank"]["processors"] if component_type(p) == "filter"]
     conditions = procs[drop]["metrics"]["metric"]
@@ -192,20 +196,20 @@ def test_per_rank_and_by_job_pipelines_split_the_heavy_series():
     (keep,) = [p for p in pipelines["metrics/by_job"]["processors"] if component_type(p) == "filter"]
     (condition,) = procs[keep]["metrics"]["metric"]
     assert ottl_names(condition, "!=") == heavy and " or " not in condition
-    assert set(procs["cumulativetodelta/by_job"]["include"]["metrics"]) == heavy
+    assert set(procs["cumulative_to_delta/by_job"]["include"]["metrics"]) == heavy
 
 
 def test_by_job_pipeline_order():
     types = processor_types(fleet_pipelines(FLEET_GATEWAY)["metrics/by_job"])
-    order = ["filter", "cumulativetodelta", "transform", "groupbyattrs", "metricstransform", "deltatocumulative"]
+    order = ["filter", "cumulative_to_delta", "transform", "groupbyattrs", "metrics_transform", "delta_to_cumulative"]
     positions = [types.index(t) for t in order]
     assert positions == sorted(positions), types
     # the ranks' resources are equal before they are merged, and merged before their points are summed
     batch_merge = types.index("batch")
     assert types.index("transform") < batch_merge < types.index("groupbyattrs")
     # the summed points are restamped just before they are accumulated
-    assert types[types.index("deltatocumulative") - 1] == "transform"
-    assert load(FLEET_GATEWAY)["processors"]["cumulativetodelta/by_job"]["initial_value"] == "auto"
+    assert types[types.index("delta_to_cumulative") - 1] == "transform"
+    assert load(FLEET_GATEWAY)["processors"]["cumulative_to_delta/by_job"]["initial_value"] == "auto"
 
 
 def test_by_job_forgets_rank_host_and_process():
@@ -259,7 +263,8 @@ def test_readme_fleet_section():
     for name in (FLEET_AGENT, FLEET_GATEWAY):
         assert f"`{name}`" in section
     assert "rules of thumb" in section.lower()
-    assert "otelcol-contrib validate" in section and "headless" in section
+    assert "headless" in section and "preStop" in section
+    assert '"$OTELCOL" validate --config=' in README.read_text()
     image = compose_services()["gateway"]["image"]
     assert image in section
     for policy in tail_sampling()["policies"]:

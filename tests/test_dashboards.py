@@ -20,36 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from dashboard_queries import DASHBOARDS, PROMETHEUS_UID, TEMPO_UID, all_prom_targets, panels, substitute
+from dashboard_queries import load as _load
 from helpers import WORKLOADS, start_python
 from servers import Prometheus, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 RULES = ROOT / "grafana" / "alerts" / "torch-compile-rules.yml"
-PROMETHEUS_UID, TEMPO_UID = "${datasource}", "${tempo}"
-
-
-def _load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
-
-
-def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for p in dash["panels"]:
-        yield p
-        yield from p.get("panels", [])  # collapsed rows
-
-
-def _prom_targets(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    for p in _panels(dash):
-        for t in p.get("targets", []):
-            if t.get("datasource", p.get("datasource", {})).get("uid") == PROMETHEUS_UID:
-                yield p["title"], t["expr"]
-
-
-def _substitute(expr: str, rank: str) -> str:
-    """What Grafana sends: variables replaced, with $__rate_interval at its usual floor of 4x a 15 s scrape."""
-    out = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s").replace("$__range", "1h")
-    return out.replace("$job", "torch").replace("$rank", rank)
 
 
 def test_there_are_five_dashboards_with_unique_stable_uids():
@@ -72,9 +49,9 @@ def test_dashboard_structure(path):
     assert uids <= {PROMETHEUS_UID, TEMPO_UID}, uids
     if TEMPO_UID in uids:
         assert variables["tempo"]["type"] == "datasource" and variables["tempo"]["query"] == "tempo"
-    ids = [p["id"] for p in _panels(dash)]
+    ids = [p["id"] for p in panels(dash)]
     assert len(ids) == len(set(ids))
-    for p in _panels(dash):
+    for p in panels(dash):
         if p["type"] == "row":
             continue
         queries = [t.get("expr") or t.get("query") for t in p.get("targets", [])]
@@ -132,19 +109,15 @@ def scraped(tmp_path_factory) -> Iterator[Prometheus]:
                 proc.wait(60)
 
 
-def _all_prom_targets() -> list[tuple[str, str, str]]:
-    return [(p.stem, title, expr) for p in DASHBOARDS for title, expr in _prom_targets(_load(p))]
-
-
 @pytest.mark.parametrize("rank", [".*", "(0|1)", "1"], ids=["all-ranks", "both-selected", "rank-1"])
 def test_every_panel_query_parses_and_returns_data(scraped, rank):
-    targets = _all_prom_targets()
+    targets = all_prom_targets()
     assert len(targets) >= 25
     empty, histograms = [], []
     for dash, title, expr in targets:
         if rank == "1" and "cache" in expr:
             continue  # rank 1 runs no inductor compile, so it has no cache lookups
-        result = scraped.query(_substitute(expr, rank))  # raises on a PromQL error
+        result = scraped.query(substitute(expr, rank))  # raises on a PromQL error
         if rank == "1" and ("_bucket" in expr or "phase_duration" in expr):
             histograms.append(result)  # rank 1 is not a detail rank (TORCH_OTEL_DETAIL_RANKS=0): it serves none
         elif not result:
@@ -160,7 +133,7 @@ def test_template_variables_list_the_jobs_and_ranks(scraped):
         for name, want in (("job", ["torch"]), ("rank", ["0", "1"])):
             m = re.fullmatch(r"label_values\((.*), (\w+)\)", variables[name]["query"]["query"])
             assert m and m.group(2) == name
-            values = scraped.api(f"label/{name}/values", **{"match[]": _substitute(m.group(1), ".*")})
+            values = scraped.api(f"label/{name}/values", **{"match[]": substitute(m.group(1), ".*")})
             assert values == want, (path.stem, name, values)
 
 

@@ -1,9 +1,11 @@
 """Faults around the bridge: the collector down, dying, coming back, slow, hung or rejecting; signals mid-compile.
 
 A job (``workloads/steps.py``) is driven through stdin so that each fault sits
-between two rounds of compiles. The receiver is a real rotel, which the tests
-stop and restart; faults a receiver cannot be asked for (slow, hung,
-rejecting) come from the ``Tap`` relay in front of it. What each test proves:
+between two rounds of compiles. The receiver is a real rotel, or the real
+OpenTelemetry Collector (collector-config/local.yaml, sending to Jaeger), which
+the tests stop and restart; the collector also refuses data when its memory
+limiter says so. Faults a receiver cannot be asked for (slow, hung) come from
+the ``Tap`` relay in front of rotel. What each test proves:
 the job is never blocked, what cannot be delivered is counted in
 ``torch_otel_dropped_total`` and reported in one line, and spans flow again
 once the collector is back.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from helpers import WORKLOADS, clean_env, frame_roots, read_otlp_json_spans, stop_processes
-from servers import Rotel, Tap, free_port, http_get, otlp_env, wait_until
+from servers import Jaeger, Rotel, Tap, collector, free_port, http_get, otlp_env, wait_until
 
 BIN = Path(sys.executable).parent
 STEPS = str(WORKLOADS / "steps.py")
@@ -148,6 +150,89 @@ def test_collector_down_at_start_dying_and_coming_back(job, protocol):
     assert len([ln for ln in lines if "traces" in ln]) == 1, lines  # one line for the whole outage, not one per batch
     assert "torch_otel_dropped_total" in lines[0]
     assert "Traceback" not in j.stderr()
+
+
+def _stored(jaeger: Jaeger, names: list[str], since_ns: int, timeout: float = 60) -> None:
+    def functions() -> set[str]:
+        return {
+            a["value"].get("stringValue", "")
+            for s in jaeger.spans("torch-otel-faults", since_ns)
+            for a in s.get("attributes", [])
+            if a["key"] == "code.function.name"
+        }
+
+    wait_until(lambda: set(names) <= functions(), timeout, f"{names} in Jaeger")
+
+
+def _real_collector(jaeger: Jaeger, **sets: str):  # type: ignore[no-untyped-def]
+    """collector-config/local.yaml sending to ``jaeger``, down until started."""
+    return collector(
+        "local.yaml",
+        "local",
+        sets={"exporters::otlp_grpc/jaeger::endpoint": jaeger.otlp(), **sets},
+        listen=["exporters::prometheus::endpoint"],
+        started=False,
+    )
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_real_collector_down_at_start_dying_and_coming_back(job, protocol):
+    since = time.time_ns()
+    with Jaeger() as jaeger, _real_collector(jaeger) as otelcol:
+        port = otelcol.port("grpc::endpoint" if protocol == "grpc" else "http::endpoint")
+        j = job(
+            {
+                **otlp_env(f"http://127.0.0.1:{port}", protocol),
+                "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
+                "OTEL_SERVICE_NAME": "torch-otel-faults",
+            }
+        )
+        j.compile(3)  # down at start
+        wait_until(lambda: j.dropped() > 0, 60, "the first batch to be counted as dropped")
+        otelcol.start()
+        _stored(jaeger, j.compile(3), since)
+        otelcol.stop()  # SIGTERM, as a restart
+        before = j.dropped()
+        j.compile(3)
+        wait_until(lambda: j.dropped() > before, 60, "spans sent to the stopped collector to be counted")
+        otelcol.start()  # back on the same port
+        _stored(jaeger, j.compile(3), since)
+        assert j.exit() < 30
+    assert j.proc.returncode == 0, j.stderr()[-3000:]
+    lines = j.our_lines()
+    assert len([ln for ln in lines if "traces" in ln]) == 1, lines
+    assert f"127.0.0.1:{port}" in lines[0] and "torch_otel_dropped_total" in lines[0], lines
+    assert "Traceback" not in j.stderr()
+
+
+def test_the_real_collector_refusing_for_its_memory_limit(job):
+    """A collector over its memory limit refuses what it is sent (its memory_limiter, here set to 1 MiB)."""
+    limiter = "processors::memory_limiter::"
+    refusing = {
+        f"{limiter}limit_percentage": "0",
+        f"{limiter}spike_limit_percentage": "0",
+        f"{limiter}limit_mib": "1",
+        f"{limiter}spike_limit_mib": "0",
+    }
+    since = time.time_ns()
+    with Jaeger() as jaeger, _real_collector(jaeger, **refusing) as otelcol:
+        otelcol.start()
+        port = otelcol.port("http::endpoint")
+        j = job(
+            {
+                **otlp_env(f"http://127.0.0.1:{port}", "http/protobuf"),
+                "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
+                "OTEL_SERVICE_NAME": "torch-otel-faults",
+            }
+        )
+        j.compile(3)
+        wait_until(lambda: j.dropped() > 0, 60, "the refused spans to be counted")
+        assert j.exit() < 30
+        assert otelcol.counter("otelcol_receiver_refused_spans") > 0
+        assert not jaeger.spans("torch-otel-faults", since)
+    assert j.proc.returncode == 0, j.stderr()[-3000:]
+    lines = j.our_lines()
+    assert len(lines) == 1 and "did not accept" in lines[0] and f"127.0.0.1:{port}" in lines[0], lines
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

@@ -185,3 +185,26 @@ def test_what_later_compiles_inherit_is_bounded():
     )
     assert len(sink.finished) == 50
     assert len(asm.derive._forwards) == 8 and len(asm.derive._frame_code) == 8
+
+
+def test_torchs_cudagraph_skip_reason_is_on_the_root_without_the_users_source():
+    """torch's ``cudagraph_skip_reason`` ends with the user's source lines ("Found from : File ..., line N, in f" and
+    the line itself, as the H200 run printed it): the root keeps the reason, not the source, unless payloads are
+    opted in."""
+    reason = (
+        "skipping cudagraphs due to mutated inputs (1 instances). Found from : \n"
+        '   File "/src/model.py", line 359, in mutates\n'
+        "    buf.add_(1)  # secret_scale = 0.125\n"
+    )
+    for settings, want in (
+        (Settings(), "skipping cudagraphs due to mutated inputs (1 instances)"),
+        (Settings(capture_payloads=True), reason.strip()),
+    ):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        mapper = SpanMapper(provider.get_tracer("fast"), settings, live=False)
+        _run(frame("1/0", 0, 100), metrics("1/0", cudagraph_skip_reason=reason, **CODE), tracing=mapper)
+        got = _root(exporter, "1/0").attributes["torch.compile.cudagraph_skip_reason"]
+        assert got == want
+        assert ("secret_scale" in got) == settings.capture_payloads

@@ -344,6 +344,8 @@ def test_every_kind_in_the_table_parses_a_minimal_record():
         parsed[kind] = [type(ev).__name__ for ev in parse_record(md, payload)[1] or []]
     assert parsed.pop("chromium_event") == ["PhaseEvent"]
     assert parsed.pop("compilation_metrics") == parsed.pop("bwd_compilation_metrics") == ["MetricsEvent"]
+    # a compiled graph's runtime record, as log_compilation_event hands it live
+    assert parsed.pop("compilation_metrics_runtime") == parsed.pop("bwd_compilation_metrics_runtime") == ["MetricsEvent"]
     assert parsed.pop("dynamo_start") == ["StartEvent"]
     assert parsed.pop("str") == []
     assert set(map(tuple, parsed.values())) == {("ArtifactEvent",)}

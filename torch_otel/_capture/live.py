@@ -73,6 +73,17 @@ def _rank() -> int | None:
     return None
 
 
+def _cuda_device() -> int | None:
+    """The CUDA device current on this thread, if this process has initialised CUDA (never initialises it)."""
+    cuda = sys.modules.get("torch.cuda")
+    try:
+        if cuda is not None and cuda.is_initialized():
+            return int(cuda.current_device())
+    except Exception:  # noqa: BLE001 - a broken CUDA runtime names no device
+        return None
+    return None
+
+
 def _aot_graph() -> str | None:
     """The AOTAutograd graph being compiled (``"5_backward"``): torch sets it just before a lazy backward's root event.
 
@@ -242,6 +253,7 @@ class LiveCapture:
             thread=threading.current_thread().name,
             cpu_ns=cpu_ns,
             child_cpu_ns=child_cpu_ns,
+            cuda_device=_cuda_device(),
         )
         find_code_and_caller(origin, sys._getframe(1), self._skip, self._libraries)
         return origin

@@ -72,12 +72,22 @@ PHASES: dict[str, str] = {
     "async_compile.precompile": "triton_compile",
     # GPU (torch 2.13's names, seen in real CUDA logs): benchmarking kernel configs and pad_mm choices, and setting up
     # the cudagraph tree of a graph.
+    # torch's runtime_triton_autotune_time_us: a kernel's configs benchmarked at its first run (max-autotune adds a
+    # coordinate-descent search after it), the same with combo kernels
     "CachingAutotuner.benchmark_all_configs": "autotune",
+    "CachingAutotuner.coordinate_descent_tuning": "autotune",
+    "CachingAutotuner.combo_sequential_autotune": "autotune",
+    # torch's compile_time_autotune_time_us: max-autotune's template choices (<op>_template_autotuning and
+    # <op>_template_precompiling, see PHASE_SUFFIXES) and the benchmarking of fused nodes
+    "benchmark_fused_nodes": "autotune",
     "benchmark_codegened_module": "autotune",
     "pad_mm_benchmark": "autotune",
     "InductorBenchmarker.benchmark_gpu": "autotune",
     "TritonBenchmarker.benchmark_gpu": "autotune",
+    # torch's runtime_cudagraphify_time_us: a graph's cudagraph tree set up, and each graph it records (a new input
+    # size of a dynamic graph records anew)
     "cudagraphify.get_container": "cudagraphs",
+    "CUDAGraphNode.record": "cudagraphs",
     "CUDAGraphTreeManager.add_function": "cudagraphs",  # recording a graph's cudagraph tree (its first run)
     # AOTInductor: building the model's .so (its compile_file steps are cpp_compile)
     "AotCodeCompiler.compile": "aot_inductor_build",
@@ -94,7 +104,19 @@ PHASES: dict[str, str] = {
 # Events that count in a second label too: torch adds the parallel build's wait into triton_compile_time_us.
 PHASES_ALSO: dict[str, tuple[str, ...]] = {"async_compile.wait": ("triton_compile",)}
 
+# Event names torch builds from an op's name ("mm_template_autotuning", "addmm_template_precompiling"), by suffix
+PHASE_SUFFIXES: tuple[tuple[str, str], ...] = (("_template_autotuning", "autotune"), ("_template_precompiling", "autotune"))
+
 PHASE_LABELS: tuple[str, ...] = tuple(sorted(set(PHASES.values())))
+
+
+@functools.lru_cache(maxsize=1024)  # torch's event names are few
+def phase_label(name: str) -> str | None:
+    """The phase label of one of torch's timed events (:data:`PHASES`, then :data:`PHASE_SUFFIXES`), or None."""
+    label = PHASES.get(name)
+    if label is None:
+        label = next((lab for suffix, lab in PHASE_SUFFIXES if name.endswith(suffix)), None)
+    return label
 
 
 class BoundedLabels:

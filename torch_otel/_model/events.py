@@ -32,6 +32,8 @@ class Origin:
     # those other processes alone
     cpu_ns: int | None = None
     child_cpu_ns: int | None = None
+    # The CUDA device current on the compiling thread, when CUDA is initialised there (named on the root span)
+    cuda_device: int | None = None
 
 
 @dataclass(slots=True)

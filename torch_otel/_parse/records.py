@@ -285,8 +285,6 @@ GENERIC_KINDS = (
     "create_unbacked_symbol",
     "propagate_real_tensors_provenance",
     "link",
-    "bwd_compilation_metrics_runtime",
-    "compilation_metrics_runtime",
     "describe_tensor",
     "describe_storage",
     "describe_source",
@@ -307,6 +305,10 @@ HANDLERS: dict[str, Handler] = {
     "chromium_event": _chromium,
     "compilation_metrics": _metrics,
     "bwd_compilation_metrics": _metrics,
+    # a compiled graph's runtime record (cudagraph set-up, runtime autotuning at its first calls; is_runtime): what
+    # log_compilation_event hands live capture at default capture. Its time is in the graph's runtime phases
+    "compilation_metrics_runtime": _metrics,
+    "bwd_compilation_metrics_runtime": _metrics,
     "artifact": _artifact,
     "dynamo_start": _dynamo_start,
     "str": _ignore,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Histogram
 
 from .._analysis.divergence import RankFingerprints
-from .._core.categories import PHASES, PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, recompile_category
+from .._core.categories import PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, phase_label, recompile_category
 from .._core.errors import record_error
 from .._core.graph_breaks import graph_break_code
 from .._core.ranks import RankSet, env_rank
@@ -397,7 +397,7 @@ def phase_times(root: PhaseNode) -> dict[str, int]:
         node, inside = stack.pop()
         labels: tuple[str, ...] = ()
         if node.end_ns is not None:
-            phase = PHASES.get(node.name)
+            phase = phase_label(node.name)
             if phase is not None:
                 labels = (phase, *PHASES_ALSO.get(node.name, ()))
         fresh = [label for label in labels if label not in inside]

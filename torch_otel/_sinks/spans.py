@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -35,6 +36,24 @@ _PHASE_ARG_SKIP = {"compile_id", "fn_name"}
 def _meta_key(field: str) -> str:
     """``torch.compile.artifact.metadata.<field>``, built once per field name (torch's names are few)."""
     return f"torch.compile.artifact.metadata.{field}"
+
+
+@functools.lru_cache(maxsize=64)
+def cuda_device_attributes(index: int) -> tuple[tuple[str, Any], ...]:
+    """A CUDA device's name and compute capability (read once per device; live only: logs do not name it)."""
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is None:
+        return ()
+    try:
+        major, minor = cuda.get_device_capability(index)
+        name = str(cuda.get_device_name(index))
+    except Exception:  # noqa: BLE001 - a broken CUDA runtime: no device attributes, never an error in the user's run
+        return ()
+    return (
+        ("torch.cuda.device.index", index),
+        ("torch.cuda.device.name", name),
+        ("torch.cuda.device.capability", f"{major}.{minor}"),
+    )
 
 
 def torch_trace_file() -> str | None:
@@ -111,6 +130,8 @@ class SpanMapper:
         if rec.rank is not None:
             a[Root.RANK] = rec.rank
         origin = rec.origin
+        if origin is not None and origin.cuda_device is not None:
+            a.update(cuda_device_attributes(origin.cuda_device))
         if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
             a[Root.ATTEMPT] = rec.forward.attempt
         self._code_attributes(rec.code, a, "code")
@@ -160,6 +181,7 @@ class SpanMapper:
         for node in rec.root.children:
             if node.name in ("backend_compile", "inductor_compile") and isinstance(node.args.get("cache_state"), str):
                 a[f"torch.compile.cache.{node.name}.state"] = node.args["cache_state"]
+        self._gpu_attributes(m, a)
         if rec.backward_index is not None:
             a["torch.compile.backward.index"] = rec.backward_index
         aot = rec.origin.aot_graph if rec.origin is not None else None
@@ -193,6 +215,24 @@ class SpanMapper:
         if rec.dropped:
             a["torch.compile.dropped_events"] = rec.dropped
         return a
+
+    def _gpu_attributes(self, m: Mapping[str, Any], a: dict[str, Any]) -> None:
+        """torch's GPU facts about a compile: why it skipped cudagraphs, and the Triton kernel builds it lists."""
+        skip = m.get("cudagraph_skip_reason")
+        if isinstance(skip, str) and skip.strip():
+            # "skipping cudagraphs due to mutated inputs (1 instances). Found from : <the user's source lines>"
+            text = skip if self.settings.capture_payloads else skip.strip().split("\n", 1)[0].split(". Found from", 1)[0]
+            a["torch.compile.cudagraph_skip_reason"] = self._str(text.strip())
+        builds = m.get("triton_kernel_compile_times_us")
+        if isinstance(builds, str) and builds:
+            try:
+                listed = json.loads(builds)  # [[kernel name, us], ...]: torch keeps the 25 slowest
+            except ValueError:
+                return
+            times = [t[1] for t in listed if isinstance(t, list) and len(t) == 2 and isinstance(t[1], (int, float))]
+            if times:
+                a["torch.compile.triton.kernels_listed"] = len(times)
+                a["torch.compile.triton.kernel_build_s"] = round(sum(times) / 1e6, 6)
 
     def _code_attributes(self, code: CodeLocation, a: dict[str, Any], prefix: str) -> None:
         """``<prefix>.function.name``, ``.file.path`` and ``.line.number`` of a location (the compiled code, its caller)."""
