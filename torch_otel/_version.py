@@ -3,7 +3,7 @@ __version__ = "0.2.0"
 # The torch releases this version was tested with, oldest first: the release matrix (noxfile.py) runs each.
 TESTED_TORCH = ("2.10", "2.11", "2.12", "2.13", "2.14", "2.15")
 # The same range as pyproject's `instruments` extra (tests/test_package.py checks). A newer torch is captured on a
-# best-effort basis, with one line saying so (torch_otel._sources.release_line).
+# best-effort basis, with one line saying so (torch_otel._capture.sources.release_line).
 SUPPORTED_TORCH = "torch >= 2.10, < 2.16"
 
 

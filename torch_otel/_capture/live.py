@@ -190,7 +190,7 @@ class LiveCapture:
 
     # -- lifecycle ------------------------------------------------------------
     def install(self) -> None:
-        """Attach every source of the table (:mod:`._sources`) that this capture level uses; say once what this torch lacks."""
+        """Attach every source of the table (:mod:`torch_otel._capture.sources`) that this capture level uses; say once what this torch lacks."""
         with self._lock:
             if self.installed:
                 return

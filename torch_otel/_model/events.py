@@ -28,7 +28,7 @@ class Origin:
     stack: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
     aot_graph: str | None = None  # a lazy backward's AOTAutograd graph, as torch names it ("5_backward")
     root_kind: str | None = None  # a standalone compile's kind when the live hook knows it ("precompile")
-    # CPU time when the compile began, of the process and the processes working for it (torch_otel._cpu), and of
+    # CPU time when the compile began, of the process and the processes working for it (torch_otel._capture.cpu), and of
     # those other processes alone
     cpu_ns: int | None = None
     child_cpu_ns: int | None = None

@@ -158,7 +158,7 @@ class CompileRecord:
     process_id: int | None = None
     torch_version: str | None = None
     # live: the CPU time from the compile's start to its end of this process (every thread's: inductor's compile
-    # threads too) and of the processes working for it (torch_otel._cpu: the C++ compilers inductor ran, its compile
+    # threads too) and of the processes working for it (torch_otel._capture.cpu: the C++ compilers inductor ran, its compile
     # worker processes); ``child_cpu_ns`` is the part in those other processes
     cpu_ns: int | None = None
     child_cpu_ns: int | None = None

@@ -1,6 +1,6 @@
 """``torch-otel diff --html``: the diff as one self-contained page, side by side, in the run summary page's style.
 
-As :mod:`torch_otel._html`: no outside reference (no CDN, font or image), the CSS and JavaScript are package data
+As :mod:`torch_otel._sinks.html`: no outside reference (no CDN, font or image), the CSS and JavaScript are package data
 (``torch_otel/_assets/summary.css``, ``diff.css``, ``catch-errors.js``, ``page-kit.js``, ``diff.js``) inlined once per
 process, and the diff's facts are embedded as JSON in a ``<script type="application/json">`` element, read with
 ``textContent`` only, so a name, reason or path from user code can never become markup. ``page-kit.js`` holds the
@@ -42,6 +42,6 @@ _AFTER_JSON = """</script>
 
 
 def render_diff_html(diff: Mapping[str, Any]) -> str:
-    """One self-contained page of a diff (:func:`torch_otel._diff.compare`'s facts)."""
+    """One self-contained page of a diff (:func:`torch_otel._analysis.diff.compare`'s facts)."""
     title = html.escape(f"torch-otel diff: {diff.get('base', {}).get('path', '?')} -> {diff.get('new', {}).get('path', '?')}")
     return _HEAD + title + _inlined(_AFTER_TITLE) + _script_json(diff) + _inlined(_AFTER_JSON)

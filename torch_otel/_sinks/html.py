@@ -1,6 +1,6 @@
 """The run summary as one self-contained HTML page: where did this run's compile time go.
 
-:func:`render_html` takes :meth:`RunSummary.to_dict <torch_otel._summary.RunSummary.to_dict>`
+:func:`render_html` takes :meth:`RunSummary.to_dict <torch_otel._sinks.summary.RunSummary.to_dict>`
 and returns a page with no outside references at all (no CDN, fonts, images or scripts): inline
 CSS and vanilla JS draw an icicle chart of the summary's tree (the run, its frames, their compiles,
 their phases) and its tables. The page must open from a file on a machine with no network.

@@ -268,7 +268,7 @@ class SpanMapper:
     def emit(self, rec: CompileRecord) -> tuple[int, int] | None:
         """Build the compile's trace; its root's ``(trace id, span id)``, or None when the sampler dropped it.
 
-        The assembler calls this as it derives the record's facts (:class:`torch_otel._assembler.Tracing`), so
+        The assembler calls this as it derives the record's facts (:class:`torch_otel._assemble.derive.Tracing`), so
         the sinks that name the trace (exemplars, log records) read the ids from the record.
         """
         m: Mapping[str, Any] = rec.metrics or {}
