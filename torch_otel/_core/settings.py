@@ -36,6 +36,7 @@ class Settings:
     # the cache key index, the next run's baseline: "auto" (beside inductor's cache directory), "off", or a directory
     cache_index: str = "auto"
     cache_baseline: str | None = None  # a previous run's TORCH_TRACE log or directory, or a key index, to explain misses
+    graph_calls: bool = True  # count how often each compiled graph runs (TORCH_OTEL_GRAPH_CALLS; docs/configuration.md)
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -199,6 +200,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         summary=_destinations(env, "TORCH_OTEL_SUMMARY", problems),
         cache_index=(env.get("TORCH_OTEL_CACHE_INDEX") or "auto").strip() or "auto",
         cache_baseline=(env.get("TORCH_OTEL_CACHE_BASELINE") or "").strip() or None,
+        graph_calls=_bool(env, "TORCH_OTEL_GRAPH_CALLS", True, problems),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

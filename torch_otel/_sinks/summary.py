@@ -26,6 +26,7 @@ from .._core.graph_breaks import graph_break_code
 from .._core.merge import Merge, basename, counts, first, merge_with, num, rows, sum_int, sum_known_s, sum_s, union
 from .._core.paths import path_problem
 from .._core.ranks import env_rank
+from .._kinds.graph_calls import compile_calls
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
@@ -82,6 +83,17 @@ def _s(ns: int) -> float:
 
 def _dur(node: PhaseNode) -> int:
     return max(0, (node.end_ns if node.end_ns is not None else node.start_ns) - node.start_ns)
+
+
+_CALLS = "_calls"  # a compile's graphs (its calls are read when the summary is written)
+
+
+def _public(facts: dict[str, Any]) -> dict[str, Any]:
+    """A compile's facts as the JSON has them: with ``calls``, how many times its graph ran (None: not known)."""
+    out = {k: v for k, v in facts.items() if k != _CALLS}
+    cc = facts.get(_CALLS)
+    out["calls"] = cc.calls() if cc is not None else None
+    return out
 
 
 def _where(fn: str, path: str | None, line: int | None) -> str:
@@ -192,7 +204,7 @@ class RunSummary(Sink):
         frame.compiles += 1
         frame.total_ns += dur
         failed = rec.fail_type or ("Incomplete" if rec.incomplete else None)
-        facts = {
+        facts: dict[str, Any] = {
             "id": rec.id_str,
             "kind": rec.kind,
             "function": key[0],
@@ -203,6 +215,7 @@ class RunSummary(Sink):
         }
         if rec.rank is not None:
             facts["rank"] = rec.rank
+        facts[_CALLS] = compile_calls(rec)  # read when the summary is written (torch_otel._kinds.graph_calls)
         seq = next(self._seq)
         self._keep(self._slowest, (dur, seq, facts), SLOWEST)
         dropped = self._keep(self._trees, (dur, seq, key, facts, tree), self.max_tree_compiles)
@@ -319,7 +332,7 @@ class RunSummary(Sink):
                 {"function": k[0], "file": k[1], "line": k[2], "compiles": f.compiles, "total_s": _s(f.total_ns)}
                 for k, f in frames[:50]
             ],
-            "slowest": [facts for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
+            "slowest": [_public(facts) for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
             "recompiles": {
                 "total": sum(self.recompiles.values()),
                 "by_category": dict(self.recompiles.most_common()),
@@ -354,6 +367,7 @@ class RunSummary(Sink):
         for _, _, key, facts, tree in sorted(self._trees, key=lambda t: (-t[0], t[1])):
             node = tree.to_dict(f"{facts['kind']} {facts['id']}", "compile")
             node["status"] = facts["status"]
+            node["calls"] = _public(facts)["calls"]
             node["detail"] = f"{facts['kind']} compile of {_where(str(facts['function']), facts['file'], facts['line'])}"
             kept.setdefault(key, []).append(node)
         frames = []
