@@ -380,6 +380,37 @@ class RecompilingFrames:
         return out
 
 
+def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, Any] | None) -> None:
+    """Each recompiling frame's evidence from its graphs' calls (a live run's summary): the graphs that ran at most
+    once, what compiling them cost, and the fix that would have saved it: ``frame["evidence"]``."""
+    if not isinstance(graph_calls, Mapping):
+        return
+    by_frame = {
+        (g.get("function"), _basename(g.get("file")), g.get("line")): g
+        for g in graph_calls.get("frames") or []
+        if isinstance(g, Mapping)
+    }
+    for f in frames:
+        calls = by_frame.get((f.get("function"), _basename(f.get("file")), f.get("line")))
+        graphs = [g for g in (calls or {}).get("graphs") or [] if isinstance(g, Mapping) and g.get("kind") == "frame"]
+        once = [g for g in graphs if isinstance(g.get("calls"), int) and g["calls"] <= 1]
+        if not once:
+            continue
+        ids = [str(g.get("id")) for g in once]
+        named = ids[0] if len(ids) == 1 else f"{ids[0]} to {ids[-1]}" if len(ids) > 2 else " and ".join(ids)
+        cost = sum(float(g.get("compile_s") or 0) for g in once)
+        fixes = f.get("fixes") or []
+        line = (
+            f"graph{'s' if len(ids) > 1 else ''} {named} ran {'at most once each' if len(ids) > 1 else 'at most once'} "
+            f"and cost {cost:.2f} s of compiling" + (f": {fixes[0]['fix']} would have saved it" if fixes else "")
+        )
+        f["evidence"] = {"ran_once": len(ids), "of": len(graphs), "ids": ids[:64], "compile_s": round(cost, 6), "line": line}
+
+
+def _basename(path: Any) -> str | None:
+    return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
+
+
 def limit_words(f: Mapping[str, Any]) -> str:
     """How close a frame is to the recompile limit, in words."""
     limit, entries, hits = f.get("limit"), f.get("cache_entries"), f.get("limit_hits") or 0
@@ -407,6 +438,8 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
         if fixes:
             block.append(f"    fix: {fixes[0]['fix']}")
             block.append(f"      {fixes[0]['link']}")
+        if f.get("evidence"):
+            block.append(f"    evidence: {f['evidence']['line']}")
         elif f.get("unclear"):
             block.append(f"    {f['unclear']}")
         block = [_cut(b, width) for b in block]

@@ -427,6 +427,7 @@
         ul.appendChild(li);
       });
       if (f.unclear) ul.appendChild(el("li", "muted", str(f.unclear)));
+      if (f.evidence) ul.appendChild(el("li", null, "evidence: " + str(obj(f.evidence).line)));
       s.appendChild(ul);
     });
   }

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .._analysis.recompiles import RecompilingFrames, frame_lines
+from .._analysis.recompiles import RecompilingFrames, add_call_evidence, frame_lines
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
@@ -301,7 +301,9 @@ class RunSummary(Sink):
     def to_dict(self) -> dict[str, Any]:
         """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
         with self._lock:
-            return self.extra.extend(self._dict())
+            d = self.extra.extend(self._dict())
+        add_call_evidence(d["recompiling_frames"], d.get("graph_calls"))  # the graphs each recompile left behind
+        return d
 
     def _dict(self) -> dict[str, Any]:
         compiles = sum(self.by_kind.values())
