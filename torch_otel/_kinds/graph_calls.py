@@ -39,7 +39,7 @@ from .kind import Attach, Kind, LateSpan, MetricsView, Observation, Series, Span
 
 NAME = "graph_calls"  # the kind's key on the record, and the run summary's
 PASSES = ("forward", "backward")
-MAX_GRAPHS = 10_000  # counters a process keeps (each about 0.5 kB with its wrapper); past it, graphs are not counted
+MAX_GRAPHS = 10_000  # counters a process keeps (each 1.2 kB with its wrapper, 0.6 kB after); past it, graphs run uncounted
 MAX_PER_COMPILE = 64  # graphs one compile installs (DDP's buckets each have a backward)
 TIME_EVERY = 16  # a CPU graph's calls 2, 18, 34, ... are timed (the first call is often a graph's slowest)
 SAMPLE_S = 10.0  # how often live capture reads the counts: the resolution of "last ran"
