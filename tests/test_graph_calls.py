@@ -200,6 +200,19 @@ def test_a_model_with_a_graph_break_trained_5_steps_counts_both_graphs_and_their
     assert (c.metric("0"), c.metric("0", "backward"), c.metric("1"), c.metric("1", "backward")) == (5, 5, 5, 5)
 
 
+def test_an_inductor_graph_and_its_backward_count_each_call(counted):
+    c = counted()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    compiled = torch.compile(model, backend="inductor")
+    for _ in range(4):
+        compiled(torch.randn(2, 4)).sum().backward()
+    with torch.no_grad():  # grad mode is guarded: a recompile of its own, with no backward
+        compiled(torch.randn(2, 4))
+    summary = c.stop()
+    assert _graphs(summary) == {("0/0", "frame"): 4, ("0/0", "backward"): 4, ("0/1", "frame"): 1}
+    assert c.metric("0") == 5 and c.metric("0", "backward") == 4
+
+
 def test_compiled_autograd_counts_its_own_graphs_once_per_backward(counted):
     c = counted()
     model = torch.nn.Linear(4, 4)
