@@ -5,6 +5,8 @@
                                           # gradients, weights and torch's counters saved to OUT (torch.save)
     python graph_calls.py fork            # compile, call 3 times, fork two children (2 calls; 5 calls and a new
                                           # shape once), then 4 more calls: each process's summary says its own
+    python graph_calls.py shapes [dynamic]  # one function called for sizes 2, 3 and 4: 7, 1 and 3 times; a graph per
+                                          # size, or with dynamic one graph for all
     python graph_calls.py many N          # N frames compiled and called twice each (GRAPH_CAP: the counters kept)
 
 Each prints one JSON line last.
@@ -66,6 +68,18 @@ if WHAT == "train":
         sys.argv[2],
     )
     print(json.dumps({"steps": 5}), flush=True)
+
+elif WHAT == "shapes":
+    torch._dynamo.config.automatic_dynamic_shapes = False
+
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
+
+    f = torch.compile(scale, backend="eager", dynamic=len(sys.argv) > 2 and sys.argv[2] == "dynamic")
+    for n, times in ((2, 7), (3, 1), (4, 3)):
+        for _ in range(times):
+            f(torch.ones(n))
+    print(json.dumps({"calls": 11}), flush=True)
 
 elif WHAT == "fork":
     torch._dynamo.config.automatic_dynamic_shapes = False

@@ -397,7 +397,7 @@ def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, An
         if not once:
             continue
         ids = [str(g.get("id")) for g in once]
-        named = ids[0] if len(ids) == 1 else f"{ids[0]} to {ids[-1]}" if len(ids) > 2 else " and ".join(ids)
+        named = _named(ids)
         cost = sum(float(g.get("compile_s") or 0) for g in once)
         fixes = f.get("fixes") or []
         line = (
@@ -405,6 +405,20 @@ def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, An
             f"and cost {cost:.2f} s of compiling" + (f": {fixes[0]['fix']} would have saved it" if fixes else "")
         )
         f["evidence"] = {"ran_once": len(ids), "of": len(graphs), "ids": ids[:64], "compile_s": round(cost, 6), "line": line}
+
+
+def _named(ids: list[str]) -> str:
+    """``0/1``, ``0/1 and 0/3``, ``0/1 to 0/7`` (every graph between), or ``0/1, 0/3, 0/5`` (at most 4 named)."""
+    if len(ids) <= 2:
+        return " and ".join(ids)
+    try:
+        numbers = [int(i.rsplit("/", 1)[1]) for i in ids]
+        frames = {i.rsplit("/", 1)[0] for i in ids}
+    except (IndexError, ValueError):
+        numbers, frames = [], set()
+    if len(frames) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{ids[0]} to {ids[-1]}"
+    return ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
 
 
 def _basename(path: Any) -> str | None:

@@ -742,7 +742,7 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     at_most = {r["calls"]: r for r in c.get("ran_at_most") or []}
     once = at_most.get(1) or {}
     out = [
-        f"graph calls: {c['graphs']} compiled graphs ran {c['calls']:,} times; {once.get('compiles', 0)} ran at most once: "
+        f"graph calls: {c['graphs']} compiled graph{'s' if c['graphs'] != 1 else ''} ran {c['calls']:,} times; {once.get('compiles', 0)} ran at most once: "
         f"{num(once.get('compile_s')):.2f} s of compiling ({num(once.get('share')):.0%} of all compile time)"
     ]
     shares = " / ".join(f"{num(at_most[n].get('share')):.0%}" for n in AT_MOST if n in at_most)
