@@ -22,7 +22,7 @@ from .._analysis.cache_index import baseline_keys, remember_key
 from .._analysis.caches import KeyHistory
 from .._assemble.assembler import Assembler, Tracing
 from .._core.paths import check_writable
-from .._core.settings import load_settings, url_setting
+from .._core.settings import load_settings, url_problem, url_setting
 from .._kinds import cache_lookups
 from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from .._model.record import CompileRecord, Sink
@@ -186,6 +186,35 @@ def _metrics(
     return MetricsSpec(registry, meter_provider, "torch_otel.replay", None, run_id=run, owned=True, push=push)
 
 
+def _argument_problem(opts: ReplayOptions, env: Mapping[str, str]) -> str | None:
+    """The first argument or OTLP setting the replay cannot use, as one line; None when all can be used.
+
+    A replay is not a training run: what it was told to use and cannot is an error up front (exit 2), where a live
+    run reports it and goes on.
+    """
+    from .._core.arm import sdk_disabled
+    from .._otel.providers import TRACE_EXPORTERS, exporter_names, otlp_problem
+
+    if opts.pushgateway:
+        why = url_problem(opts.pushgateway.strip())
+        if why is not None:
+            return f"--pushgateway {opts.pushgateway!r} {why} (its default is $TORCH_OTEL_PUSHGATEWAY_URL); use e.g. http://127.0.0.1:9091"
+    if opts.baseline and not os.path.exists(opts.baseline):
+        return (
+            f"--baseline {opts.baseline}: no such file or directory; pass an earlier run's TORCH_TRACE log or directory, "
+            "or a cache key index (keys-rank<R>.json)"
+        )
+    if (
+        not opts.output
+        and not sdk_disabled(env)
+        and "otlp" in exporter_names(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS)
+    ):
+        problem, _endpoint = otlp_problem(env, "traces")
+        if problem is not None:
+            return f"{problem}; or write the spans to a file with --output FILE"
+    return None
+
+
 def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int:
     """Replay ``opts.paths`` into spans, metrics, the run summary and the divergence report; the exit status."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -206,6 +235,11 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         if line:
             print(f"torch-otel replay: {line}", file=err)
             return EXIT_MISSING_PATH
+    # and every other argument and setting the replay would act on: one line and exit 2, before any work
+    line = _argument_problem(opts, env)
+    if line:
+        print(f"torch-otel replay: {line}", file=err)
+        return EXIT_MISSING_PATH
     settings = load_settings(env)
     if opts.payloads:
         settings = dataclasses.replace(settings, capture_payloads=True)
