@@ -197,7 +197,8 @@ def run_demo(
     if port and not port_is_free(port):
         out.write(f"port {port} is busy: serving metrics on a free port instead (pass --metrics-port PORT to choose)\n")
         port = 0
-    started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, registry)
+    served = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, registry)
+    started = None if isinstance(served, str) else served
     ignored = sorted(k for k in os.environ if k.startswith(("OTEL_", "TORCH_OTEL_")))
     if ignored:
         out.write(

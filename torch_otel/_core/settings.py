@@ -135,11 +135,12 @@ def _ranks(env: Mapping[str, str], name: str, problems: list[str]) -> RankSet:
 
 
 def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
-    """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit."""
+    """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit.
+    ``none``: nowhere (it turns off the summary a run with nothing configured prints)."""
     out = []
     for part in (env.get(name) or "").split(","):
         d = part.strip()
-        if not d:
+        if not d or d.lower() == "none":
             continue
         if d.lower() in ("stderr", "stdout"):
             out.append(d.lower())

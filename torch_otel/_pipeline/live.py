@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import os
 import signal
@@ -47,6 +48,7 @@ class Bridge:
     tracer_provider: Any
     pipeline: Pipeline  # the sinks and their lifecycle: the run summary, the cache key index, metrics, log records
     owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
+    closing: Callable[[], None] | None = None  # nothing configured: the line that says where things went, at the end
 
     @property
     def metrics(self) -> CompileMetrics | None:
@@ -174,6 +176,8 @@ def uninstrument(timeout_millis: int | None = None) -> None:
     deadline = time.monotonic() + timeout / 1000
     b.pipeline.shutdown(timeout)
     _stop_owned(b, max(0, int((deadline - time.monotonic()) * 1000)))
+    if b.closing is not None:
+        b.closing()  # after the summary and the exporters' last flush: it says what they did
 
 
 def _stop_owned(b: Bridge, timeout_millis: int) -> None:
@@ -185,14 +189,15 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
     if not b.owned:
         return
     owned, b.owned = list(b.owned), []
-    from .._otel.delivery import LOST_DATA, problems_at_exit, reachable, targets
+    from .._otel.delivery import LOST_DATA, absent_default, problems_at_exit, reachable, targets
 
     dead = sorted(t for t in targets() if not reachable(t))
-    if dead:
+    lost = [t for t in dead if not absent_default(t)]  # OTLP's default endpoint, unnamed and never there: no loss
+    if lost:
         warn_once(  # the same key as a failed export's line: a process that lost data says so once
             LOST_DATA,
             "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
-            ", ".join(dead),
+            ", ".join(lost),
         )
     # TLS to a plaintext collector (or the reverse), a certificate that does not verify, the other protocol's port
     untrusted = problems_at_exit(sorted(targets() - set(dead)))
@@ -373,6 +378,9 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
     if settings.capture == "off":
         return None
     c = configure_providers(env, settings)
+    if c.local is not None and not (env.get("TORCH_OTEL_SUMMARY") or "").strip() and c.local.rank == 0:
+        settings = dataclasses.replace(settings, summary=("stderr",))  # nothing configured: the summary at exit
+        c.local.summary_on_stderr = True
     bridge = instrument(
         tracer_provider or c.tracer_provider,
         meter_provider or c.meter_provider,
@@ -381,6 +389,8 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
         _owned=c.owned,
         _on_first_compile=c.on_first_compile,
     )
+    if bridge is not None and c.local is not None:
+        bridge.closing = c.local.say
     if bridge is not None and settings.flush_on_sigterm:
         flush_on_sigterm()
     return bridge

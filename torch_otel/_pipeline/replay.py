@@ -245,13 +245,15 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         settings = dataclasses.replace(settings, capture_payloads=True)
     run = opts.run or run_name(opts.paths)
     processors: list[Any] = []
+    absent: str | None = None  # OTLP's default endpoint, which nobody named, when nothing listens there
     if opts.output:
         if os.path.isfile(opts.output):
             open(opts.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
         exporter = OTLPJsonFileSpanExporter(opts.output, setting="--output")
         processors = [BatchSpanProcessor(exporter, max_queue_size=65536)]
     elif not sdk_disabled(env):
-        processors = build_span_processors(env)
+        absent = _absent_default_endpoint(env)
+        processors = [] if absent else build_span_processors(env)  # nothing there: no span is built
     # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
     tracers = ReplayTracers(processors, run) if processors else None
     GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
@@ -297,4 +299,24 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         code = EXIT_NOT_EXPORTED
     if opts.output and code == EXIT_OK:
         print(f"spans written to {opts.output}", file=text)
+    if absent and code == EXIT_OK:
+        print(
+            f"torch-otel replay: spans not sent: no collector at {absent} (OTLP's default endpoint; nothing named one). "
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4317 sends them to a collector, --output spans.jsonl writes them "
+            "to a file",
+            file=err,
+        )
     return code
+
+
+def _absent_default_endpoint(env: Mapping[str, str]) -> str | None:
+    """OTLP's default endpoint, when the spans would go there only because nothing named another, and nothing
+    listens there: the replay then builds no span and waits for no collector (docs/configuration.md). A collector the
+    user named gets the export and, if it is not there, the error and exit 3."""
+    from .._otel.delivery import reachable
+    from .._otel.providers import TRACE_EXPORTERS, exporter_names, otlp_named, otlp_problem
+
+    if otlp_named(env, "traces") or "otlp" not in exporter_names(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS):
+        return None
+    problem, endpoint = otlp_problem(env, "traces")
+    return None if problem is not None or reachable(endpoint) else endpoint

@@ -109,6 +109,7 @@ class RunSummary(Sink):
         self.source = source
         self.destinations = destinations
         self._written = False
+        self._pid = os.getpid()  # the process that writes it: a forked child (a DataLoader worker) writes none
         self.capture_payloads = capture_payloads
         self.max_tree_compiles = max_tree_compiles
         self._lock = threading.Lock()
@@ -150,7 +151,7 @@ class RunSummary(Sink):
 
     def shutdown(self, timeout_millis: int = 30_000) -> None:
         """Write the summary to each destination, once; a path that cannot be written is one line."""
-        if self._written:
+        if self._written or os.getpid() != self._pid:
             return
         self._written = True
         rank = env_rank()
