@@ -445,7 +445,7 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     wall = facts["wall_s"]
     cpu = f", {facts['cpu_s']:.2f} s CPU" if facts.get("cpu_s") is not None else ""
     out.append(
-        f"torch.compile run summary ({facts['source']}): {facts['compiles']} compiles"
+        f"torch.compile run summary ({facts['source']}): {facts['compiles']} compile{'' if facts['compiles'] == 1 else 's'}"
         + (f" ({by_kind})" if by_kind else "")
         + f", {wall:.2f} s compiling{cpu}"
     )
@@ -469,6 +469,9 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
         out.append(
             f"  {_cut(f'({len(rest)} more phases)', name_w - 2):<{name_w - 2}} {'':>7} {'':>10} {self_rest:>10.3f} {pct:>6.1f}%"
         )
+    self_sum = sum(p["self_s"] for p in phases)
+    if wall and self_sum > wall * 1.005:  # parallel builds each count their own time: say so where the % stand
+        out.append(f"  (self % adds up to {100 * self_sum / wall:.0f}%: builds that ran in parallel each count their time)")
     out.append("")
     out.append(f"{'frames that cost most':<{name_w}} {'compiles':>8} {'total s':>10}")
     for f in facts["frames"][:5]:
