@@ -532,3 +532,43 @@ def test_counts_of_one_read_in_the_singular(tmp_path: Path) -> None:
     assert layout["title"] == f"torch.compile run summary ({summary['source']}, 1 compile)"
     assert layout["recompiling"] == ["f (t.py:3): 1 recompile, 2 of 8 compiles, 6 more before eager"], layout["recompiling"]
     assert layout["more"] is None and layout["over100"] is None  # one phase: nothing folded, nothing over 100 %
+
+
+def test_a_real_inductor_logs_page_leads_with_its_caches_and_says_why_its_shares_pass_100(tmp_path: Path) -> None:
+    """A real cold inductor run (tests/data/cache-baseline-2.13: C++ builds on a CPU, 57 phases, its self times 106 %
+    of its compile time), replayed to JSON by the command as a user runs it, then rendered as the page."""
+    log = Path(__file__).parent / "data" / "cache-baseline-2.13" / "rank_0.log.gz"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch_otel",
+            "replay",
+            str(log),
+            "-o",
+            str(tmp_path / "s.jsonl"),
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    wall, phases = summary["wall_s"], summary["phases"]
+    self_pct = 100 * sum(p["self_s"] for p in phases) / wall
+    assert len(phases) > 40 and self_pct > 100, (len(phases), self_pct)  # what the issue saw on inductor runs
+    layout = _layout(tmp_path, summary)
+    cache_tiles = [(t["value"], t["label"]) for t in layout["tiles"] if t["cache"]]
+    assert cache_tiles[:2] == [
+        ("0.0%", "aot_autograd cache hit rate (0 of 1 lookup)"),
+        ("0.0%", "fx_graph cache hit rate (0 of 2 lookups)"),
+    ], layout["tiles"]
+    assert cache_tiles[2] == (f"{summary['caches']['miss_cost_s']:.1f} s", "cold work: compiles a warm cache would skip")
+    assert layout["cacheTileAboveChart"]
+    carrying = [p["name"] for p in sorted(phases, key=lambda p: -p["self_s"]) if p["self_s"] >= 0.01 * wall]
+    assert layout["shownPhases"] == carrying and len(carrying) < 12, layout["shownPhases"]  # compile_file, codegen, ...
+    assert layout["more"]["rows"] == len(phases) - len(carrying) and not layout["more"]["open"], layout["more"]
+    assert layout["over100"].startswith(f"These shares add up to {self_pct:.1f}% of the compile time, more than 100%"), layout

@@ -156,3 +156,18 @@ def test_replay_names_what_is_wrong_with_its_input(tmp_path, make, says):
 def test_the_readmes_replayed_summary_is_what_replay_prints():
     """The README shows a real GPU log's summary: replay's output is the same on every run, so it is compared exactly."""
     assert readme_block(begin=REPLAY_BEGIN, end=REPLAY_END) == replay_screen(), "stale: run python tests/readme_demo.py"
+
+
+def test_a_real_inductor_runs_text_says_why_its_self_shares_pass_100_right_under_the_phases(tmp_path):
+    """tests/data/cache-baseline-2.13: a cold inductor run on a CPU, its C++ builds in parallel, each counting its own
+    time: the shares add up to more than 100 %, and the line under the phase table says so with the sum."""
+    log = Path(__file__).parent / "data" / "cache-baseline-2.13" / "rank_0.log.gz"
+    res = run_cli("replay", str(log), "--json", str(tmp_path / "s.json"), env={"OTEL_TRACES_EXPORTER": "none"})
+    assert res.returncode == 0, res.stderr
+    text, summary = res.stdout, json.loads((tmp_path / "s.json").read_text())
+    self_pct = 100 * sum(p["self_s"] for p in summary["phases"]) / summary["wall_s"]
+    assert self_pct > 100
+    lines = text.splitlines()
+    note = lines.index(f"  (self % adds up to {self_pct:.0f}%: builds that ran in parallel each count their time)")
+    assert lines[note - 1].startswith("  (") and "more phases)" in lines[note - 1]  # right under the table
+    assert lines[note + 1] == "" and lines[note + 2].startswith("frames that cost most")
