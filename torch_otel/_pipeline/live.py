@@ -378,9 +378,10 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
     if settings.capture == "off":
         return None
     c = configure_providers(env, settings)
-    if c.local is not None and not (env.get("TORCH_OTEL_SUMMARY") or "").strip() and c.local.rank == 0:
-        settings = dataclasses.replace(settings, summary=("stderr",))  # nothing configured: the summary at exit
-        c.local.summary_on_stderr = True
+    if c.local is not None:
+        if not (env.get("TORCH_OTEL_SUMMARY") or "").strip() and c.local.rank == 0:
+            settings = dataclasses.replace(settings, summary=("stderr",))  # nothing configured: the summary at exit
+        c.local.summary_on_stderr = "stderr" in settings.summary  # the closing line points at it, whoever asked
     bridge = instrument(
         tracer_provider or c.tracer_provider,
         meter_provider or c.meter_provider,
