@@ -299,6 +299,8 @@ def shutdown(timeout_millis: int | None = None) -> None:
 
 
 _sigterm_installed = False
+_sigterm_handler: Callable[[int, Any], None] | None = None  # the handler flush_on_sigterm installed
+_sigterm_held = threading.local()  # .on: this thread blocked SIGTERM for the fork it is making
 
 
 def flush_on_sigterm() -> bool:
@@ -306,8 +308,9 @@ def flush_on_sigterm() -> bool:
 
     Installed only over the default disposition and from the main thread: a
     handler the application set is never replaced. Returns whether it was installed.
+    A forked child is born without it (:func:`_hold_sigterm_for_fork`).
     """
-    global _sigterm_installed
+    global _sigterm_installed, _sigterm_handler
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -325,8 +328,53 @@ def flush_on_sigterm() -> bool:
     except (ValueError, OSError) as exc:  # not the main interpreter, or no SIGTERM here
         record_error("SIGTERM handler", exc)
         return False
+    _sigterm_handler = on_sigterm
     _sigterm_installed = True
+    os.register_at_fork(before=_hold_sigterm_for_fork, after_in_parent=_release_sigterm, after_in_child=_default_sigterm_in_child)
     return True
+
+
+def _hold_sigterm_for_fork() -> None:
+    """Before a fork, while the bridge's SIGTERM handler is installed: block SIGTERM on the forking thread.
+
+    A forked child must die of SIGTERM at once, as it would without the bridge (:func:`_default_sigterm_in_child`
+    says why). The child inherits this thread's signal mask, so a SIGTERM sent before its after-fork hooks have
+    run (a pool's parent terminates a worker that has not been scheduled yet) waits, pending, instead of reaching
+    the parent's handler, and is delivered once the child has SIGTERM's default action back.
+    """
+    try:
+        if _sigterm_handler is not None and signal.getsignal(signal.SIGTERM) is _sigterm_handler:
+            _sigterm_held.on = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (ValueError, OSError) as exc:  # never fail a fork
+        record_error("SIGTERM mask before fork", exc)
+
+
+def _release_sigterm() -> None:
+    """After a fork, in the parent (and last in the child): SIGTERM's mask as it was before the fork."""
+    if getattr(_sigterm_held, "on", False):
+        _sigterm_held.on = False
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        except (ValueError, OSError) as exc:
+            record_error("SIGTERM mask after fork", exc)
+
+
+def _default_sigterm_in_child() -> None:
+    """A forked child gets SIGTERM's default action back: it dies at once, as it would without the bridge.
+
+    ``Pool.terminate()`` (and so the end of every ``with Pool(...)`` block) sends SIGTERM to each worker, then
+    joins it with no timeout. A Python handler runs only when the main thread is back in the interpreter; a
+    worker waiting for its next task blocks in ``sem_wait`` on the task queue's lock, and a signal that lands in
+    glibc's retry loop there (the parent takes that lock just before it signals, which wakes the waiters) never
+    interrupts it. The handler never runs, the worker never exits and the parent hangs in ``join()``. The child
+    needs no flush on SIGTERM: it exported each compile as it ended (``_flush_in_child``).
+    """
+    try:
+        if _sigterm_handler is not None and signal.getsignal(signal.SIGTERM) is _sigterm_handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError) as exc:  # never fail a fork
+        record_error("SIGTERM handler after fork", exc)
+    _release_sigterm()  # a SIGTERM that came before this is delivered now, with the default action
 
 
 def _after_fork_in_child() -> None:
