@@ -3,7 +3,9 @@
 Each test reads its commands out of the Markdown (a fenced ``sh`` block, a command in backticks) and runs them in a
 directory laid out like the checkout after the README's set-up: ``.venv`` (this test's environment) and ``tests``
 (the workloads the docs name). Where a doc's command holds a fixed port (9464, 19090), a test that runs beside
-others gives it a free port instead and says so; nothing else in the command is changed.
+others gives it a free port instead and says so; nothing else in the command is changed. A run with nothing
+configured serves /metrics on 9464, which other tests hold or expect free: here it gets any free port instead
+(OTEL_EXPORTER_PROMETHEUS_PORT=0, ANY_PORT).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from servers import http_get, require, wait_until
 from torch_otel._core.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+ANY_PORT = {"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}
 DECIMAL = re.compile(r"\d\.\d")  # a line with a time or a version in it: it differs from run to run
 
 
@@ -88,7 +91,7 @@ def test_the_caches_walkthrough_runs_as_written_and_prints_the_lines_the_doc_sho
     section = _section("docs/caches.md", "## A restarted job, as the run summary shows it")
     commands = _blocks(section, "sh")
     assert len(commands) == 1, commands
-    r = _bash(commands[0], _checkout(tmp_path), timeout=600)
+    r = _bash(commands[0], _checkout(tmp_path), ANY_PORT, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     runs = _summaries(r.stderr)
     assert len(runs) == 3, r.stderr[-4000:]
@@ -105,7 +108,7 @@ def test_recording_two_runs_and_diffing_them_runs_as_written_and_fails_the_gate(
     commands = _blocks(section, "sh")
     assert len(commands) == 1, commands
     assert "exits 4" in section and "runs/diff.html" in section
-    r = _bash(commands[0], _checkout(tmp_path))
+    r = _bash(commands[0], _checkout(tmp_path), ANY_PORT)
     assert r.returncode == 4, (r.stdout[-3000:], r.stderr[-3000:])
     page = tmp_path / "runs" / "diff.html"
     assert page.stat().st_size > 1000 and "<html" in page.read_text()[:500].lower()
