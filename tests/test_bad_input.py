@@ -106,6 +106,9 @@ def test_every_bad_variable_at_import_is_one_line_and_tracing_goes_on(tmp_path):
     assert r.returncode == 0 and "tensor([2.])" in r.stdout, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    # The bad port falls back to 9464, which another test's run may hold at this moment (tests run two at a time):
+    # then the bridge rightly says so in one more line, which is not about a bad variable.
+    ours = [ln for ln in ours if "cannot serve metrics on 127.0.0.1:9464 (Address already in use)" not in ln]
     assert len(ours) == len(bad), ours
     assert all(ln.startswith("torch-otel: WARNING: ") for ln in ours), ours
     for name in bad:
