@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import WORKLOADS, run_cli, run_python, torch_release
+from helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, torch_release
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -344,27 +344,41 @@ def test_outputs_are_bit_identical_and_torchs_counters_unchanged_with_counting_o
 
 
 def test_a_process_that_forks_has_each_child_count_its_own_calls(tmp_path):
+    """Each process's bridge counts the calls it made: the children's are not the parent's, and the parent's before
+    the fork are not the children's. Only the parent writes the spans of its compiles at exit; a child writes those of
+    the compiles it made itself (and, as for every forked child, no summary file)."""
+    spans = tmp_path / "spans.jsonl"
     proc = run_python(
         WORKLOAD,
         {
             "TORCH_OTEL_GRAPH_CALLS": "on",
             "TORCH_OTEL_SUMMARY": f"{tmp_path}/summary-{{pid}}.json",
+            "TORCH_OTEL_TRACES_FILE": str(spans),
             "OTEL_TRACES_EXPORTER": "none",
             "OTEL_METRICS_EXPORTER": "none",
-        },  # fmt: skip
+        },
         args=["fork"],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     parent = next(x for x in lines if "parent" in x)
+    children = {x["child"]: x for x in lines if "child" in x}
     first, second = parent["children"]
 
-    def calls(pid: int) -> dict[tuple[str, str], int]:
-        return _graphs(json.loads((tmp_path / f"summary-{pid}.json").read_text()))
+    def calls(part: dict[str, Any]) -> dict[tuple[str, str], int]:
+        return _graphs({"graph_calls": part})
 
-    assert calls(parent["parent"]) == {("0/0", "frame"): 7}  # 3 before the forks, 4 after: none of the children's
-    assert calls(first) == {("0/0", "frame"): 2}  # its own calls, not the 3 it inherited
-    assert calls(second) == {("0/0", "frame"): 5, ("0/1", "frame"): 1}  # and a graph it compiled itself
+    assert calls(parent["graph_calls"]) == {("0/0", "frame"): 7}  # 3 before the forks, 4 after: none of the children's
+    assert calls(children[first]["graph_calls"]) == {("0/0", "frame"): 2}  # its own calls, not the 3 it inherited
+    assert calls(children[second]["graph_calls"]) == {("0/0", "frame"): 5, ("0/1", "frame"): 1}  # and its own graph
+    assert _graphs(json.loads((tmp_path / f"summary-{parent['parent']}.json").read_text())) == {("0/0", "frame"): 7}
+
+    written = [
+        (int(s["attrs"]["torch.compile.graph.calls"]), s["attrs"]["torch.compile.graph.pass"])
+        for s in read_otlp_json_spans(spans)
+        if s["name"] == "torch.compile.graph_calls"
+    ]
+    assert sorted(written) == [(1, "forward"), (7, "forward")]  # the parent's 0/0, the second child's own 0/1
 
 
 def test_thousands_of_compiled_graphs_keep_at_most_the_bound_of_counters(tmp_path):

@@ -4,7 +4,8 @@
     python graph_calls.py train OUT       # a model with a graph break, 5 training steps (aot_eager); its outputs,
                                           # gradients, weights and torch's counters saved to OUT (torch.save)
     python graph_calls.py fork            # compile, call 3 times, fork two children (2 calls; 5 calls and a new
-                                          # shape once), then 4 more calls: each process's summary says its own
+                                          # shape once), then 4 more calls: each process prints the graph calls of
+                                          # its bridge's run summary (a forked child writes none at exit)
     python graph_calls.py shapes [dynamic]  # one function called for sizes 2, 3 and 4: 7, 1 and 3 times; a graph per
                                           # size, or with dynamic one graph for all
     python graph_calls.py many N          # N frames compiled and called twice each (GRAPH_CAP: the counters kept)
@@ -82,6 +83,13 @@ elif WHAT == "shapes":
     print(json.dumps({"calls": 11}), flush=True)
 
 elif WHAT == "fork":
+    from torch_otel._pipeline import live as _live
+
+    def own_calls() -> dict:
+        """This process's bridge's run summary: its compiles' graph calls, as it would write them."""
+        torch_otel.force_flush()
+        return _live._bridge.summary.to_dict()["graph_calls"]
+
     torch._dynamo.config.automatic_dynamic_shapes = False
     f = torch.compile(lambda x: x * 3 - 1, backend="eager")
     for _ in range(3):
@@ -97,7 +105,7 @@ elif WHAT == "fork":
                 f(torch.ones(2))
             if new_shape:
                 f(torch.ones(5))
-            print(json.dumps({"child": os.getpid()}), flush=True)
+            print(json.dumps({"child": os.getpid(), "graph_calls": own_calls()}), flush=True)
             sys.exit(0)
         children.append(pid)
     for pid in children:
@@ -105,7 +113,7 @@ elif WHAT == "fork":
         assert os.waitstatus_to_exitcode(status) == 0
     for _ in range(4):
         f(torch.ones(2))
-    print(json.dumps({"parent": os.getpid(), "children": children}), flush=True)
+    print(json.dumps({"parent": os.getpid(), "children": children, "graph_calls": own_calls()}), flush=True)
 
 elif WHAT == "many":
     n = int(sys.argv[2])

@@ -6,10 +6,14 @@ for each traced compile that a kind has late spans for, the root's ids and the k
 no phase tree), and at shutdown writes the kind's spans (``SpanView.write_late``) into the compile's own trace: a
 trace store shows them under the compile, and ``torch-otel diff`` reads them back (``SpanView.read_late``). A compile
 the sampler dropped has no trace, and gets none. Bounded: at most ``max_kept`` compiles.
+
+A forked child writes the spans of the compiles it made itself, not those it inherited: their traces are the
+parent's, whose spans say how often the parent ran them (as the run summary is the parent's alone).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -42,7 +46,8 @@ class LateSpans(Sink):
         self._views = tuple(
             (k.name, k.spans.write_late) for k in kinds_or_default(kinds) if k.spans is not None and k.spans.write_late
         )
-        self.kept: list[tuple[int, int, list[tuple[Callable[[Any], list[LateSpan]], Any]]]] = []
+        # (the process that kept it, the root's trace and span ids, each kind's writer and fact)
+        self.kept: list[tuple[int, int, int, list[tuple[Callable[[Any], list[LateSpan]], Any]]]] = []
         self.dropped = 0
         self._done = False
 
@@ -53,7 +58,7 @@ class LateSpans(Sink):
         if not facts:
             return
         if len(self.kept) < self.max_kept:
-            self.kept.append((record.trace_id, record.span_id, facts))
+            self.kept.append((os.getpid(), record.trace_id, record.span_id, facts))
         else:
             self.dropped += 1
 
@@ -68,7 +73,10 @@ class LateSpans(Sink):
                 record_error("late spans: before", exc)
         tracer = self.tracer
         with nullcontext() if own_ids(tracer) else private_random():
-            for trace_id, span_id, facts in self.kept:
+            pid = os.getpid()
+            for made_in, trace_id, span_id, facts in self.kept:
+                if made_in != pid:
+                    continue  # a forked child's inherited compile: the parent writes its spans
                 parent = trace.set_span_in_context(
                     trace.NonRecordingSpan(
                         trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(trace.TraceFlags.SAMPLED))
