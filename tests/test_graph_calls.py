@@ -446,11 +446,11 @@ def test_a_further_rank_serves_at_most_11_more_series_with_counting_on_whatever_
     assert (on.metric("other"), on.metric("other", "backward")) == (5 + 6 + 7, 5 + 6 + 7)
 
 
-def _shapes_run(tmp_path: Path, side: str, *args: str) -> None:
+def _shapes_run(tmp_path: Path, side: str, *args: str, counting: str = "on") -> None:
     proc = run_python(
         WORKLOAD,
         {
-            "TORCH_OTEL_GRAPH_CALLS": "on",
+            "TORCH_OTEL_GRAPH_CALLS": counting,
             "TORCH_OTEL_SUMMARY": f"stderr,{tmp_path}/{side}.json",
             "TORCH_OTEL_TRACES_FILE": str(tmp_path / f"{side}.jsonl"),
             "OTEL_TRACES_EXPORTER": "none",
@@ -494,3 +494,12 @@ def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_pa
         assert (
             "  scale (graph_calls.py:" in proc.stdout and "calls 11 -> 11, graphs 3 -> 1, ran at most once 1 -> 0" in proc.stdout
         )
+
+    # a side that did not count: no calls compared, from its summary or its traces (no graph_calls spans in them)
+    _shapes_run(tmp_path, "off", counting="off")
+    assert json.loads((tmp_path / "off.json").read_text())["graph_calls"] is None
+    for ext in ("json", "jsonl"):
+        out = tmp_path / f"diff-off-{ext}.json"
+        proc = run_cli("diff", str(tmp_path / f"off.{ext}"), str(tmp_path / f"new.{ext}"), "--json", str(out))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(out.read_text())["graph_calls"] is None and "graph calls" not in proc.stdout, ext

@@ -636,8 +636,8 @@ class CallsPart:
 
     def to_dict(self, facts: Mapping[str, Any]) -> Any:
         known = [cc for cc in self.kept if cc.calls() is not None]
-        if not self.kept:
-            return None  # no compile of this run had its calls counted (replay, or counting off)
+        if not known and not any(cc.uncounted for cc in self.kept):
+            return None  # no compile of this run had its calls counted (replay, counting off, a trace without them)
         all_s = num(facts.get("wall_s"))
         rows: dict[tuple[str, str], dict[str, Any]] = {}  # (id, kind) -> graph row, the ranks' calls added up
         frames: dict[FrameKey, list[tuple[str, str]]] = {}
