@@ -9,6 +9,7 @@ the ``torch.compile.graph_calls`` span written at exit under each compile's root
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -503,3 +504,24 @@ def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_pa
         proc = run_cli("diff", str(tmp_path / f"off.{ext}"), str(tmp_path / f"new.{ext}"), "--json", str(out))
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert json.loads(out.read_text())["graph_calls"] is None and "graph calls" not in proc.stdout, ext
+
+
+def test_the_summary_page_shows_each_graphs_calls_and_the_ones_that_never_paid_off(tmp_path):
+    """The live run's page (TORCH_OTEL_SUMMARY's .html), opened in headless Chromium: the graph calls section lists
+    each graph's calls, marks the one that ran once, and the recompiling frame shows its evidence."""
+    from test_report_html import CHROMIUM, _assert_clean, _open
+
+    if not CHROMIUM or not Path(CHROMIUM).exists():
+        pytest.skip("no chromium (apt-get install chromium, or set CHROMIUM=/path/to/chromium)")
+    from torch_otel._sinks.html import render_html
+
+    _shapes_run(tmp_path, "base")
+    page = _open(tmp_path, render_html(json.loads((tmp_path / "base.json").read_text())))
+    _assert_clean(page)
+    section = page.dom[page.dom.index("Graph calls: did compiling pay off") :]
+    assert "3 compiled graphs ran 11 times; 1 ran at most once" in section
+    rows = re.findall(
+        r"<tr( class=\"err\")?><td class=\"nw\">(0/\d)</td><td class=\"nw\">forward</td><td class=\"n\">(\d+)</td>", section
+    )
+    assert [(r[1], r[2], bool(r[0])) for r in rows] == [("0/0", "7", False), ("0/1", "1", True), ("0/2", "3", False)]
+    assert "evidence: graph 0/1 ran at most once and cost" in page.dom
