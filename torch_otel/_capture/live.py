@@ -304,11 +304,14 @@ class LiveCapture:
     def after_fork_in_child(self) -> None:
         """The parent's queued events are the parent's to report; the locks may be held by its threads. A child
         counts its own calls of the graphs it inherited."""
-        self.graphs.after_fork_in_child()
         self._pending.clear()
         self._drain_lock = threading.RLock()
         self._wake = threading.Event()
         self._worker = None
+        try:
+            self.graphs.after_fork_in_child()
+        except Exception as exc:  # noqa: BLE001 - never into the fork
+            record_error("graph calls after fork", exc)
 
     def _run_first_compile(self) -> None:
         callbacks, self._first_compile = self._first_compile, []

@@ -411,6 +411,8 @@ def _after_fork_in_child() -> None:
         return
     # The parent's compiles in flight are the parent's to report.
     b.capture.after_fork_in_child()
+    if b.pipeline.metrics is not None:
+        b.pipeline.metrics.after_fork_in_child()
     b.assembler._open.clear()
     b.assembler._lock = threading.RLock()
 

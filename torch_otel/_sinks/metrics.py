@@ -460,6 +460,10 @@ class CompileMetrics(Sink):
         self._rank_label = rank
         return rank
 
+    def after_fork_in_child(self) -> None:
+        """A forked child: the parent's threads may have held the sampled series' lock as it forked."""
+        self._sampled_lock = threading.Lock()
+
     def refresh(self) -> None:
         """Read the series the kinds sample from live state (each compiled graph's calls) into every backend: a
         gauge as it stands, a counter by its growth since the last read. Live capture calls it before each scrape,
