@@ -32,8 +32,6 @@ from helpers import WORKLOADS, assert_summary_is_the_spans, read_otlp_json_spans
 
 from torch_otel._sinks.summary import format_text
 
-pytest.importorskip("transformers")
-
 HF = ("gpt2", "gpt2_static", "gpt2_static_marked", "generate_static", "generate_dynamic", "two_models")
 HINTS = ("int", "dtype", "requires_grad")
 WIDTH = 100

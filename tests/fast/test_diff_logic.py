@@ -312,3 +312,24 @@ def test_each_new_miss_lists_the_reasons_of_its_own_cause() -> None:
         "config": ["inductor config size_asserts: True → False"],
         "not_in_cache": ["not in this cache: the same key was seen"],
     }
+
+
+def test_a_long_frame_name_is_cut_and_the_numbers_on_its_line_are_kept_whole() -> None:
+    """The name gives way, not the numbers: the frames table's counts and change, the reason's "expected 24, actual
+    32" (issue 42, item 8)."""
+    long = "a_function_whose_name_is_long_enough_to_fill_the_frames_column_of_the_screen"
+    sides = []
+    for s in (run(), run(shapes=5, scale=3)):
+        for rows in (s["frames"], s["recompiling_frames"]):
+            for f in rows:
+                if f["function"] == "fwd":
+                    f["function"] = long
+        sides.append(side(s))
+    lines = format_text(compare(sides[0], sides[1], ALL)).splitlines()
+    assert max(map(len, lines)) <= 100
+    (row,) = [ln for ln in lines if ln.startswith("  a_function_whose_name") and " -> " in ln and "recompiles" not in ln]
+    assert "…" in row and "(model.py:30)" in row and row.endswith(" 1 -> 5       1.000    15.000 +14.000 >+999%"), row
+    (new,) = [ln for ln in lines if ln.startswith("  new   size_mismatch in ")]
+    assert "…" in new and new.endswith("expected 16, actual 24"), new
+    (gate,) = [ln for ln in lines if "compile time grew" in ln and "a_function" in ln]
+    assert "…" in gate and gate.endswith("(model.py:30) compile time grew +14.00 s (>+999%)"), gate

@@ -95,6 +95,11 @@ def test_parallel_builds_each_count_in_cpp_compile_as_in_the_spans_the_summary_a
     assert run.span_s("compile_file") == pytest.approx(each, abs=1e-9)
     assert run.sample("torch_compile_phase_duration_seconds_sum", phase="cpp_compile") == pytest.approx(each, abs=1e-9)
     assert run.phase("compile_file")["total_s"] == pytest.approx(each) and run.phase("compile_file")["count"] == 3
+    # more self time than the 0.139 s of compile time: the line says why
+    lines = run.summary.format_text().splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("  compile_file")]
+    assert "compile_file (ran in parallel)" in line and line.endswith(f"{100 * run.phase('compile_file')['self_s'] / 0.139:.1f}%")
+    assert [ln for ln in lines if "(ran in parallel)" in ln] == [line]
     # not the 0.100 s of wall time they covered (20 to 120 ms); the compile waited for them 55 ms
     assert run.sample("torch_compile_phase_duration_seconds_sum", phase="kernel_compile_wait") == pytest.approx(0.055)
     assert run.sample("torch_compile_phase_duration_seconds_count", phase="cpp_compile") == 1  # one per compile

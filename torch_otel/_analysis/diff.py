@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._core.paths import in_installed_package
 from .._core.text import cut_middle, wrap
 from .recompiles import hint_lines, keeps_recompiling, limit_words
 
@@ -154,7 +155,8 @@ def where(fn: Any, path: Any, line: Any, call_site: Any = None) -> str:
     """``forward (model.py:32)``, as the run summary names a frame; a library's frame with the user's line that called
     it: ``wrapper (generic.py:1030) from train.py:42``."""
     b = _base(path)
-    site = f" from {call_site}" if isinstance(call_site, str) and call_site else ""
+    # a library's frame only: the user's own frame is named by its own line
+    site = f" from {call_site}" if isinstance(call_site, str) and call_site and in_installed_package(path) else ""
     return str(fn) if b is None else f"{fn} ({b}:{line if line is not None else '?'}){site}"
 
 
@@ -754,9 +756,15 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
             "total",
             [
                 f"compile time {t['base_s']:.3f} s -> {t['new_s']:.3f} s, {_secs(t['change_s'])} ({_pct_text(t['change_pct'])});"
-                f" compiles {t['base_compiles']} -> {t['new_compiles']}"
-                + (f"; not faster: {len(eager)} frame{'s' if len(eager) > 1 else ''} no longer compiled" if eager else "")
+                f" compiles {t['base_compiles']} -> {t['new_compiles']}",
+                # the time that fell is the work now done uncompiled, on every step: said on its own line, whole
+                *(
+                    [f"  not faster: {len(eager)} frame{'s' if len(eager) > 1 else ''} no longer compiled (in eager, above)"]
+                    if eager
+                    else []
+                ),
             ],
+            2 if eager else 1,
         )
     )
     name_w = w - 46
@@ -767,7 +775,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>5}"
         nums = f"{f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
         room = w - 3 - len(nums)  # the numbers are whole: the name takes what is left
-        label = _cut(row_where(f), room - len(tag)) + tag
+        label = cut_middle(row_where(f), room - len(tag), 24) + tag  # the file:line (and call site) kept
         lines.append(f"  {label:<{room}} {nums}")
     if len(lines) == 1:
         lines.append("  no frame changed")
@@ -858,7 +866,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
             lines = [_cut(f"gate: passed ({gate['conditions']})", w)]
         else:
             lines = [_cut(f"gate: FAILED, exit {gate['exit']} ({gate['conditions']})", w)]
-            lines += [_cut(f"  {x['text']}", w) for x in gate["failed"]]
+            lines += [cut_middle(f"  {x['text']}", w, 50) for x in gate["failed"]]  # its numbers are at its end
         secs.append(_sec("gate", lines, min(len(lines), 4)))
     else:
         fl = d.get("flags") or []

@@ -294,9 +294,9 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                 Hint(
                     line,
                     None,
-                    f"torch specializes sizes 0 and 1, and dim {dim} of '{name}' took {'0' if '0' in values else '1'}: each "
-                    "call with that size compiles a graph of its own, which torch keeps. Marking the dimension dynamic "
-                    "would raise ConstraintViolationError" + _NO_HINT,
+                    f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {'0' if '0' in values else '1'}): a call "
+                    "with that size compiles its own graph; marking the dimension dynamic would raise "
+                    "ConstraintViolationError" + _NO_HINT,
                     "none",
                     DYNAMIC_SHAPES_URL,
                 )
@@ -666,7 +666,7 @@ def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[s
         if first.get("link"):
             out.append(cut(f"{indent}  {first['link']}", width))
     else:
-        out.extend(wrap(f"{indent}no hint: {first.get('why')}", width, 2, indent + "  "))
+        out.extend(wrap(f"{indent}no hint: {first.get('why')}", width, 3, indent + "  "))
     return out
 
 

@@ -93,7 +93,7 @@ def _where(fn: str, path: str | None, line: int | None, call_site: str | None = 
     from train.py:42``."""
     if path is None:
         return fn
-    site = f" from {call_site}" if call_site else ""
+    site = f" from {call_site}" if call_site and in_installed_package(path) else ""  # a library's frame only
     return f"{fn} ({os.path.basename(path)}:{line if line is not None else '?'}){site}"
 
 
@@ -504,14 +504,14 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     out.append("")
     out.append(f"{'frames that cost most (compiles: with their backwards)':<{name_w}} {'compiles':>8} {'total s':>10}")
     for f in facts["frames"][:5]:
-        out.append(f"  {_cut(_row_where(f), name_w - 2):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}")
+        out.append(f"  {cut_middle(_row_where(f), name_w - 2, 24):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}")
     out.append("")
     out.append("slowest compiles")
     for c in facts["slowest"][:5]:
         mark = "  FAILED" if c["status"] == "error" else ""
         rank = f" rank {c['rank']}" if "rank" in c else ""
         out.append(
-            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {_cut(_row_where(c), w - 34 - len(rank) - len(mark))}{rank}{mark}"
+            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {cut_middle(_row_where(c), w - 34 - len(rank) - len(mark), 24)}{rank}{mark}"
         )
     rc = facts["recompiles"]
     out.append("")
