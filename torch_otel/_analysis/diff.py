@@ -772,7 +772,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     lines = [f"{'frames (compiles: with their backwards)':<{name_w}} {'compiles':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
     for f in fr:
         tag = " (new)" if f["status"] == "new" else " (gone)" if f["status"] == "gone" else ""
-        ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>5}"
+        ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>6}"
         nums = f"{f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
         room = w - 3 - len(nums)  # the numbers are whole: the name takes what is left
         label = cut_middle(row_where(f), room - len(tag), 24) + tag  # the file:line (and call site) kept
@@ -840,7 +840,8 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     lines[0] += f"; misses {c['misses']['base']} -> {c['misses']['new']}" if rates else ""
     for x in c["new_misses"]:
         why = f": {x['reasons'][0]}" if x.get("reasons") else ""
-        lines.append(cut_middle(f"  new misses  {x['cache']} {x['cause']} {x['base']} -> {x['new']}{why}", w))
+        # the counts and the change lead; what it was compared with ("against 0/0 in the base run") may be cut
+        lines.append(_cut(f"  new misses  {x['cache']} {x['cause']} {x['base']} -> {x['new']}{why}", w))
     secs.append(_sec("cache", [_cut(x, w) for x in lines], 2))
     lines = []
     for x in d["recompiling_frames"]:

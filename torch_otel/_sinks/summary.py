@@ -547,13 +547,18 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
             out.extend(kind.summary.text(facts, w))
     fl = facts["failures"]
     types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
+    # frames, where the summary lists them (an older summary has the compiles that left their frame in eager only)
     eager_frames = facts.get("eager_frames")
-    frames_in_eager = f" ({len(eager_frames)} frame{'s' if len(eager_frames) != 1 else ''})" if eager_frames else ""
+    n = facts["eager_fallbacks"]
+    in_eager = (
+        f"frames left in eager: {len(eager_frames)}" + (f" ({n} compiles)" if n != len(eager_frames) else "")
+        if isinstance(eager_frames, list)
+        else f"compiles that left a frame in eager: {n}"
+    )
     out.append(
         f"failures: {fl['total']}"
         + (f" ({types})" if types else "")
-        + f"; recompile-limit hits: {facts['recompile_limit_hits']}; compiles that left a frame in eager: "
-        + f"{facts['eager_fallbacks']}{frames_in_eager}"
+        + f"; recompile-limit hits: {facts['recompile_limit_hits']}; {in_eager}"
     )
     rt = facts.get("runtime") or {}
     if rt.get("records"):
