@@ -77,7 +77,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     xdg = tmp / "xdg-cache"  # where the copy of the key index is kept, outside the cache directory
     got: dict[str, Any] = {"tmp": tmp, "cache": cache, "xdg": xdg}
 
-    def scenario(name: str, mode: str) -> None:
+    def scenario(name: str, mode: str, cache: Path = cache, xdg: Path = xdg, extra: dict[str, str] | None = None) -> None:
         out = tmp / name
         env = {
             "TORCHINDUCTOR_CACHE_DIR": str(cache),
@@ -86,6 +86,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "TORCH_TRACE": str(out / "trace"),
             "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
             **spans_to_file(out / "spans.jsonl"),
+            **(extra or {}),
         }
         index = cache / "torch-otel" / "keys-rank0.json"
         kept = list(xdg.glob("torch-otel/cache-keys/*/keys-rank0.json"))
@@ -135,6 +136,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     scenario("print_in_loop", "print_in_loop")
     shutil.rmtree(cache)
     scenario("wiped", "warm")
+    # Autocast turned on (bf16), with torch's AOTAutograd key parts logged (its autograd_cache logger at DEBUG), on a
+    # directory of its own: the run before it, then the same step under autocast.
+    parts = {"TORCH_LOGS": "+torch._functorch._aot_autograd.autograd_cache"}
+    scenario("autocast_base", "warm", tmp / "autocast-cache", tmp / "autocast-xdg", parts)
+    scenario("bf16", "bf16", tmp / "autocast-cache", tmp / "autocast-xdg", parts)
     return got
 
 
@@ -539,3 +545,25 @@ def test_saved_by_hits_is_torchs_record_on_the_roots_and_named_on_the_line(runs)
     from torch_otel._sinks.summary import format_text
 
     assert "(torch's remote_cache_time_saved_s)" in format_text(warm["summary"])
+
+
+def test_autocast_leads_where_torchs_key_records_it_live_and_on_replay(runs, tmp_path):
+    """The step under autocast (bf16): the AOTAutograd key names autocast (its parts logged); the FX graphs it
+    compiled lead with it, their code and the backward's inputs listed after it, as what followed. Replay, given the
+    run before as baseline, says the same."""
+    run = runs["bf16"]
+    misses = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    c = run["counters"]
+    assert len(misses) == c["inductor"]["fxgraph_cache_miss"] + c["aot_autograd"]["autograd_cache_miss"] == 3
+    assert {lk["miss_cause"] for lk in misses} == {"config"}, misses
+    (aot,) = [lk for lk in misses if lk["name"] == "aot_autograd"]
+    assert aot["miss_changes"][0] == "autocast on cpu turned on (torch.bfloat16)", aot
+    fx = [lk for lk in misses if lk["name"] == "fx_graph"]
+    for lk in fx:
+        assert lk["miss_changes"][0] == "autocast on cpu turned on (torch.bfloat16), in its AOTAutograd key", lk
+        assert lk["miss_changes"][1].startswith("graph code changed"), lk
+    (bwd,) = [lk for lk in fx if lk.get("backward")]
+    assert bwd["miss_changes"][1].startswith("graph code changed (and with it ")
+    assert run["summary"]["caches"]["misses_by_cause"] == {"config": 3}
+    replayed = _replay(run["out"] / "trace", tmp_path, runs["autocast_base"]["out"] / "trace")
+    assert _causes(_lookups(replayed["spans"])) == _causes(misses)

@@ -43,6 +43,10 @@ def test_autocast_in_an_aotautograd_key_is_named_as_autocast() -> None:
     new = [Component("autocast_state", "h2", "{'cpu': torch.bfloat16}"), Component("grad_enabled", "g", "True")]
     ((words, cls, name),) = compare(new, old)
     assert (words, cls, name) == ("autocast: {'cpu': None} → {'cpu': torch.bfloat16}", "config", "autocast_state")
+    # torch 2.13 keys it per device, present only where autocast is on
+    on = compare([Component("autocast_state[cpu]", "h", "torch.bfloat16")], [])
+    off = compare([], [Component("autocast_state[cpu]", "h", "torch.bfloat16")])
+    assert [w for w, _, _ in on + off] == ["autocast on cpu turned on (torch.bfloat16)", "autocast on cpu turned off"]
 
 
 def test_a_changed_graph_leads_the_inputs_that_follow_from_it() -> None:

@@ -110,6 +110,15 @@ def _describe(name: str, old: Component | None, new: Component | None, versions:
         shown = f"inductor config {name[len('inductor_config[') : -1]}"
     elif name.startswith("fx_kwargs[") and name.endswith("]"):
         shown = f"compile argument {name[len('fx_kwargs[') : -1]}"
+    if name.split("[", 1)[0] == "autocast_state":  # AOTAutograd's key: autocast's dtype per device (absent: off)
+        device = name[len("autocast_state[") : -1] if name.startswith("autocast_state[") else ""
+        on = f" on {device}" if device else ""
+        if old is None or new is None:
+            text = f" ({new.text})" if new is not None and new.text else ""
+            return f"autocast{on} turned {'on' if old is None else 'off'}{text}"
+        if old.text is not None and new.text is not None:
+            return f"autocast{on}: {old.text} → {new.text}"
+        return f"autocast{on} changed"
     if old is None or new is None:
         return f"{shown} {'added' if old is None else 'removed'}"
     if cls == "versions" and name == "torch_version":
@@ -121,12 +130,6 @@ def _describe(name: str, old: Component | None, new: Component | None, versions:
         return "system changed (device, driver or triton)"
     if cls == "graph":
         return "graph code changed"
-    if name == "autocast_state":
-        return (
-            f"autocast: {old.text or '{}'} → {new.text or '{}'}"
-            if old.text is not None and new.text is not None
-            else "autocast changed"
-        )
     if cls == "inputs" and name.startswith("example_inputs["):
         index = name[len("example_inputs[") : -1]
         a, b = _tensor_fields(old.text), _tensor_fields(new.text)
@@ -220,6 +223,8 @@ class KeyHistory:
         # (rank, compile id) -> the cause of its forward FX graph's miss: a backward whose forward's code changed
         # (and not its inputs) takes other inputs because of it
         self._forward_cause: OrderedDict[tuple[int | None, str], str] = OrderedDict()
+        # (rank, compile id) -> the autocast change its AOTAutograd key named: (words, class, component)
+        self._forward_autocast: OrderedDict[tuple[int | None, str], tuple[str, str, str]] = OrderedDict()
 
     def _add_baseline(self, baseline: Iterable[KeySeen]) -> None:
         for seen in baseline:
@@ -255,6 +260,13 @@ class KeyHistory:
                     while len(self._forward_cause) > self.max_keys:
                         self._forward_cause.popitem(last=False)
             _borrow_fx_causes(lookups, explained)
+            # a backward's lookups hold no AOTAutograd lookup: its forward's says whether autocast changed
+            lead = _autocast_leads(lookups, explained, self._forward_autocast.get((rec.rank, rec.id_str)))
+            if lead is not None:
+                self._forward_autocast[(rec.rank, rec.id_str)] = lead
+                self._forward_autocast.move_to_end((rec.rank, rec.id_str))
+                while len(self._forward_autocast) > self.max_keys:
+                    self._forward_autocast.popitem(last=False)
             for lk in lookups:
                 if lk.key:
                     self._remember(lk, rec.compile_id, rec.rank, version)
@@ -395,6 +407,37 @@ def _borrow_fx_causes(lookups: Sequence[CacheLookupEvent], explained: list[Expla
                 ("other",),
                 e.against,
             )
+
+
+def _autocast_leads(
+    lookups: Sequence[CacheLookupEvent], explained: list[Explanation | None], lead: tuple[str, str, str] | None = None
+) -> tuple[str, str, str] | None:
+    """Autocast changed, as the compile's AOTAutograd key says (torch lists its parts where its autograd_cache logger
+    is at DEBUG), else as ``lead`` (a backward: its forward's key): the FX graphs it compiled changed because of it
+    (autocast casts inside the graph, and the backward's inputs change dtype). Their misses lead with it; their own
+    changes follow. Returns the change, where there is one."""
+    for lk, e in zip(lookups, explained, strict=True):
+        if lk.cache == "aot_autograd" and e is not None:
+            own = [
+                (w, c, n) for w, c, n in zip(e.changes, e.classes, e.components, strict=False) if n.startswith("autocast_state")
+            ]
+            if own:
+                lead = own[0]
+                break
+    if lead is None:
+        return None
+    words, cls, name = lead
+    for i, (lk, e) in enumerate(zip(lookups, explained, strict=True)):
+        if lk.cache == "fx_graph" and e is not None and e.cause in ("graph", "inputs"):
+            explained[i] = Explanation(
+                cls,
+                (f"{words}, in its AOTAutograd key", *e.changes),
+                (cls, *e.classes),
+                e.against,
+                e.more,
+                (name, *e.components),
+            )
+    return lead
 
 
 # -- compiles served from torch's portable "mega-cache" (torch.compiler.load_cache_artifacts) ----------------------
