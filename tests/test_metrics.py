@@ -306,7 +306,7 @@ def test_metrics_endpoint_binds_loopback_by_default():
     from torch_otel._otel.exposition import start_prometheus_server
 
     started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, CollectorRegistry())
-    assert started is not None
+    assert not isinstance(started, str), started
     server, port = started
     try:
         assert server.server_address[0] == "127.0.0.1"

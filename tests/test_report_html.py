@@ -356,7 +356,10 @@ def test_a_replayed_gpu_logs_page_renders_its_chart(tmp_path: Path) -> None:
 NOWRAP_PROBE = """<script>
 (function () {
   function lines(td) { var r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length; }
-  var cell = document.querySelector("td.nw"), other = cell.parentElement.querySelector("td:not(.nw):not(.n)");
+  var slowest = Array.prototype.filter.call(document.querySelectorAll("#tables > section"), function (s) {
+    return s.querySelector("h2").textContent === "Slowest compiles";
+  })[0];
+  var cell = slowest.querySelector("td.nw"), other = cell.parentElement.querySelector("td:not(.nw):not(.n)");
   document.body.dataset.nowrap = JSON.stringify({id: cell.textContent, idLines: lines(cell), frameLines: lines(other)});
 })();
 </script></body>"""
@@ -430,3 +433,142 @@ def test_no_chart_box_covers_another_or_its_label(tmp_path: Path) -> None:
     probe = json.loads(page.body["data-boxes"])
     assert probe["n"] > 10 and probe["labelled"] > 3, probe
     assert probe["bad"] == [], probe
+
+
+LAYOUT_PROBE = """<script>
+(function () {
+  function text(e) { return e ? e.textContent : null; }
+  var tiles = Array.prototype.map.call(document.querySelectorAll("#tiles .card"), function (c) {
+    return {value: text(c.querySelector("b")), label: text(c.querySelector("span")), cache: c.classList.contains("cache")};
+  });
+  var more = document.getElementById("more-phases");
+  var firstCache = document.querySelector("#tiles .card.cache");
+  document.body.dataset.layout = JSON.stringify({
+    title: document.title,
+    tiles: tiles,
+    cacheTileAboveChart: !!firstCache && firstCache.getBoundingClientRect().bottom <= document.getElementById("chart").getBoundingClientRect().top,
+    shownPhases: Array.prototype.map.call(document.querySelectorAll("#phases tbody tr"), function (r) { return r.cells[0].textContent; }),
+    phaseHeader: Array.prototype.map.call(document.querySelectorAll("#phases thead th"), text),
+    more: more ? {summary: text(more.querySelector("summary")), open: more.open, rows: more.querySelectorAll("tbody tr").length} : null,
+    over100: text(document.getElementById("phases-over-100")),
+    sections: Array.prototype.map.call(document.querySelectorAll("#tables > section > h2"), text),
+    recompiling: Array.prototype.map.call(document.querySelectorAll("#tables h3"), text)
+  });
+})();
+</script></body>"""
+
+
+def _layout(tmp_path: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    page = _open(tmp_path, render_html(summary).replace("</body>", LAYOUT_PROBE))
+    _assert_clean(page)
+    layout: dict[str, Any] = json.loads(page.body["data-layout"])
+    return layout
+
+
+def test_the_page_leads_with_cache_tiles_and_folds_the_phases_that_carry_no_time(tmp_path: Path) -> None:
+    """Issue 43: an inductor run lists about 60 phases, most at 0.0 %, and its self times add up to more than the wall
+    time (parallel kernel builds, each counted). The page shows the phases that carry time, folds the rest under one
+    line, says what its percentages are of and why they pass 100 %, and has tiles for the caches at the top."""
+    summary = _sample()
+    wall = summary["wall_s"]
+    # the sample's 16 phases (their self times sum to 120 % of the wall time), and 44 more that carry almost none
+    summary["phases"] += [{"name": f"tiny_phase_{i}", "count": 1, "total_s": 0.0004, "self_s": 0.0004} for i in range(44)]
+    summary["caches"] = {
+        "miss_cost_s": 12.5,
+        "load_s": 1.25,
+        "saved_s": 20.25,
+        "hit_rate": {"fx_graph": {"hits": 3, "misses": 1, "rate": 0.75}, "aot_autograd": {"hits": 0, "misses": 2, "rate": 0}},
+        "misses": 3,
+        "misses_by_cause": {"config": 3},
+        "top_reasons": [{"cache": "fx_graph", "reason": "inductor config size_asserts: True → False", "count": 1}],
+    }
+    layout = _layout(tmp_path, summary)
+    cache_tiles = [(t["value"], t["label"]) for t in layout["tiles"] if t["cache"]]
+    assert cache_tiles == [
+        ("0.0%", "aot_autograd cache hit rate (0 of 2 lookups)"),
+        ("75.0%", "fx_graph cache hit rate (3 of 4 lookups)"),
+        ("12.5 s", "cold work: compiles a warm cache would skip"),
+        ("20.3 s", "saved by cache hits (torch's record)"),
+    ], layout["tiles"]
+    labels = [t["label"] for t in layout["tiles"]]
+    assert labels.index("aot_autograd cache hit rate (0 of 2 lookups)") == 2  # right after the compiles and their time
+    assert layout["cacheTileAboveChart"]
+    shown = layout["shownPhases"]
+    by_self = sorted(summary["phases"], key=lambda p: -p["self_s"])
+    carrying = [p["name"] for p in by_self if p["self_s"] >= 0.01 * wall]
+    assert shown == carrying[: len(shown)] and 3 <= len(shown) <= 12, shown
+    assert not [n for n in shown if n.startswith("tiny_phase")]
+    more = layout["more"]
+    assert more is not None and not more["open"] and more["rows"] == 60 - len(shown), more
+    assert more["summary"].startswith(f"{60 - len(shown)} more phases, each under 1% of the compile time: "), more
+    assert layout["phaseHeader"][-1] == "self, % of compile time"
+    self_pct = 100 * sum(p["self_s"] for p in summary["phases"]) / wall
+    assert layout["over100"].startswith(f"These shares add up to {self_pct:.1f}% of the compile time, more than 100%"), layout
+    sections = layout["sections"]
+    assert sections.index("Cold and warm starts") == 2 and sections.index("Cache lookups") == len(sections) - 1, sections
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path: Path) -> None:
+    summary = _sample() | {"compiles": 1, "recompile_limit_hits": 1, "eager_fallbacks": 1, "cache": []}
+    summary["recompiles"] = {"total": 1, "by_category": {"size_mismatch": 1}, "top_reasons": []}
+    summary["graph_breaks"] = {"total": 0, "by_code": []}
+    summary["failures"] = {"total": 1, "by_type": {"Unsupported": 1}}
+    summary["phases"] = [{"name": "bytecode_tracing", "count": 1, "total_s": 0.5, "self_s": 0.5}]
+    summary["recompiling_frames"] = [
+        {"function": "f", "file": "t.py", "line": 3, "recompiles": 1, "limit": 8, "cache_entries": 2, "left_before_limit": 6}
+    ]
+    layout = _layout(tmp_path, summary)
+    labels = {t["label"]: t["value"] for t in layout["tiles"]}
+    for label, value in (
+        ("compile", "1"),
+        ("recompile", "1"),
+        ("graph breaks", "0"),
+        ("failure", "1"),
+        ("recompile-limit hit", "1"),
+        ("frame left in eager", "1"),
+        ("cache lookups (inductor's and AOTAutograd's caches were not asked)", "none"),
+    ):
+        assert labels.get(label) == value, (label, layout["tiles"])
+    assert layout["title"] == f"torch.compile run summary ({summary['source']}, 1 compile)"
+    assert layout["recompiling"] == ["f (t.py:3): 1 recompile, 2 of 8 compiles, 6 more before eager"], layout["recompiling"]
+    assert layout["more"] is None and layout["over100"] is None  # one phase: nothing folded, nothing over 100 %
+
+
+def test_a_real_inductor_logs_page_leads_with_its_caches_and_says_why_its_shares_pass_100(tmp_path: Path) -> None:
+    """A real cold inductor run (tests/data/cache-baseline-2.13: C++ builds on a CPU, 57 phases, its self times 106 %
+    of its compile time), replayed to JSON by the command as a user runs it, then rendered as the page."""
+    log = Path(__file__).parent / "data" / "cache-baseline-2.13" / "rank_0.log.gz"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch_otel",
+            "replay",
+            str(log),
+            "-o",
+            str(tmp_path / "s.jsonl"),
+            "--json",
+            str(tmp_path / "s.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    wall, phases = summary["wall_s"], summary["phases"]
+    self_pct = 100 * sum(p["self_s"] for p in phases) / wall
+    assert len(phases) > 40 and self_pct > 100, (len(phases), self_pct)  # what the issue saw on inductor runs
+    layout = _layout(tmp_path, summary)
+    cache_tiles = [(t["value"], t["label"]) for t in layout["tiles"] if t["cache"]]
+    assert cache_tiles[:2] == [
+        ("0.0%", "aot_autograd cache hit rate (0 of 1 lookup)"),
+        ("0.0%", "fx_graph cache hit rate (0 of 2 lookups)"),
+    ], layout["tiles"]
+    assert cache_tiles[2] == (f"{summary['caches']['miss_cost_s']:.1f} s", "cold work: compiles a warm cache would skip")
+    assert layout["cacheTileAboveChart"]
+    carrying = [p["name"] for p in sorted(phases, key=lambda p: -p["self_s"]) if p["self_s"] >= 0.01 * wall]
+    assert layout["shownPhases"] == carrying and len(carrying) < 12, layout["shownPhases"]  # compile_file, codegen, ...
+    assert layout["more"]["rows"] == len(phases) - len(carrying) and not layout["more"]["open"], layout["more"]
+    assert layout["over100"].startswith(f"These shares add up to {self_pct:.1f}% of the compile time, more than 100%"), layout

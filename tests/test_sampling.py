@@ -64,6 +64,26 @@ def test_a_further_rank_keeps_only_its_recompiles_and_failures_and_counts_the_re
     assert registry.get_sample_value("torch_compile_compiles_total", {"rank": "1", "kind": "frame", "status": "ok"}) == 2
 
 
+def test_with_traces_off_no_compile_counts_as_not_sampled_and_a_sampler_that_drops_one_does():
+    """torch_otel_compiles_not_sampled_total counts what a sampler dropped, which a user can act on (lower the sampling);
+    with no tracer provider at all (traces off, OTEL_TRACES_EXPORTER=none) no trace was to be made: nothing counts."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    for provider, dropped in ((None, 0), (TracerProvider(sampler=ALWAYS_OFF), 1)):
+        registry = CollectorRegistry()
+        before = sum(not_sampled().values())
+        torch_otel.instrument(provider, registry=registry)  # None: the global provider, which nobody set (traces off)
+        try:
+            torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.randn(3))
+            torch_otel.force_flush()
+            assert sum(not_sampled().values()) - before == dropped, provider
+            compiled = registry.get_sample_value("torch_compile_compiles_total", {"rank": "0", "kind": "frame", "status": "ok"})
+            assert compiled == 1  # the metrics count the compile either way
+        finally:
+            torch_otel.uninstrument()
+            torch._dynamo.reset()
+
+
 def test_slow_compiles_of_any_rank_are_kept():
     sampler = RankSampler("0", slow_factor=3.0, slow_min_s=1.0)
 

@@ -42,7 +42,8 @@ def test_a_replayed_gpu_logs_summary_is_the_sum_of_its_spans_on_one_screen(tmp_p
     assert_summary_is_the_spans(summary, spans)
     screen = _screen(res.stdout)
     assert len(screen) <= 45 and max(len(ln) for ln in screen) <= 100, "\n".join(screen)
-    assert f"{summary['compiles']} compiles" in screen[0] and f"{summary['wall_s']:.2f} s compiling" in screen[0]
+    n = summary["compiles"]
+    assert f"{n} compile{'' if n == 1 else 's'} (" in screen[0] and f"{summary['wall_s']:.2f} s compiling" in screen[0]
     top = summary["phases"][0]
     assert re.search(
         rf"^  {re.escape(top['name'])} +{top['count']} +{top['total_s']:.3f} +{top['self_s']:.3f}", "\n".join(screen), re.M
@@ -102,7 +103,7 @@ def test_a_summary_destination_that_cannot_be_written_is_one_line_and_the_run_su
     assert any(f"cannot write the run summary to {blocker}/s.txt" in ln for ln in ours)
     assert any("only {rank} and {pid} placeholders" in ln for ln in ours)
     assert "Traceback" not in res.stderr
-    assert "torch.compile run summary (live): 1 compiles (1 frame)" in res.stderr  # the destinations that work still do
+    assert "torch.compile run summary (live): 1 compile (1 frame)" in res.stderr  # the destinations that work still do
 
 
 def test_past_its_bounds_the_picture_folds_compiles_and_the_totals_stay_exact(tmp_path):
@@ -155,3 +156,18 @@ def test_replay_names_what_is_wrong_with_its_input(tmp_path, make, says):
 def test_the_readmes_replayed_summary_is_what_replay_prints():
     """The README shows a real GPU log's summary: replay's output is the same on every run, so it is compared exactly."""
     assert readme_block(begin=REPLAY_BEGIN, end=REPLAY_END) == replay_screen(), "stale: run python tests/readme_demo.py"
+
+
+def test_a_real_inductor_runs_text_says_why_its_self_shares_pass_100_right_under_the_phases(tmp_path):
+    """tests/data/cache-baseline-2.13: a cold inductor run on a CPU, its C++ builds in parallel, each counting its own
+    time: the shares add up to more than 100 %, and the line under the phase table says so with the sum."""
+    log = Path(__file__).parent / "data" / "cache-baseline-2.13" / "rank_0.log.gz"
+    res = run_cli("replay", str(log), "--json", str(tmp_path / "s.json"), env={"OTEL_TRACES_EXPORTER": "none"})
+    assert res.returncode == 0, res.stderr
+    text, summary = res.stdout, json.loads((tmp_path / "s.json").read_text())
+    self_pct = 100 * sum(p["self_s"] for p in summary["phases"]) / summary["wall_s"]
+    assert self_pct > 100
+    lines = text.splitlines()
+    note = lines.index(f"  (self % adds up to {self_pct:.0f}%: builds that ran in parallel each count their time)")
+    assert lines[note - 1].startswith("  (") and "more phases)" in lines[note - 1]  # right under the table
+    assert lines[note + 1] == "" and lines[note + 2].startswith("frames that cost most")

@@ -13,7 +13,7 @@ import sys
 TYPE_CHECKING = False  # typing is not imported on `torch-otel run`'s path
 if TYPE_CHECKING:
     import argparse
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +36,13 @@ def _parse_and_dispatch(argv: list[str]) -> int:
             print(version_line())
             parser.exit()
 
-    parser = argparse.ArgumentParser(prog="torch-otel", description="OpenTelemetry for torch.compile")
+    class Parser(argparse.ArgumentParser):
+        """A bad argument is one line naming it, and exit 2 (argparse alone prints its whole usage first)."""
+
+        def error(self, message: str) -> NoReturn:
+            self.exit(2, f"{self.prog}: {message}; see {self.prog} --help\n")
+
+    parser = Parser(prog="torch-otel", description="OpenTelemetry for torch.compile")
     parser.add_argument("--version", action=Version, help="print torch-otel's and torch's versions, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     defaults = argparse.ArgumentDefaultsHelpFormatter
@@ -50,8 +56,8 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         formatter_class=defaults,
     )
     demo.add_argument("--traces-file", default="torch-otel-demo.jsonl", help="OTLP-JSON file for the spans")
-    demo.add_argument("--metrics-port", type=int, default=9464, help="local /metrics port (0: any free port)")
-    demo.add_argument("--serve", type=float, default=0.0, help="keep /metrics up this many seconds after the run")
+    demo.add_argument("--metrics-port", type=_port, default=9464, help="local /metrics port (0: any free port)")
+    demo.add_argument("--serve", type=_seconds, default=0.0, help="keep /metrics up this many seconds after the run")
     demo.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, eager, inductor)")
     demo.add_argument("--all-phases", action="store_true", help="show every phase in the trees, those under 1 ms too")
     demo.add_argument("--html", metavar="PATH", help="also write the run's compile-time page (icicle chart and tables)")
@@ -66,8 +72,9 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         "replay",
         help="replay TORCH_TRACE logs into traces (and metrics)",
         description="Turns TORCH_TRACE logs (tlparse's input) into the same spans and metrics as live capture, "
-        "exported per the OTEL_* settings or written to a file; prints a summary. Exit: 0 done, 1 nothing parsed, "
-        "2 a missing path, 3 spans not exported.",
+        "exported per the OTEL_* settings or written to a file; prints a summary. Every path, argument and OTLP setting "
+        "is checked before the replay starts. Exit: 0 done, 1 nothing parsed, 2 a missing path or an argument or "
+        "setting it cannot use, 3 spans not exported to a collector you named.",
     )
     rep.add_argument("paths", nargs="+", metavar="PATH", help="a TORCH_TRACE log, a .gz of one, or a TORCH_TRACE directory")
     rep.add_argument("--output", "-o", help="write spans as OTLP-JSON lines to this file instead of exporting per OTEL_*")
@@ -109,8 +116,9 @@ def _parse_and_dispatch(argv: list[str]) -> int:
         "file:line) and per phase; graph breaks, recompile categories, failures and recompile-limit hits new or gone; "
         "cache hit rates and the cause of each new miss; each rank of a job; and the frames that keep recompiling, "
         "with the fix. Each side is a TORCH_TRACE log or directory, a run summary's JSON, or an OTLP-JSON traces file "
-        "(docs/diff.md). Exit: 0 done (the gate passed), 1 a side could not be read, 2 a missing path or a bad "
-        "--fail-on, 4 the gate failed.",
+        "(docs/diff.md). --json and --html are checked before either side is read. Exit: 0 done (the gate passed), "
+        "1 a side could not be read, 2 a missing path, an output that cannot be written or a bad --fail-on, 4 the gate "
+        "failed.",
     )
     dif.add_argument("base", metavar="BASE", help="the run to compare against (e.g. the main branch's)")
     dif.add_argument("new", metavar="NEW", help="the run to compare")
@@ -164,6 +172,33 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     return 2
 
 
+def _port(raw: str) -> int:
+    """``--metrics-port``: a TCP port, 0 to 65535 (0: any free one)."""
+    import argparse
+
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a port; use 0 to 65535 (0: any free port)")
+    return port
+
+
+def _seconds(raw: str) -> float:
+    """``--serve``: a number of seconds, 0 or more."""
+    import argparse
+    import math
+
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds; use 0 or more")
+    return seconds
+
+
 def version_line() -> str:
     """``torch-otel 0.2.0 (torch 2.13.0+cpu: a tested release; tested: torch >= 2.10, < 2.16)``, without importing torch."""
     from ._version import SUPPORTED_TORCH, __version__, torch_version
@@ -192,7 +227,17 @@ def _doctor(json_path: str | None) -> int:
     """Each attach point, and whether this torch has it; exit 1 when a row this torch should have is missing."""
     import json
 
-    import torch
+    from ._core.paths import check_writable
+
+    problem = check_writable(json_path, "--json") if json_path else None
+    if problem:
+        print(f"torch-otel doctor: {problem}", file=sys.stderr)
+        return 2
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"torch-otel doctor: torch cannot be imported ({exc}); install the torch you run", file=sys.stderr)
+        return 2
 
     from ._capture.sources import release_line, survey
     from ._version import SUPPORTED_TORCH, __version__
@@ -210,6 +255,8 @@ def _doctor(json_path: str | None) -> int:
     if json_path:
         doc: dict[str, object] = {"torch": str(torch.__version__), "torch_otel": __version__, "status": status}
         doc.update(supported=SUPPORTED_TORCH, sources=rows)
+        if os.path.dirname(json_path):
+            os.makedirs(os.path.dirname(json_path), exist_ok=True)  # missing parents are created, as every writer does
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
     return 1 if any(r["expected"] and not r["present"] for r in rows) else 0

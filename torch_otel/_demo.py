@@ -137,6 +137,20 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
         line(r, "  ", "")
 
 
+def _backend_problem(backend: str) -> str | None:
+    """Why ``--backend`` names no backend torch.compile knows (torch would raise at the first compile); None if it does."""
+    try:
+        import torch._dynamo
+
+        known = sorted(torch._dynamo.list_backends(exclude_tags=()))
+    except Exception:  # noqa: BLE001 - torch will say it at the compile, as it would without the check
+        return None
+    if backend in known:
+        return None
+    common = [b for b in ("aot_eager", "eager", "inductor") if b in known]
+    return f"--backend {backend!r} is not a torch.compile backend this torch has; use one of {', '.join(common)} (torch._dynamo.list_backends() lists them all)"
+
+
 def run_demo(
     traces_file: str,
     port: int,
@@ -163,6 +177,9 @@ def run_demo(
     # Every output path is checked before the workload runs: one line each, exit 2 (missing directories are created).
     outputs = [(traces_file, "--traces-file"), (html, "--html"), (json_path, "--json")]
     problems = [line for path, option in outputs if path is not None and (line := check_writable(path, option))]
+    backend_problem = _backend_problem(backend)
+    if backend_problem:
+        problems.append(backend_problem)
     for line in problems:
         print(f"torch-otel demo: {line}", file=sys.stderr)
     if problems:
@@ -180,7 +197,8 @@ def run_demo(
     if port and not port_is_free(port):
         out.write(f"port {port} is busy: serving metrics on a free port instead (pass --metrics-port PORT to choose)\n")
         port = 0
-    started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, registry)
+    served = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, registry)
+    started = None if isinstance(served, str) else served
     ignored = sorted(k for k in os.environ if k.startswith(("OTEL_", "TORCH_OTEL_")))
     if ignored:
         out.write(

@@ -157,7 +157,7 @@ def test_replay_s_report_writes_its_text_json_and_divergence_on_shutdown(tmp_pat
     _one_compile(pipeline)
     assert text.getvalue() == "" and not (tmp_path / "r.json").exists()
     pipeline.shutdown()
-    assert text.getvalue().startswith("replayed 1 file(s)") and "1 compiles" in text.getvalue()
+    assert text.getvalue().startswith("replayed 1 file(s)") and "1 compile (1 frame)" in text.getvalue()
     assert err.getvalue().splitlines() == [
         "torch-otel replay: x.log: cannot read (denied)",
         f"compile time report written to {tmp_path / 'r.html'}",

@@ -42,8 +42,8 @@ window.TorchOtelPage = (function () {
     return a;
   }
   function none(s, text) { s.appendChild(el("p", "none", text)); }
-  function card(box, value, label, bad) {
-    var c = el("div", bad ? "card bad" : "card");
+  function card(box, value, label, bad, kind) {
+    var c = el("div", "card" + (bad ? " bad" : "") + (kind ? " " + kind : ""));
     c.appendChild(el("b", null, value));
     c.appendChild(el("span", null, label));
     box.appendChild(c);

@@ -16,6 +16,9 @@
     return Math.round(s).toLocaleString("en-US") + " s";
   }
   function pct(part, whole) { whole = num(whole); return whole > 0 ? (100 * num(part) / whole).toFixed(1) + "%" : "\u2013"; }
+  function plural(n, word, many) { return n === 1 ? word : (many || word + "s"); }
+  function count(n, word, many) { return n + " " + plural(n, word, many); }
+  var SHOWN_PHASE_SHARE = 0.01, MIN_PHASES = 3, MAX_PHASES = 12;   // the phase table: those carrying time; the rest folded
 
   var started = performance.now();
   var S = {};
@@ -28,21 +31,55 @@
     head.appendChild(el("h1", null, "torch.compile run summary"));
     var kinds = Object.keys(obj(S.by_kind)).map(function (k) { return num(S.by_kind[k]) + " " + k; }).join(", ");
     head.appendChild(el("div", "muted", "source: " + (str(S.source) || "unknown") + (kinds ? " \u00b7 " + kinds : "")));
+    // The tiles, what matters first: the compile time, the caches (could it have been skipped?), then what went wrong.
     var cards = el("div", "cards");
-    card(cards, String(compiles), "compiles");
-    card(cards, fmtS(S.wall_s), "compile wall time");
+    cards.id = "tiles";
+    card(cards, String(compiles), plural(compiles, "compile"));
+    card(cards, fmtS(S.wall_s), "compile time (wall, summed over compiles)");
+    cacheTiles(cards);
+    var recompiles = num(obj(S.recompiles).total), breaks = num(obj(S.graph_breaks).total);
+    card(cards, String(recompiles), plural(recompiles, "recompile"));
+    card(cards, String(breaks), plural(breaks, "graph break"));
+    var failed = num(obj(S.failures).total);
+    card(cards, String(failed), plural(failed, "failure"), failed > 0);
+    var limit = num(S.recompile_limit_hits);
+    card(cards, String(limit), plural(limit, "recompile-limit hit"), limit > 0);
+    var eager = num(S.eager_fallbacks);
+    if (eager > 0) card(cards, String(eager), plural(eager, "frame") + " left in eager", true);
     if (S.cpu_s !== null && S.cpu_s !== undefined) card(cards, fmtS(S.cpu_s), "CPU time while compiling");
     if (num(S.first_to_last_s) > 0) card(cards, fmtS(S.first_to_last_s), "first to last compile");
-    card(cards, String(num(obj(S.recompiles).total)), "recompiles");
-    card(cards, String(num(obj(S.graph_breaks).total)), "graph breaks");
-    var failed = num(obj(S.failures).total);
-    card(cards, String(failed), "failures", failed > 0);
-    var limit = num(S.recompile_limit_hits);
-    card(cards, String(limit), "recompile-limit hits", limit > 0);
-    if (num(S.eager_fallbacks) > 0) card(cards, String(num(S.eager_fallbacks)), "frames left in eager", true);
     var rt = obj(S.runtime);
-    if (num(rt.records) > 0) card(cards, fmtS(rt.total_s), num(rt.records) + " runtime records (not compile time)");
+    if (num(rt.records) > 0) card(cards, fmtS(rt.total_s), count(num(rt.records), "runtime record") + " (not compile time)");
     head.appendChild(cards);
+  }
+
+  // Hits and misses per cache: torch's counts (caches.hit_rate) where the summary has them, else its lookups.
+  function cacheRates() {
+    var rates = {}, given = obj(obj(S.caches).hit_rate);
+    Object.keys(given).forEach(function (k) { rates[k] = { hits: num(obj(given[k]).hits), misses: num(obj(given[k]).misses) }; });
+    if (!Object.keys(rates).length) {
+      arr(S.cache).forEach(function (r) {
+        r = obj(r);
+        var k = str(r.cache), c = rates[k] || (rates[k] = { hits: 0, misses: 0 });
+        if (r.result === "hit") c.hits += num(r.count); else if (r.result === "miss") c.misses += num(r.count);
+      });
+    }
+    return rates;
+  }
+
+  function cacheTiles(cards) {
+    var rates = cacheRates(), names = Object.keys(rates).filter(function (k) { return rates[k].hits + rates[k].misses > 0; });
+    if (!names.length) {
+      card(cards, "none", "cache lookups (inductor's and AOTAutograd's caches were not asked)", false, "cache");
+      return;
+    }
+    names.sort().forEach(function (k) {
+      var r = rates[k], n = r.hits + r.misses;
+      card(cards, pct(r.hits, n), k + " cache hit rate (" + r.hits + " of " + count(n, "lookup") + ")", false, "cache");
+    });
+    var c = obj(S.caches);
+    if (c.miss_cost_s !== undefined) card(cards, fmtS(c.miss_cost_s), "cold work: compiles a warm cache would skip", false, "cache");
+    if (num(c.saved_s) > 0) card(cards, fmtS(c.saved_s), "saved by cache hits (torch's record)", false, "cache");
   }
 
   // -- the icicle chart --------------------------------------------------------
@@ -269,28 +306,62 @@
       .sort(function (a, b) { return b.count - a.count; });
   }
 
+  // Time by phase: the phases that carry time (each at least 1% of the compile time; 3 to 12 of them), the others
+  // folded under one line that opens to their table. The share says what it is a share of, and when the self times
+  // add up to more than the compile time (parallel builds, each counted), the table says so under it.
   function drawPhases() {
-    var wall = num(S.wall_s), rows = arr(S.phases);
-    var s = section("Time by phase", "self: time in the phase and not in one of its sub-phases; % of the compile wall time.");
+    var wall = num(S.wall_s);
+    var rows = arr(S.phases).slice().sort(function (a, b) { return num(obj(b).self_s) - num(obj(a).self_s); });
+    var s = section("Time by phase", "self: time in the phase and not in one of its sub-phases. " +
+      "% of compile time: of the " + fmtS(wall) + " the compiles took (wall, summed over compiles).");
     if (!rows.length) return none(s, "no phases");
-    s.appendChild(table(rows, [
+    var cols = [
       ["phase", function (r) { return str(r.name); }],
       ["count", function (r) { return num(r.count); }, true],
       ["total s", function (r) { return fix3(r.total_s); }, true],
       ["self s", function (r) { return fix3(r.self_s); }, true],
-      ["% of wall", function (r) { return pct(r.self_s, wall); }, true, function (r) { return wall > 0 ? num(r.self_s) / wall : 0; }]
-    ]));
+      ["self, % of compile time", function (r) { return pct(r.self_s, wall); }, true,
+        function (r) { return wall > 0 ? num(r.self_s) / wall : 0; }]
+    ];
+    var shown = 0;
+    while (shown < rows.length && shown < MAX_PHASES &&
+           (shown < MIN_PHASES || num(obj(rows[shown]).self_s) >= SHOWN_PHASE_SHARE * wall)) shown++;
+    if (rows.length - shown === 1) shown++;   // one row folded would take the line that folds it
+    var t = table(rows.slice(0, shown), cols);
+    t.id = "phases";
+    s.appendChild(t);
+    var rest = rows.slice(shown);
+    if (rest.length) {
+      var restSelf = rest.reduce(function (a, r) { return a + num(obj(r).self_s); }, 0);
+      var more = el("details", "more");
+      more.id = "more-phases";
+      more.appendChild(el("summary", null, count(rest.length, "more phase") + ", each under " +
+        (100 * SHOWN_PHASE_SHARE).toFixed(0) + "% of the compile time: " + fix3(restSelf) + " s self in all (" +
+        pct(restSelf, wall) + ")"));
+      more.appendChild(table(rest, cols));
+      s.appendChild(more);
+    }
+    var selfSum = rows.reduce(function (a, r) { return a + num(obj(r).self_s); }, 0);
+    if (wall > 0 && selfSum > wall * 1.005) {
+      var over = el("p", "note", "These shares add up to " + pct(selfSum, wall) + " of the compile time, more than 100%: " +
+        "work that ran in parallel (inductor's kernel builds, compile_file, on its worker threads) counts each build's own " +
+        "time, and the compile's wall time holds them only once.");
+      over.id = "phases-over-100";
+      s.appendChild(over);
+    }
   }
 
   function drawFrames() {
     var wall = num(S.wall_s), rows = arr(S.frames);
-    var s = section("Top frames", "the user functions whose compiles cost most.");
+    var s = section("Top frames", "the user functions whose compiles cost most; % of compile time: of the " + fmtS(wall) +
+      " the compiles took.");
     if (!rows.length) return none(s, "no frames");
     s.appendChild(table(rows, [
       ["frame", function (r) { return where(r.function, r.file, r.line); }],
       ["compiles", function (r) { return num(r.compiles); }, true],
       ["total s", function (r) { return fix3(r.total_s); }, true],
-      ["% of wall", function (r) { return pct(r.total_s, wall); }, true, function (r) { return wall > 0 ? num(r.total_s) / wall : 0; }]
+      ["% of compile time", function (r) { return pct(r.total_s, wall); }, true,
+        function (r) { return wall > 0 ? num(r.total_s) / wall : 0; }]
     ]));
   }
 
@@ -414,7 +485,7 @@
         num(f.limit_hits) > 0 ? "hit the limit (" + num(f.limit) + "): runs in eager" :
         num(f.cache_entries) + " of " + num(f.limit) + " compiles, " + num(f.left_before_limit) + " more before eager";
       s.appendChild(el("h3", num(f.limit_hits) > 0 || f.limit_status === "near" ? "fail" : null,
-        where(f.function, f.file, f.line) + ": " + num(f.recompiles) + " recompiles, " + lim));
+        where(f.function, f.file, f.line) + ": " + count(num(f.recompiles), "recompile") + ", " + lim));
       var ul = el("ul");
       arr(f.guards).forEach(function (g) { ul.appendChild(el("li", null, str(obj(g).line))); });
       arr(f.fixes).forEach(function (x) {
@@ -433,8 +504,11 @@
 
   guard("the header", drawHeader);
   guard("the chart", initChart);
-  [["time by phase", drawPhases], ["top frames", drawFrames], ["slowest compiles", drawSlowest],
-   ["recompiles", drawRecompiles], ["graph breaks", drawGraphBreaks], ["cache lookups", drawCache],
-   ["cold and warm starts", drawColdWarm], ["failures", drawFailures], ["recompiling frames", drawRecompiling]].forEach(function (p) { guard(p[0], p[1]); });
+  // The sections, two to a row: where the time went, whether a warm cache would have saved it, what recompiled or
+  // broke, then the details.
+  [["time by phase", drawPhases], ["top frames", drawFrames], ["cold and warm starts", drawColdWarm],
+   ["recompiles", drawRecompiles], ["graph breaks", drawGraphBreaks], ["failures", drawFailures],
+   ["recompiling frames", drawRecompiling], ["slowest compiles", drawSlowest],
+   ["cache lookups", drawCache]].forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 })();

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -134,11 +135,12 @@ def _ranks(env: Mapping[str, str], name: str, problems: list[str]) -> RankSet:
 
 
 def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
-    """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit."""
+    """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit.
+    ``none``: nowhere (it turns off the summary a run with nothing configured prints)."""
     out = []
     for part in (env.get(name) or "").split(","):
         d = part.strip()
-        if not d:
+        if not d or d.lower() == "none":
             continue
         if d.lower() in ("stderr", "stdout"):
             out.append(d.lower())
@@ -202,6 +204,10 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )
+    raw = env.get("OTEL_SDK_DISABLED")
+    if raw is not None and raw.strip().lower() not in _TRUE | _FALSE:  # the SDK's own rule: anything else is false
+        problems.append(f"OTEL_SDK_DISABLED={raw!r} is not a boolean; use true or false (using false: torch-otel is on)")
+        s = dataclasses.replace(s, problems=tuple(problems))
     if report:
         for p in problems:
             warn_once(p, "%s", p)

@@ -54,11 +54,36 @@ class Target:
     # the exporter's own headers (OTEL_EXPORTER_OTLP_*HEADERS): a plaintext probe of the endpoint carries them, as an
     # export would, so a collector that requires them (a gateway's auth) sees no request without them
     headers: tuple[tuple[str, str], ...] = ()
+    # the user named this endpoint (or OTLP for its signal); False: OTLP's default endpoint, which nobody asked for.
+    # Until something answers there, an export to it is not attempted and not a loss (docs/configuration.md)
+    named: bool = True
 
 
 _targets: dict[str, Target] = {}
 _delivered: set[str] = set()  # endpoints that took at least one export: their settings work
 _explained: dict[str, str] = {}  # endpoint -> the problem its printed line named
+_answered: set[str] = set()  # default endpoints something answered at: from then on they count as named
+_compiles: dict[tuple[str, bool], int] = {}  # (traces endpoint, sent) -> compile traces (root spans) handed to it
+_not_sent: dict[str, int] = {"traces": 0, "metrics": 0, "logs": 0}  # items not sent: no collector at the default
+
+
+def absent_default(endpoint: str) -> bool:
+    """Whether ``endpoint`` is OTLP's default endpoint, which nobody named and at which nothing has answered yet."""
+    with _lock:
+        t = _targets.get(endpoint)
+        return t is not None and not t.named and endpoint not in _answered
+
+
+def compile_traces(endpoint: str) -> tuple[int, int]:
+    """How many compiles' traces (root spans) were sent to ``endpoint``, and how many not sent (nothing there)."""
+    with _lock:
+        return _compiles.get((endpoint, True), 0), _compiles.get((endpoint, False), 0)
+
+
+def not_sent() -> dict[str, int]:
+    """Items not sent because nothing listened at OTLP's default endpoint, which nobody named (not a loss)."""
+    with _lock:
+        return dict(_not_sent)
 
 
 def targets() -> set[str]:
@@ -367,6 +392,23 @@ class _Guarded:
         except Exception as exc:  # noqa: BLE001
             record_error("exporter after fork", exc)
 
+    def _absent(self, items: Callable[[], int]) -> bool:
+        """Whether this export goes nowhere: the default endpoint, nobody named it, and nothing listens there now.
+
+        A collector that starts there later is used from its first answer on, and from then on its endpoint counts
+        as named (a failure is then a loss, reported as one)."""
+        with _lock:
+            target = _targets.get(self.target)
+            if target is None or target.named or self.target in _answered:
+                return False
+        if reachable(self.target):
+            with _lock:
+                _answered.add(self.target)
+            return False
+        with _lock:
+            _not_sent[self.signal] += items()
+        return True
+
     def _export(self, call: Callable[[], _R], failure: _R, items: Callable[[], int]) -> _R:
         """Run the inner export; a failure (returned or raised) is counted and reported once."""
         try:
@@ -392,7 +434,16 @@ class GuardedSpanExporter(_Guarded, SpanExporter):
     signal = "traces"
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        return self._export(lambda: self.inner.export(spans), SpanExportResult.FAILURE, lambda: len(spans))
+        roots = sum(1 for s in spans if getattr(s, "parent", None) is None)  # one per compile
+        if self._absent(lambda: len(spans)):
+            result, sent = SpanExportResult.SUCCESS, False
+        else:
+            result = self._export(lambda: self.inner.export(spans), SpanExportResult.FAILURE, lambda: len(spans))
+            sent = result == SpanExportResult.SUCCESS
+        if roots:
+            with _lock:
+                _compiles[(self.target, sent)] = _compiles.get((self.target, sent), 0) + roots
+        return result
 
     def shutdown(self) -> None:
         self._shutdown()
@@ -413,6 +464,8 @@ class GuardedMetricExporter(_Guarded, MetricExporter):
         )
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        if self._absent(lambda: _points(metrics_data)):
+            return MetricExportResult.SUCCESS
         return self._export(
             lambda: self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
             MetricExportResult.FAILURE,
@@ -434,6 +487,8 @@ def guarded_log_exporter(factory: Callable[[], Any], target: Target) -> Any:
         signal = "logs"
 
         def export(self, batch: Sequence[Any]) -> Any:
+            if self._absent(lambda: len(batch)):
+                return LogRecordExportResult.SUCCESS
             return self._export(lambda: self.inner.export(batch), LogRecordExportResult.FAILURE, lambda: len(batch))
 
         def shutdown(self) -> None:

@@ -26,15 +26,24 @@ def prometheus_port(env: Mapping[str, str]) -> int:
     return port
 
 
-def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any = None) -> tuple[Any, int] | None:
+def prometheus_host(env: Mapping[str, str]) -> str:
+    """OTEL_EXPORTER_PROMETHEUS_HOST, default 127.0.0.1: serving beyond this machine is an explicit setting."""
+    return (env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1").strip()
+
+
+def start_prometheus_server(
+    env: Mapping[str, str] | None = None, registry: Any = None, quiet: bool = False
+) -> tuple[Any, int] | str:
     """Serve ``/metrics`` on OTEL_EXPORTER_PROMETHEUS_HOST:PORT (default 127.0.0.1:9464, + LOCAL_RANK).
 
-    A port in use gives one warning line and no server; training goes on.
+    Returns the server and its port, or why it could not serve. That is one warning line, unless ``quiet`` (the
+    endpoint nobody asked for, served while OTEL_METRICS_EXPORTER is unset: its caller says it at the end); training
+    goes on either way.
     """
     from prometheus_client import REGISTRY, start_http_server
 
     env = os.environ if env is None else env
-    host = (env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1").strip()
+    host = prometheus_host(env)
     port = prometheus_port(env)
     try:
         server, _thread = start_http_server(port, addr=host, registry=_UpToDate(registry or REGISTRY))
@@ -44,15 +53,10 @@ def start_prometheus_server(env: Mapping[str, str] | None = None, registry: Any 
             if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
             else "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port"
         )
-        warn_once(
-            f"promserve:{host}:{port}",
-            "cannot serve metrics on %s:%d (%s); %s. torch.compile and the other exporters go on.",
-            host,
-            port,
-            exc.strerror or exc,
-            fix,
-        )
-        return None
+        problem = f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); {fix}"
+        if not quiet:
+            warn_once(f"promserve:{host}:{port}", "%s. torch.compile and the other exporters go on.", problem)
+        return problem
     return server, server.server_address[1]
 
 
@@ -90,21 +94,29 @@ class _UpToDate:
 class LazyPrometheusServer:
     """The ``/metrics`` endpoint, started at the first compile (``start``) and stopped with the bridge."""
 
-    def __init__(self, env: Mapping[str, str], registry: Any = None) -> None:
+    def __init__(self, env: Mapping[str, str], registry: Any = None, quiet: bool = False) -> None:
         self.env = dict(env)
         self.registry = registry
+        self.quiet = quiet  # served by default, nobody asked: a busy port is said at the end, not as a warning
         self.port: int | None = None
+        self.problem: str | None = None  # why it could not serve
         self._server: Any = None
         self._lock = threading.Lock()
         self._tried = False
+
+    def host_for_url(self) -> str:
+        host = prometheus_host(self.env)
+        return f"[{host}]" if ":" in host else host
 
     def start(self) -> None:
         with self._lock:
             if self._tried:
                 return
             self._tried = True
-            started = start_prometheus_server(self.env, self.registry)
-            if started is not None:
+            started = start_prometheus_server(self.env, self.registry, quiet=self.quiet)
+            if isinstance(started, str):
+                self.problem = started
+            else:
                 self._server, self.port = started
                 self._pid = os.getpid()
 

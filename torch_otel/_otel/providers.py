@@ -24,6 +24,7 @@ from .._core.ranks import env_rank
 from .._core.settings import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, load_settings, url_problem
 from .._version import __version__, torch_version
 from .ids import UrandomIdGenerator
+from .local import LocalResult, nothing_configured
 from .otlp_json import OTLPJsonFileSpanExporter
 
 TRACE_EXPORTERS = ("otlp", "console", "none")
@@ -34,7 +35,8 @@ PROTOCOLS = ("grpc", "http/protobuf")
 def exporter_names(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> list[str]:
     """The exporters an ``OTEL_*_EXPORTER`` variable names; an unknown one is a line and left out."""
     raw = env.get(name)
-    values = [v.strip().lower() for v in (raw if raw is not None else default).split(",") if v.strip()]
+    # an empty value means unset, as the OpenTelemetry specification has it: the default
+    values = [v.strip().lower() for v in (raw if raw and raw.strip() else default).split(",") if v.strip()]
     out = []
     for v in values:
         if v in allowed:
@@ -102,6 +104,16 @@ def _var(env: Mapping[str, str], signal: str, what: str) -> tuple[str, str | Non
         return specific, env[specific]
     generic = f"OTEL_EXPORTER_OTLP_{what}"
     return generic, env.get(generic)
+
+
+def otlp_named(env: Mapping[str, str], signal: str) -> bool:
+    """Whether the user asked for OTLP for ``signal``: its ``OTEL_<SIGNAL>_EXPORTER`` or an OTLP endpoint variable is set.
+
+    Otherwise an OTLP exporter goes to OpenTelemetry's default endpoint (``localhost:4317``) because nothing else
+    was said, and finding no collector there is not an error (docs/configuration.md#with-nothing-configured).
+    """
+    names = (f"OTEL_{signal.upper()}_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    return any((env.get(n) or "").strip() for n in names)
 
 
 def otlp_problem(env: Mapping[str, str], signal: str) -> tuple[str, str] | tuple[None, str]:
@@ -221,7 +233,8 @@ def _transport(
             kwargs["endpoint"] = (
                 base if name != "OTEL_EXPORTER_OTLP_ENDPOINT" else f"{base.removesuffix('/')}/{_SIGNAL_PATHS[signal]}"
             )
-    return Target(endpoint, cafile, proto, proto_var, tls, insecure_var, _headers(env, signal)), kwargs
+    named = otlp_named(env, signal)
+    return Target(endpoint, cafile, proto, proto_var, tls, insecure_var, _headers(env, signal), named), kwargs
 
 
 def _headers(env: Mapping[str, str], signal: str) -> tuple[tuple[str, str], ...]:
@@ -418,6 +431,7 @@ class Configured:
         self.logger_provider: Any = None
         self.owned: list[Any] = []
         self.on_first_compile: list[Any] = []
+        self.local: Any = None  # nothing configured: the LocalResult that says where things went (torch_otel._otel.local)
 
 
 _configured: Configured | None = None
@@ -456,6 +470,9 @@ def _build(env: Mapping[str, str], settings: Settings, c: Configured) -> None:
             trace.set_tracer_provider(c.tracer_provider)
             c.owned.append(c.tracer_provider)
     metric_exporters = exporter_names(env, "OTEL_METRICS_EXPORTER", "otlp", METRIC_EXPORTERS) if settings.metrics else []
+    # While OTEL_METRICS_EXPORTER is unset, its standard default (otlp) stands and /metrics is served on 127.0.0.1
+    # as well: what makes a run with nothing configured show its metrics (docs/configuration.md#with-nothing-configured)
+    metrics_unset = not (env.get("OTEL_METRICS_EXPORTER") or "").strip()
     if not global_meter_provider_is_set():
         c.meter_provider = build_meter_provider(env, metric_exporters)
         if c.meter_provider is not None:
@@ -466,10 +483,16 @@ def _build(env: Mapping[str, str], settings: Settings, c: Configured) -> None:
         if c.logger_provider is not None and global_logger_provider() is None:
             set_logger_provider(c.logger_provider)
             c.owned.append(c.logger_provider)
-    if "prometheus" in metric_exporters:
-        server = LazyPrometheusServer(env)
+    server = None
+    if "prometheus" in metric_exporters or (metrics_unset and settings.metrics):
+        # asked for: a busy port is a warning; served by default: said in the closing line instead
+        quiet = "prometheus" not in metric_exporters and not (env.get("OTEL_EXPORTER_PROMETHEUS_PORT") or "").strip()
+        server = LazyPrometheusServer(env, quiet=quiet)
         c.on_first_compile.append(server.start)
         c.owned.append(server)
+    if c.tracer_provider is not None and nothing_configured(env):
+        problem, endpoint = otlp_problem(env, "traces")
+        c.local = LocalResult(env, endpoint if problem is None else None, server, summary_on_stderr=False)
     if settings.pushgateway_url and settings.metrics:
         push = PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env)
         c.on_first_compile.append(push.arm)

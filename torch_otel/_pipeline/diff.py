@@ -37,6 +37,7 @@ from .._analysis.diff import (
     format_text,
     parse_fail_on,
 )
+from .._core.paths import check_writable
 from .._otel.replay_tracers import REPLAYED
 from .._parse.trace_log import ReplayStats, log_files
 from .._sinks.replay_report import problem_lines
@@ -126,7 +127,7 @@ def _log_side(path: str, err: IO[str], baseline: list[KeySeen] | None, directory
     stats = ReplayStats()
     code = replay_paths([path], pipeline, stats)
     pipeline.shutdown()
-    for line in problem_lines(stats):  # the reader's, as replay says them
+    for line in problem_lines(stats, "torch-otel diff"):  # the reader's, as replay says them
         sys.stderr.write(line)
     if code != EXIT_OK or pipeline.summary is None:
         return None, code, []
@@ -299,12 +300,24 @@ def _descendants(root_id: str, spans: list[Mapping[str, Any]]) -> list[Mapping[s
 # -- the command ---------------------------------------------------------------------------------------------------
 
 
+def _write(path: str, text: str) -> None:
+    """Write an output file, its missing parent directories created (as every command's outputs are)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+
+
 def run_diff(opts: DiffOptions) -> int:
     """``torch-otel diff BASE NEW``: the exit status (0 done or the gate passed, 1 or 2 unreadable input, 4 the gate failed)."""
     err = sys.stderr
     gate, problems = parse_fail_on(opts.fail_on)
     for p in problems:
         err.write(f"torch-otel diff: {p}\n")
+    # the output paths, before either side is read: a CI job must not pass (exit 0) without the artifact it asked for
+    for option, path in (("--json", opts.json_path), ("--html", opts.html)):
+        line = check_writable(path, option) if path and path != "-" else None
+        if line:
+            problems.append(line)
+            err.write(f"torch-otel diff: {line}\n")
     if problems:
         return EXIT_MISSING_PATH
     base, code, keys = read_side(opts.base, err)
@@ -323,7 +336,7 @@ def run_diff(opts: DiffOptions) -> int:
             sys.stdout.write(text)
         else:
             try:
-                Path(opts.json_path).write_text(text, encoding="utf-8")
+                _write(opts.json_path, text)
             except OSError as exc:
                 err.write(
                     f"torch-otel diff: cannot write --json {opts.json_path} ({exc.strerror or exc}); pass a writable path\n"
@@ -332,7 +345,7 @@ def run_diff(opts: DiffOptions) -> int:
         from .._sinks.diff_html import render_diff_html
 
         try:
-            Path(opts.html).write_text(render_diff_html(doc), encoding="utf-8")
+            _write(opts.html, render_diff_html(doc))
             err.write(f"diff page written to {opts.html}\n")
         except OSError as exc:
             err.write(f"torch-otel diff: cannot write --html {opts.html} ({exc.strerror or exc}); pass a writable path\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import os
 import signal
@@ -47,6 +48,7 @@ class Bridge:
     tracer_provider: Any
     pipeline: Pipeline  # the sinks and their lifecycle: the run summary, the cache key index, metrics, log records
     owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
+    closing: Callable[[], None] | None = None  # nothing configured: the line that says where things went, at the end
 
     @property
     def metrics(self) -> CompileMetrics | None:
@@ -174,6 +176,8 @@ def uninstrument(timeout_millis: int | None = None) -> None:
     deadline = time.monotonic() + timeout / 1000
     b.pipeline.shutdown(timeout)
     _stop_owned(b, max(0, int((deadline - time.monotonic()) * 1000)))
+    if b.closing is not None:
+        b.closing()  # after the summary and the exporters' last flush: it says what they did
 
 
 def _stop_owned(b: Bridge, timeout_millis: int) -> None:
@@ -185,14 +189,15 @@ def _stop_owned(b: Bridge, timeout_millis: int) -> None:
     if not b.owned:
         return
     owned, b.owned = list(b.owned), []
-    from .._otel.delivery import LOST_DATA, problems_at_exit, reachable, targets
+    from .._otel.delivery import LOST_DATA, absent_default, problems_at_exit, reachable, targets
 
     dead = sorted(t for t in targets() if not reachable(t))
-    if dead:
+    lost = [t for t in dead if not absent_default(t)]  # OTLP's default endpoint, unnamed and never there: no loss
+    if lost:
         warn_once(  # the same key as a failed export's line: a process that lost data says so once
             LOST_DATA,
             "cannot reach the collector at %s; what was not exported yet is dropped (not waiting for it)",
-            ", ".join(dead),
+            ", ".join(lost),
         )
     # TLS to a plaintext collector (or the reverse), a certificate that does not verify, the other protocol's port
     untrusted = problems_at_exit(sorted(targets() - set(dead)))
@@ -294,6 +299,8 @@ def shutdown(timeout_millis: int | None = None) -> None:
 
 
 _sigterm_installed = False
+_sigterm_handler: Callable[[int, Any], None] | None = None  # the handler flush_on_sigterm installed
+_sigterm_held = threading.local()  # .on: this thread blocked SIGTERM for the fork it is making
 
 
 def flush_on_sigterm() -> bool:
@@ -301,8 +308,9 @@ def flush_on_sigterm() -> bool:
 
     Installed only over the default disposition and from the main thread: a
     handler the application set is never replaced. Returns whether it was installed.
+    A forked child is born without it (:func:`_hold_sigterm_for_fork`).
     """
-    global _sigterm_installed
+    global _sigterm_installed, _sigterm_handler
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return False
     try:
@@ -320,8 +328,53 @@ def flush_on_sigterm() -> bool:
     except (ValueError, OSError) as exc:  # not the main interpreter, or no SIGTERM here
         record_error("SIGTERM handler", exc)
         return False
+    _sigterm_handler = on_sigterm
     _sigterm_installed = True
+    os.register_at_fork(before=_hold_sigterm_for_fork, after_in_parent=_release_sigterm, after_in_child=_default_sigterm_in_child)
     return True
+
+
+def _hold_sigterm_for_fork() -> None:
+    """Before a fork, while the bridge's SIGTERM handler is installed: block SIGTERM on the forking thread.
+
+    A forked child must die of SIGTERM at once, as it would without the bridge (:func:`_default_sigterm_in_child`
+    says why). The child inherits this thread's signal mask, so a SIGTERM sent before its after-fork hooks have
+    run (a pool's parent terminates a worker that has not been scheduled yet) waits, pending, instead of reaching
+    the parent's handler, and is delivered once the child has SIGTERM's default action back.
+    """
+    try:
+        if _sigterm_handler is not None and signal.getsignal(signal.SIGTERM) is _sigterm_handler:
+            _sigterm_held.on = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (ValueError, OSError) as exc:  # never fail a fork
+        record_error("SIGTERM mask before fork", exc)
+
+
+def _release_sigterm() -> None:
+    """After a fork, in the parent (and last in the child): SIGTERM's mask as it was before the fork."""
+    if getattr(_sigterm_held, "on", False):
+        _sigterm_held.on = False
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        except (ValueError, OSError) as exc:
+            record_error("SIGTERM mask after fork", exc)
+
+
+def _default_sigterm_in_child() -> None:
+    """A forked child gets SIGTERM's default action back: it dies at once, as it would without the bridge.
+
+    ``Pool.terminate()`` (and so the end of every ``with Pool(...)`` block) sends SIGTERM to each worker, then
+    joins it with no timeout. A Python handler runs only when the main thread is back in the interpreter; a
+    worker waiting for its next task blocks in ``sem_wait`` on the task queue's lock, and a signal that lands in
+    glibc's retry loop there (the parent takes that lock just before it signals, which wakes the waiters) never
+    interrupts it. The handler never runs, the worker never exits and the parent hangs in ``join()``. The child
+    needs no flush on SIGTERM: it exported each compile as it ended (``_flush_in_child``).
+    """
+    try:
+        if _sigterm_handler is not None and signal.getsignal(signal.SIGTERM) is _sigterm_handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError) as exc:  # never fail a fork
+        record_error("SIGTERM handler after fork", exc)
+    _release_sigterm()  # a SIGTERM that came before this is delivered now, with the default action
 
 
 def _after_fork_in_child() -> None:
@@ -373,6 +426,10 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
     if settings.capture == "off":
         return None
     c = configure_providers(env, settings)
+    if c.local is not None:
+        if not (env.get("TORCH_OTEL_SUMMARY") or "").strip() and c.local.rank == 0:
+            settings = dataclasses.replace(settings, summary=("stderr",))  # nothing configured: the summary at exit
+        c.local.summary_on_stderr = "stderr" in settings.summary  # the closing line points at it, whoever asked
     bridge = instrument(
         tracer_provider or c.tracer_provider,
         meter_provider or c.meter_provider,
@@ -381,6 +438,8 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
         _owned=c.owned,
         _on_first_compile=c.on_first_compile,
     )
+    if bridge is not None and c.local is not None:
+        bridge.closing = c.local.say
     if bridge is not None and settings.flush_on_sigterm:
         flush_on_sigterm()
     return bridge

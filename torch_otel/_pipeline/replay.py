@@ -22,7 +22,7 @@ from .._analysis.cache_index import baseline_keys, remember_key
 from .._analysis.caches import KeyHistory
 from .._assemble.assembler import Assembler, Tracing
 from .._core.paths import check_writable
-from .._core.settings import load_settings, url_setting
+from .._core.settings import load_settings, url_problem, url_setting
 from .._kinds import cache_lookups
 from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from .._model.record import CompileRecord, Sink
@@ -186,6 +186,35 @@ def _metrics(
     return MetricsSpec(registry, meter_provider, "torch_otel.replay", None, run_id=run, owned=True, push=push)
 
 
+def _argument_problem(opts: ReplayOptions, env: Mapping[str, str]) -> str | None:
+    """The first argument or OTLP setting the replay cannot use, as one line; None when all can be used.
+
+    A replay is not a training run: what it was told to use and cannot is an error up front (exit 2), where a live
+    run reports it and goes on.
+    """
+    from .._core.arm import sdk_disabled
+    from .._otel.providers import TRACE_EXPORTERS, exporter_names, otlp_problem
+
+    if opts.pushgateway:
+        why = url_problem(opts.pushgateway.strip())
+        if why is not None:
+            return f"--pushgateway {opts.pushgateway!r} {why} (its default is $TORCH_OTEL_PUSHGATEWAY_URL); use e.g. http://127.0.0.1:9091"
+    if opts.baseline and not os.path.exists(opts.baseline):
+        return (
+            f"--baseline {opts.baseline}: no such file or directory; pass an earlier run's TORCH_TRACE log or directory, "
+            "or a cache key index (keys-rank<R>.json)"
+        )
+    if (
+        not opts.output
+        and not sdk_disabled(env)
+        and "otlp" in exporter_names(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS)
+    ):
+        problem, _endpoint = otlp_problem(env, "traces")
+        if problem is not None:
+            return f"{problem}; or write the spans to a file with --output FILE"
+    return None
+
+
 def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int:
     """Replay ``opts.paths`` into spans, metrics, the run summary and the divergence report; the exit status."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -206,18 +235,25 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         if line:
             print(f"torch-otel replay: {line}", file=err)
             return EXIT_MISSING_PATH
+    # and every other argument and setting the replay would act on: one line and exit 2, before any work
+    line = _argument_problem(opts, env)
+    if line:
+        print(f"torch-otel replay: {line}", file=err)
+        return EXIT_MISSING_PATH
     settings = load_settings(env)
     if opts.payloads:
         settings = dataclasses.replace(settings, capture_payloads=True)
     run = opts.run or run_name(opts.paths)
     processors: list[Any] = []
+    absent: str | None = None  # OTLP's default endpoint, which nobody named, when nothing listens there
     if opts.output:
         if os.path.isfile(opts.output):
             open(opts.output, "w").close()  # start the file afresh (a device such as /dev/null is left alone)
         exporter = OTLPJsonFileSpanExporter(opts.output, setting="--output")
         processors = [BatchSpanProcessor(exporter, max_queue_size=65536)]
     elif not sdk_disabled(env):
-        processors = build_span_processors(env)
+        absent = _absent_default_endpoint(env)
+        processors = [] if absent else build_span_processors(env)  # nothing there: no span is built
     # Each replayed process gets its own resource: the pid, rank and torch version its log holds.
     tracers = ReplayTracers(processors, run) if processors else None
     GOES_ON["tail"] = "The replay goes on, and says at its end what it could not export"
@@ -263,4 +299,24 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         code = EXIT_NOT_EXPORTED
     if opts.output and code == EXIT_OK:
         print(f"spans written to {opts.output}", file=text)
+    if absent and code == EXIT_OK:
+        print(
+            f"torch-otel replay: spans not sent: no collector at {absent} (OTLP's default endpoint; nothing named one). "
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4317 sends them to a collector, --output spans.jsonl writes them "
+            "to a file",
+            file=err,
+        )
     return code
+
+
+def _absent_default_endpoint(env: Mapping[str, str]) -> str | None:
+    """OTLP's default endpoint, when the spans would go there only because nothing named another, and nothing
+    listens there: the replay then builds no span and waits for no collector (docs/configuration.md). A collector the
+    user named gets the export and, if it is not there, the error and exit 3."""
+    from .._otel.delivery import reachable
+    from .._otel.providers import TRACE_EXPORTERS, exporter_names, otlp_named, otlp_problem
+
+    if otlp_named(env, "traces") or "otlp" not in exporter_names(env, "OTEL_TRACES_EXPORTER", "otlp", TRACE_EXPORTERS):
+        return None
+    problem, endpoint = otlp_problem(env, "traces")
+    return None if problem is not None or reachable(endpoint) else endpoint

@@ -112,7 +112,7 @@ def _script_json(summary: Mapping[str, Any]) -> str:
 def _title(summary: Mapping[str, Any]) -> str:
     source = summary.get("source") or "unknown"
     compiles = summary.get("compiles") or 0
-    return html.escape(f"torch.compile run summary ({source}, {compiles} compiles)")
+    return html.escape(f"torch.compile run summary ({source}, {compiles} compile{'' if compiles == 1 else 's'})")
 
 
 def render_html(summary: Mapping[str, Any]) -> str:

@@ -45,11 +45,12 @@ def print_summary(stats: ReplayStats, run: RunSummary | None, out: IO[str]) -> N
         out.write(f"  {v:6d}  {k}\n")
 
 
-def problem_lines(stats: ReplayStats) -> list[str]:
-    """One line per path the reader could not use, and one when nothing at all could be parsed."""
-    lines = [f"torch-otel replay: {p}\n" for p in stats.problems]
+def problem_lines(stats: ReplayStats, command: str = "torch-otel replay") -> list[str]:
+    """One line per path the reader could not use, and one when nothing at all could be parsed; each starts with the
+    command the user ran (``torch-otel diff`` reads its logs with replay's reader)."""
+    lines = [f"{command}: {p}\n" for p in stats.problems]
     if stats.files and not stats.kinds and not stats.unknown_kinds:
-        lines.append("torch-otel replay: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
+        lines.append(f"{command}: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
     return lines
 
 

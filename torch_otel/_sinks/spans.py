@@ -290,8 +290,9 @@ class SpanMapper:
                 links=links,
                 start_time=rec.root.start_ns,
             )
-            if not root.is_recording():  # the sampler dropped this compile: build nothing more of it
-                count_not_sampled(rec.kind)
+            if not root.is_recording():  # no trace of this compile: build nothing more of it
+                if root.get_span_context().is_valid:  # an SDK's sampler dropped it (traces off: no tracer, no count)
+                    count_not_sampled(rec.kind)
                 return None
             ctx = root.get_span_context()
             parent_ctx = trace.set_span_in_context(root)

@@ -120,6 +120,7 @@ class RunSummary(Sink):
         self.source = source
         self.destinations = destinations
         self._written = False
+        self._pid = os.getpid()  # the process that writes it: a forked child (a DataLoader worker) writes none
         self.capture_payloads = capture_payloads
         self.max_tree_compiles = max_tree_compiles
         self._lock = threading.Lock()
@@ -162,7 +163,7 @@ class RunSummary(Sink):
 
     def shutdown(self, timeout_millis: int = 30_000) -> None:
         """Write the summary to each destination, once; a path that cannot be written is one line."""
-        if self._written:
+        if self._written or os.getpid() != self._pid:
             return
         self._written = True
         rank = env_rank()
@@ -475,7 +476,7 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     wall = facts["wall_s"]
     cpu = f", {facts['cpu_s']:.2f} s CPU" if facts.get("cpu_s") is not None else ""
     out.append(
-        f"torch.compile run summary ({facts['source']}): {facts['compiles']} compiles"
+        f"torch.compile run summary ({facts['source']}): {facts['compiles']} compile{'' if facts['compiles'] == 1 else 's'}"
         + (f" ({by_kind})" if by_kind else "")
         + f", {wall:.2f} s compiling{cpu}"
     )
@@ -501,6 +502,9 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
         out.append(
             f"  {_cut(f'({len(rest)} more phases)', name_w - 2):<{name_w - 2}} {'':>7} {'':>10} {self_rest:>10.3f} {pct:>6.1f}%"
         )
+    self_sum = sum(p["self_s"] for p in phases)
+    if wall and self_sum > wall * 1.005:  # parallel builds each count their own time: say so where the % stand
+        out.append(f"  (self % adds up to {100 * self_sum / wall:.0f}%: builds that ran in parallel each count their time)")
     out.append("")
     out.append(f"{'frames that cost most (compiles: with their backwards)':<{name_w}} {'compiles':>8} {'total s':>10}")
     for f in facts["frames"][:5]:
