@@ -34,6 +34,18 @@ from torch_otel._sinks.summary import format_text
 
 HF = ("gpt2", "gpt2_static", "gpt2_static_marked", "generate_static", "generate_dynamic", "two_models")
 HINTS = ("int", "dtype", "requires_grad")
+
+
+def _site(code: str) -> str:
+    """``hf_models.py:N``: the workload's line that holds ``code`` (the user's call site the answers must name)."""
+    lines = (WORKLOADS / "hf_models.py").read_text().splitlines()
+    (n,) = [i for i, ln in enumerate(lines, 1) if ln.strip().startswith(code)]
+    return f"hf_models.py:{n}"
+
+
+TRAIN = _site("loss = model(input_ids=ids, labels=ids).loss")  # the training step's call of the compiled GPT-2
+STATIC = _site("static(input_ids=ids")  # two_models: the dynamic=False model's call
+DYNAMIC = _site("dynamic(input_ids=ids")  # and the dynamic=True one's
 WIDTH = 100
 
 
@@ -136,7 +148,7 @@ def test_the_hint_for_the_frame_the_user_calls_applied_to_gpt2_stops_its_recompi
     static = _frames(runs["gpt2_static"]["summary"])
     assert static and all(f["keeps_recompiling"] for f in static.values())
     marks = {k: h for k, f in static.items() for h in f["hints"] if h["fix"] and "mark_dynamic" in h["fix"]}
-    assert list(marks) == [("wrapper", "hf_models.py:55")], marks  # the frame the call enters, called from the test's line
+    assert list(marks) == [("wrapper", TRAIN)], marks  # the frame the call enters, called from the test's line
     (hint,) = marks.values()
     assert hint["fix"] == "torch._dynamo.maybe_mark_dynamic(input_ids, 1)" and hint["where"] == "call_site"
     assert hint["guard"] == "dim 1 of input 'kwargs['input_ids']' took 4 values: 8, 12, 16, 20"
@@ -192,13 +204,13 @@ def test_two_models_compiled_through_one_library_wrapper_are_two_frames(runs):
     objects, two frames, each its own sizes and reasons."""
     frames = runs["two_models"]["summary"]["recompiling_frames"]
     sites = {f["call_site"] for f in frames}
-    assert sites == {"hf_models.py:85", "hf_models.py:86"}, sites
+    assert sites == {STATIC, DYNAMIC}, sites
     by_fn: dict[str, set[str]] = {}
     for f in frames:
         by_fn.setdefault(f["function"], set()).add(f["call_site"])
     assert by_fn["forward"] == sites  # GPT2Model.forward: one code object, two frames
-    static = {f["function"]: f for f in frames if f["call_site"] == "hf_models.py:85"}
-    dynamic = {f["function"]: f for f in frames if f["call_site"] == "hf_models.py:86"}
+    static = {f["function"]: f for f in frames if f["call_site"] == STATIC}
+    dynamic = {f["function"]: f for f in frames if f["call_site"] == DYNAMIC}
     assert static["forward"]["recompiles"] > dynamic["forward"]["recompiles"]
     assert static["forward"]["keeps_recompiling"] and not dynamic["forward"]["keeps_recompiling"]
 
@@ -232,15 +244,15 @@ def test_each_hint_applied_stops_the_recompiles(runs, mode):
 def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_frame_leads(runs, tmp_path):
     summary = runs["gpt2_static"]["summary"]
     frames = summary["frames"]
-    assert frames and all(f["call_site"] == "hf_models.py:55" for f in frames), frames
+    assert frames and all(f["call_site"] == TRAIN for f in frames), frames
     # on the spans: the caller attributes name the user's line, not transformers'
     roots = [s for s in runs["gpt2_static"]["spans"] if s["attrs"].get("torch.compile.kind") == "frame"]
     assert roots and {
         (os.path.basename(str(r["attrs"]["torch.compile.caller.file.path"])), int(r["attrs"]["torch.compile.caller.line.number"]))
         for r in roots
-    } == {("hf_models.py", 55)}
+    } == {("hf_models.py", int(TRAIN.split(":")[1]))}
     text = format_text(summary, WIDTH).splitlines()
-    assert any(ln.startswith("  wrapper (generic.py:") and " from hf_models.py:55 " in ln for ln in text), text
+    assert any(ln.startswith("  wrapper (generic.py:") and f" from {TRAIN} " in ln for ln in text), text
     # the recompile block: the costliest first, as the JSON orders them
     rec = summary["recompiling_frames"]
     costs = [f["cost_s"] for f in rec]
@@ -249,7 +261,7 @@ def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_f
     first = text[start + 1]
     assert (
         first.startswith(f"  {rec[0]['function']} (")
-        and f" from hf_models.py:55: {rec[0]['recompiles']} recompiles ({rec[0]['cost_s']:.2f} s)" in first
+        and f" from {TRAIN}: {rec[0]['recompiles']} recompiles ({rec[0]['cost_s']:.2f} s)" in first
     )
     # the diff names them the same way
     res = run_cli(
@@ -260,8 +272,8 @@ def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_f
         str(tmp_path / "d.json"),
     )
     assert res.returncode in (0, 4), res.stderr[-3000:]
-    assert re.search(r"^  wrapper \(generic\.py:\d+\) from hf_models\.py:55 ", res.stdout, re.M), res.stdout
+    assert re.search(rf"^  wrapper \(generic\.py:\d+\) from {re.escape(TRAIN)} ", res.stdout, re.M), res.stdout
     doc = json.loads((tmp_path / "d.json").read_text())
-    assert all(f["call_site"] == "hf_models.py:55" for f in doc["frames"]), doc["frames"]
+    assert all(f["call_site"] == TRAIN for f in doc["frames"]), doc["frames"]
     listed = [f["cost_s"] for f in doc["recompiling_frames"]]
     assert listed == sorted(listed, reverse=True)
