@@ -726,9 +726,9 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
         cost = f" ({f['cost_s']:.2f} s)" if isinstance(f.get("cost_s"), (int, float)) else ""
         head = f": {f['recompiles']} recompiles{cost}, {limit_words(f, short=True)}"
         block = [f"  {cut_middle(where(f), max(20, width - 2 - len(head)), 24)}{head}", *hint_lines(f, width)]
-        if f.get("evidence"):
-            block.append(f"    evidence: {f['evidence']['line']}")
         block = [cut(b, width) for b in block]
+        if f.get("evidence"):  # whole: its last words are the fix it names
+            block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))
         if len(out) + len(block) > room:
             if len(out) + 1 <= room and i:
                 out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
