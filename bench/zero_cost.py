@@ -85,7 +85,7 @@ def _time_the_hooks() -> None:
 
         return wrapper
 
-    for name in ("_on_chromium", "_on_metrics", "_on_graph_break", "_on_reasons"):
+    for name in ("_on_chromium", "_on_metrics", "_on_graph_break", "_on_reasons", "_graph_installed", "_backward_compiler_made"):
         setattr(_live.LiveCapture, name, timed(getattr(_live.LiveCapture, name)))
     _live._TraceHandler.handle = timed(_live._TraceHandler.handle)  # type: ignore[method-assign]
 

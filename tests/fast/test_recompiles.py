@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 from fastkit import feed, frame, metrics
@@ -376,3 +377,26 @@ def test_two_models_through_one_library_wrapper_are_two_frames_ordered_by_cost()
     assert [(r["call_site"], r["recompiles"]) for r in rows] == [("train.py:21", 2), ("train.py:20", 2)]
     assert [g["values"] for r in rows for g in r["guards"]] == [["8", "16", "24"], ["8", "16", "24"]]
     assert "wrapper (generic.py:1030) from train.py:21" in summary.format_text()
+
+
+def test_the_evidence_of_graph_calls_names_the_graphs_that_ran_once_as_a_range_only_when_they_are_one() -> None:
+    from torch_otel._analysis.recompiles import add_call_evidence
+
+    def evidence(calls: list[int]) -> dict[str, Any]:
+        frames: list[dict[str, Any]] = [
+            {"function": "f", "file": "/a/m.py", "line": 3, "fixes": [{"fix": "torch._dynamo.mark_dynamic(x, 0)"}]}
+        ]
+        graphs = [{"id": f"0/{i}", "kind": "frame", "calls": c, "compile_s": 1.5} for i, c in enumerate(calls)]
+        graphs.append({"id": "0/1", "kind": "backward", "calls": 1, "compile_s": 9.0})  # a backward is no recompile
+        add_call_evidence(frames, {"frames": [{"function": "f", "file": "m.py", "line": 3, "graphs": graphs}]})
+        return frames[0].get("evidence") or {}
+
+    ev = evidence([50, 1, 1, 1, 9])
+    assert (ev["ids"], ev["of"], ev["compile_s"]) == (["0/1", "0/2", "0/3"], 5, 4.5)
+    assert ev["line"] == (
+        "graphs 0/1 to 0/3 ran at most once each and cost 4.50 s of compiling: torch._dynamo.mark_dynamic(x, 0) would "
+        "have saved it"
+    )
+    assert evidence([50, 1, 7, 1, 1])["line"].startswith("graphs 0/1, 0/3, 0/4 ran at most once each")
+    assert evidence([50, 0, 9])["line"].startswith("graph 0/1 ran at most once and cost 1.50 s")
+    assert evidence([50, 9]) == {}  # every recompile paid off: no evidence

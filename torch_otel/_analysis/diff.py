@@ -503,6 +503,59 @@ def _compare_eager(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+def _graph_calls(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    c = s.get("graph_calls")
+    return c if isinstance(c, Mapping) else None
+
+
+def _once(c: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The graphs that ran at most once (the call that compiled them), and their compile seconds."""
+    return next((r for r in c.get("ran_at_most") or [] if isinstance(r, Mapping) and r.get("calls") == 1), {})
+
+
+def _compare_graph_calls(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any] | None:
+    """How often each frame's compiled graphs ran on both sides, where both runs counted them (a live run's summary or
+    traces; a ``TORCH_TRACE`` log holds no calls): per frame, its calls, graphs, and those that ran at most once."""
+    cb, cn = _graph_calls(b), _graph_calls(n)
+    if cb is None or cn is None:
+        return None
+    frames = []
+    fb = [f for f in cb.get("frames") or [] if isinstance(f, Mapping)]
+    fn = [f for f in cn.get("frames") or [] if isinstance(f, Mapping)]
+    for x, y in match(fb, fn):
+        ref = y or x
+        assert ref is not None
+        frames.append(
+            {
+                "function": ref.get("function"),
+                "file": ref.get("file"),
+                "line": ref.get("line"),
+                "status": "both" if x is not None and y is not None else "new" if y is not None else "gone",
+                **{
+                    f"{side}_{k}": int(_num((d or {}).get(k)))
+                    for side, d in (("base", x), ("new", y))
+                    for k in ("calls", "compiles", "dead")
+                },
+                **{
+                    f"{side}_dead_compile_s": round(_num((d or {}).get("dead_compile_s")), 6)
+                    for side, d in (("base", x), ("new", y))
+                },
+            }
+        )
+    ob, on = _once(cb), _once(cn)
+    return {
+        "base_graphs": int(_num(cb.get("graphs"))),
+        "new_graphs": int(_num(cn.get("graphs"))),
+        "base_calls": int(_num(cb.get("calls"))),
+        "new_calls": int(_num(cn.get("calls"))),
+        "base_ran_once": int(_num(ob.get("compiles"))),
+        "new_ran_once": int(_num(on.get("compiles"))),
+        "base_ran_once_compile_s": round(_num(ob.get("compile_s")), 6),
+        "new_ran_once_compile_s": round(_num(on.get("compile_s")), 6),
+        "frames": sorted(frames, key=lambda f: -(f["base_calls"] + f["new_calls"])),
+    }
+
+
 def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
     """Every fact the diff shows, of two run summaries (``RunSummary.to_dict()``)."""
     bs, ns = _num(b.get("wall_s")), _num(n.get("wall_s"))
@@ -523,6 +576,7 @@ def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, A
         "eager_frames": _compare_eager(b, n),
         "cache": _compare_cache(b, n),
         "recompiling_frames": _compare_recompiling_frames(b, n),
+        "graph_calls": _compare_graph_calls(b, n),
     }
 
 
@@ -853,6 +907,23 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         lines.extend(hint_lines(x, w))
     if lines:
         secs.append(_sec("recompiling", ["frames that keep recompiling (new side, the costliest first):", *lines], 3))
+    gc = d.get("graph_calls")
+    if gc:
+        lines = [
+            f"graph calls: {gc['base_calls']:,} -> {gc['new_calls']:,} calls of {gc['base_graphs']} -> {gc['new_graphs']} "
+            f"compiled graphs; ran at most once: {gc['base_ran_once']} ({gc['base_ran_once_compile_s']:.2f} s compiling) -> "
+            f"{gc['new_ran_once']} ({gc['new_ran_once_compile_s']:.2f} s)"
+        ]
+        for x in gc["frames"]:
+            tag = " (new)" if x["status"] == "new" else " (gone)" if x["status"] == "gone" else ""
+            lines.append(
+                _cut(
+                    f"  {row_where(x)}{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
+                    f"graphs {x['base_compiles']} -> {x['new_compiles']}, ran at most once {x['base_dead']} -> {x['new_dead']}",
+                    w,
+                )
+            )
+        secs.append(_sec("graph_calls", lines, 1))
     rk = d.get("ranks") or {}
     if rk:
         changed = rk["changed"]

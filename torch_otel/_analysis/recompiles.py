@@ -617,6 +617,51 @@ class RecompilingFrames:
         return out
 
 
+def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, Any] | None) -> None:
+    """Each recompiling frame's evidence from its graphs' calls (a live run's summary): the graphs that ran at most
+    once, what compiling them cost, and the fix that would have saved it: ``frame["evidence"]``."""
+    if not isinstance(graph_calls, Mapping):
+        return
+    by_frame = {
+        (g.get("function"), _basename(g.get("file")), g.get("line")): g
+        for g in graph_calls.get("frames") or []
+        if isinstance(g, Mapping)
+    }
+    for f in frames:
+        calls = by_frame.get((f.get("function"), _basename(f.get("file")), f.get("line")))
+        graphs = [g for g in (calls or {}).get("graphs") or [] if isinstance(g, Mapping) and g.get("kind") == "frame"]
+        once = [g for g in graphs if isinstance(g.get("calls"), int) and g["calls"] <= 1]
+        if not once:
+            continue
+        ids = [str(g.get("id")) for g in once]
+        named = _named(ids)
+        cost = sum(float(g.get("compile_s") or 0) for g in once)
+        fixes = [h for h in f.get("hints") or f.get("fixes") or [] if isinstance(h, Mapping) and h.get("fix")]
+        line = (
+            f"graph{'s' if len(ids) > 1 else ''} {named} ran {'at most once each' if len(ids) > 1 else 'at most once'} "
+            f"and cost {cost:.2f} s of compiling" + (f": {fixes[0]['fix']} would have saved it" if fixes else "")
+        )
+        f["evidence"] = {"ran_once": len(ids), "of": len(graphs), "ids": ids[:64], "compile_s": round(cost, 6), "line": line}
+
+
+def _named(ids: list[str]) -> str:
+    """``0/1``, ``0/1 and 0/3``, ``0/1 to 0/7`` (every graph between), or ``0/1, 0/3, 0/5`` (at most 4 named)."""
+    if len(ids) <= 2:
+        return " and ".join(ids)
+    try:
+        numbers = [int(i.rsplit("/", 1)[1]) for i in ids]
+        frames = {i.rsplit("/", 1)[0] for i in ids}
+    except (IndexError, ValueError):
+        numbers, frames = [], set()
+    if len(frames) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{ids[0]} to {ids[-1]}"
+    return ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
+
+
+def _basename(path: Any) -> str | None:
+    return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
+
+
 def keeps_recompiling(f: Mapping[str, Any]) -> bool:
     """Whether a frame (a row of :meth:`RecompilingFrames.to_dict`) keeps recompiling: a guard torch reported failed
     more than once, or the frame is near or at its recompile limit. A summary without the key (an older torch-otel's)
@@ -682,6 +727,8 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
         head = f": {f['recompiles']} recompiles{cost}, {limit_words(f, short=True)}"
         block = [f"  {cut_middle(where(f), max(20, width - 2 - len(head)), 24)}{head}", *hint_lines(f, width)]
         block = [cut(b, width) for b in block]
+        if f.get("evidence"):  # whole: its last words are the fix it names
+            block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))
         if len(out) + len(block) > room:
             if len(out) + 1 <= room and i:
                 out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")

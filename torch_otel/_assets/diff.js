@@ -233,9 +233,29 @@
     ], function (x) { return arr(x.flags).length ? "err" : null; }));
   }
 
+  // How often each frame's compiled graphs ran, on both sides (where both runs counted them: live runs).
+  function drawGraphCalls() {
+    if (!D.graph_calls || typeof D.graph_calls !== "object") return;
+    var g = obj(D.graph_calls);
+    var s = section("Graph calls",
+      num(g.base_calls).toLocaleString("en-US") + " \u2192 " + num(g.new_calls).toLocaleString("en-US") + " calls of " +
+      num(g.base_graphs) + " \u2192 " + num(g.new_graphs) + " compiled graphs; ran at most once: " + num(g.base_ran_once) +
+      " (" + fix3(g.base_ran_once_compile_s) + " s compiling) \u2192 " + num(g.new_ran_once) + " (" +
+      fix3(g.new_ran_once_compile_s) + " s).");
+    s.appendChild(table(arr(g.frames), [
+      ["frame", function (x) { return where(x.function, x.file, x.line) + (x.status === "both" ? "" : " (" + str(x.status) + ")"); }],
+      ["base calls", function (x) { return num(x.base_calls).toLocaleString("en-US"); }, true],
+      ["new calls", function (x) { return num(x.new_calls).toLocaleString("en-US"); }, true],
+      ["graphs", function (x) { return num(x.base_compiles) + " \u2192 " + num(x.new_compiles); }, true],
+      ["ran at most once", function (x) { return num(x.base_dead) + " \u2192 " + num(x.new_dead); }, true]
+    ], function (x) { return num(x.new_dead) > num(x.base_dead) ? "err" : null; }));
+    drawn += 1;
+  }
+
   guard("the header", drawHeader);
   [["frames", drawFrames], ["phases", drawPhases], ["graph breaks", drawGraphBreaks], ["recompiles", drawRecompiles],
-   ["failures", drawFailures], ["caches", drawCache], ["recompiling frames", drawRecompiling], ["ranks", drawRanks]]
+   ["failures", drawFailures], ["caches", drawCache], ["recompiling frames", drawRecompiling], ["ranks", drawRanks],
+   ["graph calls", drawGraphCalls]]
     .forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.rendered = String(drawn);
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));

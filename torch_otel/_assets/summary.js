@@ -499,6 +499,7 @@
         ul.appendChild(li);
       });
       if (f.unclear) ul.appendChild(el("li", "muted", str(f.unclear)));
+      if (f.evidence) ul.appendChild(el("li", null, "evidence: " + str(obj(f.evidence).line)));
       s.appendChild(ul);
     });
   }
@@ -525,6 +526,39 @@
     s.appendChild(ul);
   }
 
+  // How often each compiled graph ran (a live run): which compiles paid for themselves, and which were thrown away.
+  function drawGraphCalls() {
+    if (!S.graph_calls || typeof S.graph_calls !== "object") return;
+    var c = obj(S.graph_calls), at = arr(c.ran_at_most);
+    var once = obj(at.filter(function (r) { return num(obj(r).calls) === 1; })[0]);
+    var s = section("Graph calls: did compiling pay off",
+      num(c.graphs) + " compiled graph" + (num(c.graphs) === 1 ? "" : "s") + " ran " + num(c.calls).toLocaleString("en-US") +
+      " times; " + num(once.compiles) + " ran at most once (the call that compiled them): " + fmtS(once.compile_s) +
+      " of compiling, " + pct(once.compile_s, once.of_compile_s) + " of all compile time." +
+      (num(c.uncounted) ? " " + num(c.uncounted) + " compile(s) not counted (past the bound)." : ""));
+    s.appendChild(table(at, [
+      ["graphs that ran at most", function (r) { return num(r.calls) + " time" + (num(r.calls) === 1 ? "" : "s"); }],
+      ["graphs", function (r) { return num(r.compiles); }, true],
+      ["compile s", function (r) { return fix3(r.compile_s); }, true],
+      ["of all compile time", function (r) { return pct(r.compile_s, r.of_compile_s); }, true, function (r) { return num(r.share); }]
+    ]));
+    arr(c.frames).forEach(function (f) {
+      f = obj(f);
+      s.appendChild(el("h3", num(f.dead) ? "fail" : null, where(f.function, f.file, f.line) + ": " + num(f.compiles) +
+        " graph" + (num(f.compiles) === 1 ? "" : "s") + ", " + fmtS(f.compile_s) + " compiling, " + num(f.dead) +
+        " ran at most once (" + fmtS(f.dead_compile_s) + ")"));
+      s.appendChild(table(arr(f.graphs), [
+        ["graph", function (r) { return str(r.id); }, false, null, "nw"],
+        ["pass", function (r) { return r.kind === "backward" ? "backward" : "forward"; }, false, null, "nw"],
+        ["calls", function (r) { return num(r.calls).toLocaleString("en-US"); }, true],
+        ["compile", function (r) { return fmtS(r.compile_s); }, true],
+        ["compile per call", function (r) { return r.compile_s_per_call === null ? "\u2013" : fmtS(r.compile_s_per_call); }, true],
+        ["run per call", function (r) { return r.run_s_mean === null || r.run_s_mean === undefined ? "\u2013" : fmtS(r.run_s_mean); }, true]
+      ], function (r) { return num(r.calls) <= 1 ? "err" : null; }));
+      if (num(f.more_graphs)) s.appendChild(el("p", "muted", "(" + num(f.more_graphs) + " more graphs: the JSON lists them)"));
+    });
+  }
+
   guard("the header", drawHeader);
   guard("the chart", initChart);
   guard("frames left in eager", drawEager);
@@ -533,6 +567,6 @@
   [["time by phase", drawPhases], ["top frames", drawFrames], ["cold and warm starts", drawColdWarm],
    ["recompiles", drawRecompiles], ["graph breaks", drawGraphBreaks], ["failures", drawFailures],
    ["recompiling frames", drawRecompiling], ["slowest compiles", drawSlowest],
-   ["cache lookups", drawCache]].forEach(function (p) { guard(p[0], p[1]); });
+   ["cache lookups", drawCache], ["graph calls", drawGraphCalls]].forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 })();

@@ -26,14 +26,16 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from threading import get_ident
+from types import FrameType
 from typing import Any
 
 from opentelemetry import context as otel_context
 
 from .._assemble.assembler import Assembler
-from .._core.compile_id import CompileId, current_compile_id
+from .._core.compile_id import CompileId, current_compile_id, current_trace
 from .._core.errors import _in_bridge, guarded, record_error, warn_once
 from .._core.graph_breaks import parse_graph_break
+from .._kinds.graph_calls import GRAPHS, GraphCalls, GraphEvent, wrapper_codes
 from .._model.events import (
     ArtifactEvent,
     DebugDirEvent,
@@ -55,6 +57,7 @@ from .torch_export import TorchExportHook
 from .warnings import WarningRecordHook
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
+TICK_S = 10.0  # with graphs counted, the worker reads their counts this often (when each last ran; the metrics)
 MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
 
 
@@ -82,6 +85,18 @@ def _cuda_device() -> int | None:
     except Exception:  # noqa: BLE001 - a broken CUDA runtime names no device
         return None
     return None
+
+
+def _on_cpu(output_graph: Any) -> bool:
+    """Whether every tensor input of the graph dynamo compiled is on the CPU: its calls can then be timed with no sync."""
+    try:
+        for t in output_graph.example_inputs():
+            device = getattr(t, "device", None)
+            if device is not None and getattr(device, "type", None) != "cpu":
+                return False
+    except Exception:  # noqa: BLE001 - an output graph of another shape: not timed
+        return False
+    return True
 
 
 def _aot_graph() -> str | None:
@@ -147,8 +162,17 @@ class LiveCapture:
         warnings: bool = False,
         on_first_compile: list[Callable[[], None]] | None = None,
         after_compile_in_child: Callable[[], None] | None = None,
+        count_graphs: bool = True,
+        graphs: GraphCalls | None = None,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.assembler = assembler
+        # How often each compiled graph runs (torch_otel._kinds.graph_calls): the counters, and where a lazily compiled
+        # backward's callable lives as its compile ends (the attach table's CompiledBackward rows fill it)
+        self.count_graphs = count_graphs
+        self.graphs = GRAPHS if graphs is None else graphs
+        self.backward_holders: list[tuple[str, str, str]] = []
+        self._on_tick = on_tick  # every TICK_S on the worker thread: the counts read, the sampled metrics refreshed
         # A forked child processes each compile as it ends, then calls this (the bridge exports at once)
         self._after_compile_in_child = after_compile_in_child
         # Run once, as the first compile starts (lazy servers, arming the push).
@@ -278,7 +302,9 @@ class LiveCapture:
                 _in_bridge.reset(token)
 
     def after_fork_in_child(self) -> None:
-        """The parent's queued events are the parent's to report; the locks may be held by its threads."""
+        """The parent's queued events are the parent's to report; the locks may be held by its threads. A child
+        counts its own calls of the graphs it inherited."""
+        self.graphs.after_fork_in_child()
         self._pending.clear()
         self._drain_lock = threading.RLock()
         self._wake = threading.Event()
@@ -316,13 +342,117 @@ class LiveCapture:
     def _run(self) -> None:
         wake, stop = self._wake, self._stop
         while True:
-            wake.wait()
+            if not wake.wait(TICK_S if self._on_tick is not None else None):
+                if stop.is_set():
+                    return
+                self._tick()
+                continue
             # Cleared before the delay, never after: a stop (which also sets ``wake``) can then not be missed.
             wake.clear()
             # Let the compiles that follow this one queue up: one batch processes them all.
             if stop.wait(BATCH_DELAY_S):
                 return  # uninstall processes what is left
             self.drain()
+
+    def _tick(self) -> None:
+        if self._on_tick is not None and len(self.graphs):
+            try:
+                self._on_tick()
+            except Exception as exc:  # noqa: BLE001
+                record_error("graph calls sample", exc)
+
+    # -- the graph counters (torch_otel._kinds.graph_calls) ----------------------
+    def graphs_attached(self) -> None:
+        """Dynamo must never trace a counter's wrapper (it would compile it as a frame of its own): its code is marked
+        skipped, once. Raises where this torch cannot: the graphs are then not counted."""
+        from torch._dynamo.eval_frame import skip_code
+
+        for code in wrapper_codes():
+            skip_code(code)
+
+    def graphs_detached(self) -> None:
+        """The counts read a last time, and torch's own callables put back where the wrappers still are."""
+        self.graphs.sample()
+        self.graphs.restore()
+
+    def _install_global_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``OutputGraph.install_global_unsafe``, which installs each compiled graph as a global of its frame: the
+        counter goes in front of the graph (its name is ``__compiled_fn_N``)."""
+        installed = self._graph_installed
+
+        def install_global_unsafe(output_graph: Any, name: str, value: Any) -> Any:
+            return torch_fn(output_graph, name, installed(output_graph, name, value))
+
+        return install_global_unsafe
+
+    def _graph_installed(self, output_graph: Any, name: str, value: Any) -> Any:
+        """The value dynamo installs: a compiled graph, behind its counter (an export's graph is never called)."""
+        if not (self.installed and self.count_graphs) or not callable(value):
+            return value
+        if not isinstance(name, str) or not name.startswith("__compiled_fn"):
+            return value
+        try:
+            if getattr(output_graph, "export", False):
+                return value
+            cid, attempt = current_trace()
+            graph, wrapper = self.graphs.wrap(
+                value, cid, attempt, "forward", _on_cpu(output_graph), scope=output_graph.global_scope, name=name
+            )
+            self._pending.append((self._process_event, GraphEvent(cid, graph, attempt), None, None))
+            return wrapper
+        except Exception as exc:  # noqa: BLE001 - torch's graph, uncounted, never an error in the user's compile
+            record_error("graph calls hook", exc)
+            return value
+
+    def _backward_compiler_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``_AutogradBackwardCompiler.__init__``: a backward that comes with its forward (AOTAutograd's cache served
+        both) has its callable from the start, and never compiles lazily."""
+        made = self._backward_compiler_made
+
+        def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
+            torch_fn(obj, *args, **kwargs)
+            made(obj)
+
+        return __init__
+
+    def _backward_compiler_made(self, obj: Any) -> None:
+        try:
+            fn = getattr(obj, "compiled_bw", None)
+            if not (self.installed and self.count_graphs) or fn is None or getattr(fn, "__torch_otel_graph__", False):
+                return
+            cid, attempt = current_trace()
+            graph, wrapper = self.graphs.wrap(
+                fn, cid, attempt, "backward", None, holder=obj, attr="compiled_bw", with_forward=True
+            )
+            obj.compiled_bw = wrapper
+            self._pending.append((self._process_event, GraphEvent(cid, graph, attempt), None, None))
+        except Exception as exc:  # noqa: BLE001 - never into torch's compile
+            record_error("graph calls: a backward compiled with its forward", exc)
+
+    def _lazy_backward_compiled(self) -> None:
+        """A lazy backward's compile is ending (its root's end event, on its own stack): its callable is in place in
+        the frame the attach table names (``backward_holders``), and goes behind a counter before its first call.
+        Called from the chromium hook (already guarded): never raises."""
+        try:
+            frame: FrameType | None = sys._getframe(1)
+            for _ in range(64):
+                if frame is None:
+                    return
+                for function, holder_name, attr in self.backward_holders:
+                    if frame.f_code.co_name != function:
+                        continue
+                    holder = frame.f_locals.get(holder_name)
+                    fn = getattr(holder, attr, None) if holder is not None else None
+                    if fn is None or getattr(fn, "__torch_otel_graph__", False):
+                        return
+                    cid, attempt = current_trace()
+                    graph, wrapper = self.graphs.wrap(fn, cid, attempt, "backward", None, holder=holder, attr=attr)
+                    setattr(holder, attr, wrapper)
+                    self._pending.append((self._process_event, GraphEvent(cid, graph, attempt), None, None))
+                    return
+                frame = frame.f_back
+        except Exception as exc:  # noqa: BLE001 - never into torch's compile
+            record_error("graph calls: a lazily compiled backward", exc)
 
     # -- hooks (on torch's path: take what must be read now, queue the rest) ----
     def _record_chromium_event(self, event: dict[str, Any]) -> None:
@@ -407,6 +537,8 @@ class LiveCapture:
                     self._run_first_compile()
                 return
             if ph == "E":
+                if name == "entire_backward_compile" and self.backward_holders and self.count_graphs:
+                    self._lazy_backward_compiled()  # its graph event goes before its end: it joins the open compile
                 self._pending.append((self._process_root_end, event, None, compile_cpu_ns()))
                 self._compile_ended()
             else:

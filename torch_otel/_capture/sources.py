@@ -58,6 +58,14 @@ class Capture(Protocol):
     installed: bool
     originals: dict[str, Any]
     attach_lock: threading.Lock
+    count_graphs: bool
+    # where a lazily compiled backward's callable lives as its compile ends: (function on the stack, the local or free
+    # variable there that holds it, its attribute), put by the CompiledBackward rows
+    backward_holders: list[tuple[str, str, str]]
+
+    def graphs_attached(self) -> None: ...
+
+    def graphs_detached(self) -> None: ...
 
     def logger_state(self, name: str, lg: logging.Logger) -> Any: ...
 
@@ -98,6 +106,10 @@ class Capture(Protocol):
 
     @property
     def _mega_cache_hook(self) -> Hookable: ...
+
+    def _install_global_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]: ...
+
+    def _backward_compiler_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]: ...
 
 
 # A row's reference to one of the capture's hooks
@@ -162,6 +174,9 @@ class Source:
     releases: tuple[str | None, str | None] = ("2.10", None)  # the releases that have it (None: open-ended)
     levels: frozenset[str] = ALL_LEVELS  # the capture levels that use it
     lazy: bool = False  # attached once ``module`` is imported (torch loads it only when the user needs it)
+    # One release range's way to a point another row reaches on the other releases: outside ``releases`` it is left
+    # out, not reported as lacking
+    variant: bool = False
     reattach: bool = False  # attached again as each compile starts (torch's set_logs() resets loggers)
     only_if: Callable[[Capture], bool] | None = None  # a setting of the capture that it needs
 
@@ -250,6 +265,83 @@ class StaticMethodHook(Source):
         found = self._lookup(sys.modules.get(self.module))
         if orig is not None and found is not None and found[1].__func__ == self.hook(cap):
             setattr(found[0], self.attr, orig)
+
+
+@dataclass(frozen=True)
+class MethodHook(Source):
+    """A class's method (``owner.attr``) replaced by one the capture makes around torch's: ``hook(cap)`` is given
+    torch's function and returns the method. Detach puts torch's back unless someone replaced the capture's since."""
+
+    owner: str = ""
+    attr: str = ""
+    hook: HookRef = lambda cap: None
+    # called once attached and once detached (the graph counters: their wrappers' code is kept from dynamo, and
+    # torch's callables go back on detach)
+    attached: Callable[[Capture], None] | None = None
+    detached: Callable[[Capture], None] | None = None
+
+    def _lookup(self, mod: Any) -> Any:
+        cls = getattr(mod, self.owner, None)
+        found = cls.__dict__.get(self.attr) if isinstance(cls, type) else None
+        return (cls, found) if callable(found) else None
+
+    def _key(self) -> str:
+        return f"{self.module}.{self.owner}.{self.attr}"
+
+    def attach(self, cap: Capture) -> bool:
+        found = self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module))
+        if found is None:
+            return False
+        cls, torch_fn = found
+        if getattr(torch_fn, "__torch_otel_hook__", None) is self:
+            return True
+        if self.attached is not None:
+            self.attached(cap)  # raises: nothing of torch's is replaced
+        ours = self.hook(cap)(torch_fn)
+        ours.__torch_otel_hook__ = self
+        cap.originals[self._key()] = torch_fn
+        setattr(cls, self.attr, ours)
+        return True
+
+    def detach(self, cap: Capture) -> None:
+        torch_fn = cap.originals.pop(self._key(), None)
+        found = self._lookup(sys.modules.get(self.module))
+        if torch_fn is not None and found is not None and getattr(found[1], "__torch_otel_hook__", None) is self:
+            setattr(found[0], self.attr, torch_fn)
+        if torch_fn is not None and self.detached is not None:
+            self.detached(cap)
+
+
+@dataclass(frozen=True)
+class CompiledBackward(Source):
+    """Where a lazily compiled backward's callable lives as its compile ends: the frame of ``function`` on the stack
+    holds it in ``holder`` (a local or free variable), as ``attr``. Nothing of torch's is replaced: the capture reads
+    it there when the compile's root ends (torch's ``entire_backward_compile`` end, on the compile's own stack) and
+    puts the counter in front of it. ``probe``: a name the module has; ``absent``: one it must not have."""
+
+    function: str = ""
+    holder: str = ""
+    attr: str = "compiled_bw"
+    probe: str = ""
+    absent: str = ""
+
+    def _lookup(self, mod: Any) -> Any:
+        if mod is None or not hasattr(mod, self.probe) or (self.absent and hasattr(mod, self.absent)):
+            return None
+        return mod
+
+    def attach(self, cap: Capture) -> bool:
+        if self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module)) is None:
+            return False
+        where = (self.function, self.holder, self.attr)
+        if where not in cap.backward_holders:
+            cap.backward_holders.append(where)
+        return True
+
+    def detach(self, cap: Capture) -> None:
+        where = (self.function, self.holder, self.attr)
+        if where in cap.backward_holders:
+            cap.backward_holders.remove(where)
 
 
 @dataclass(frozen=True)
@@ -561,6 +653,54 @@ SOURCES: tuple[Source, ...] = (
         to_events=_instant_call_events,
         kinds=(CacheLookupEvent,),
     ),
+    MethodHook(
+        "graph_calls",
+        "how often each compiled graph ran, its first and last call (the run summary's graph calls)",
+        "torch._dynamo.output_graph",
+        only_if=lambda cap: cap.count_graphs,
+        owner="OutputGraph",
+        attr="install_global_unsafe",  # dynamo installs each compiled graph as a global of its frame through it
+        hook=lambda cap: cap._install_global_hook,
+        attached=lambda cap: cap.graphs_attached(),
+        detached=lambda cap: cap.graphs_detached(),
+    ),
+    CompiledBackward(
+        "graph_calls_lazy_backward",
+        "how often each lazily compiled backward ran",
+        "torch._functorch._aot_autograd.runtime_wrappers",
+        releases=("2.12", None),
+        lazy=True,
+        variant=True,
+        only_if=lambda cap: cap.count_graphs,
+        function="get_or_compile",  # _AutogradBackwardCompiler.get_or_compile returns self.compiled_bw
+        holder="self",
+        probe="_AutogradBackwardCompiler",
+    ),
+    CompiledBackward(
+        "graph_calls_lazy_backward_2_10",
+        "how often each lazily compiled backward ran",
+        "torch._functorch._aot_autograd.runtime_wrappers",
+        releases=("2.10", "2.11"),
+        lazy=True,
+        variant=True,
+        only_if=lambda cap: cap.count_graphs,
+        function="_backward_impl",  # calls CompiledFunction.compiled_bw, a class made per graph in post_compile
+        holder="CompiledFunction",
+        probe="AOTDispatchAutograd",
+        absent="_AutogradBackwardCompiler",
+    ),
+    MethodHook(
+        "graph_calls_cached_backward",
+        "how often a backward compiled with its forward ran (AOTAutograd's cache served it)",
+        "torch._functorch._aot_autograd.runtime_wrappers",
+        releases=("2.12", None),  # 2.10 and 2.11 keep it in a class made per graph, out of reach until it runs
+        lazy=True,
+        variant=True,
+        only_if=lambda cap: cap.count_graphs,
+        owner="_AutogradBackwardCompiler",
+        attr="__init__",
+        hook=lambda cap: cap._backward_compiler_hook,
+    ),
     ObjectHook(
         "export",
         "torch.export and draft_export as traces of their own",
@@ -606,7 +746,7 @@ def attach_all(cap: Capture, version: str, sources: Iterable[Source] | None = No
     out = Attached()
     lacking: list[Source] = []
     for src in sources:
-        if not src.wanted(cap):
+        if not src.wanted(cap) or (src.variant and not _in_releases(version, src.releases)):
             continue
         if src.lazy:
             callback = _later(cap, src, version, out)

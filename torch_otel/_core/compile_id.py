@@ -87,3 +87,17 @@ def current_compile_id() -> CompileId | None:
         return parse_compile_id(str(torch._guards.CompileContext.current_compile_id()))
     except Exception:  # noqa: BLE001
         return None
+
+
+def current_trace() -> tuple[CompileId | None, int]:
+    """The compile torch is in now and its attempt (its ``CompileContext``'s trace id); ``(None, 0)`` outside one."""
+    import torch._guards
+
+    try:
+        trace = torch._guards.CompileContext.current_trace_id()
+        if trace is None:
+            return None, 0
+        attempt = getattr(trace, "attempt", 0)
+        return parse_compile_id(str(trace.compile_id)), attempt if isinstance(attempt, int) else 0
+    except Exception:  # noqa: BLE001
+        return None, 0

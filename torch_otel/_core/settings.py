@@ -37,6 +37,9 @@ class Settings:
     # the cache key index, the next run's baseline: "auto" (beside inductor's cache directory), "off", or a directory
     cache_index: str = "auto"
     cache_baseline: str | None = None  # a previous run's TORCH_TRACE log or directory, or a key index, to explain misses
+    # count how often each compiled graph runs (TORCH_OTEL_GRAPH_CALLS; full capture counts them whatever this says):
+    # off by default: its cost on a small training step could not be shown under 0.1% (docs/benchmarks.md)
+    graph_calls: bool = False
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -201,6 +204,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         summary=_destinations(env, "TORCH_OTEL_SUMMARY", problems),
         cache_index=(env.get("TORCH_OTEL_CACHE_INDEX") or "auto").strip() or "auto",
         cache_baseline=(env.get("TORCH_OTEL_CACHE_BASELINE") or "").strip() or None,
+        graph_calls=_bool(env, "TORCH_OTEL_GRAPH_CALLS", False, problems),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 from .._core.merge import Merge
 from .._model.record import CompileRecord
 
-__all__ = ["Attach", "Kind", "MetricsView", "Observation", "Series", "SpanView", "SummaryPart", "SummaryView", "Text"]
+__all__ = ["Attach", "Kind", "LateSpan", "MetricsView", "Observation", "Series", "SpanView", "SummaryPart", "SummaryView", "Text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,8 @@ class Series:
 Observation = tuple[str, tuple[str, ...], float, "tuple[int, int] | None"]
 # an event on the compile's root span: (name, attributes, time; None: the compile's end)
 SpanEvent = tuple[str, dict[str, Any], "int | None"]
+# a span written after the compile's trace: (name, attributes, start, end)
+LateSpan = tuple[str, dict[str, Any], int, int]
 # a log record: (time, level, logger name, message, attributes)
 LogView = tuple[int, int, str, str, dict[str, Any]]
 
@@ -88,14 +90,27 @@ class SpanView:
     events: Callable[[CompileRecord, Text], list[SpanEvent]]
     read: Callable[[str, Mapping[str, Any], CompileRecord], bool] | None = None  # True: the event was this kind's
     names: tuple[str, ...] = ()
+    # Spans the kind writes after its compile's trace was exported (a compiled graph's calls, at exit), each a child of
+    # the compile's root: their names; how ``torch-otel diff`` reads one back into its compile's record (its
+    # attributes, start and end); and what a record read back from a trace holds before such a span arrives (a trace
+    # file has them after the root they belong to).
+    late_spans: tuple[str, ...] = ()
+    write_late: Callable[[Any], list[LateSpan]] | None = None  # given the kind's derived fact, at exit
+    read_late: Callable[[str, Mapping[str, Any], int, int, CompileRecord], None] | None = None
+    await_late: Callable[[CompileRecord], None] | None = None
 
 
 @dataclass(frozen=True)
 class MetricsView:
-    """A kind's series, and what one compile observes of them (given the record and its ``rank`` label)."""
+    """A kind's series, and what one compile observes of them (given the record and its ``rank`` label); ``sampled``:
+    those read from live state instead."""
 
     series: tuple[Series, ...]
     observations: Callable[[CompileRecord, str], Iterable[Observation]]
+    # Series read from live state rather than observed per compile (how often each compiled graph ran): what they
+    # stand at now, given the rank label and whether it is a detail rank. The metrics sink reads them before each
+    # scrape and export, and adds a counter's growth since its last read.
+    sampled: Callable[[str, bool], Iterable[Observation]] | None = None
 
 
 class SummaryPart(Protocol):

@@ -8,10 +8,10 @@ sinks take ``kinds`` as a parameter defaulting to this table, read as they are m
 
 from __future__ import annotations
 
-from . import cache_lookups
+from . import cache_lookups, graph_calls
 from .kind import Kind, Series
 
-KINDS: tuple[Kind, ...] = (cache_lookups.KIND,)
+KINDS: tuple[Kind, ...] = (cache_lookups.KIND, graph_calls.KIND)
 
 
 def kinds_or_default(kinds: tuple[Kind, ...] | None) -> tuple[Kind, ...]:

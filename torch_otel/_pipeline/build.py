@@ -26,9 +26,10 @@ from .._analysis.recompiles import NearLimitWarning, live_recompile_limit
 from .._assemble.assembler import Assembler, CacheLoads, Tracing
 from .._core.errors import record_error
 from .._core.settings import Settings
-from .._kinds import cache_lookups
+from .._kinds import cache_lookups, graph_calls
 from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import ReplayStats
+from .._sinks.late_spans import LateSpans
 from .._sinks.logs import LogSink
 from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend, series_table
 from .._sinks.replay_report import ReplayReport
@@ -111,6 +112,7 @@ class PipelineSpec:
     per_rank: bool = False
     summary_source: str = "replay"
     cache_keys: KeyHistory | None = None  # replay and diff: the key history (live builds its own from the settings)
+    graphs: graph_calls.GraphCalls | None = None  # live: the graph counters (default: the process's)
     sinks: tuple[Sink, ...] = ()
 
 
@@ -127,10 +129,12 @@ class Pipeline:
         cache_keys: KeyHistory | None = None,
         cache_loads: CacheLoads | None = None,
         recompile_limit: Callable[[], int | None] | None = None,
+        graphs: graph_calls.GraphCalls | None = None,
     ) -> None:
         self.sinks: tuple[Sink, ...] = tuple(sinks)
         self.tracing = tracing
         self.cache_keys = cache_keys
+        self.graphs = graphs  # live: the graph counters the derive step tells each compile's graphs to
         self.cache_loads = cache_loads
         self.recompile_limit = recompile_limit
         self.summary: RunSummary | None = None
@@ -145,12 +149,17 @@ class Pipeline:
         self, max_open: int = 256, stamp: Callable[[CompileRecord, bool], None] | None = None, recent: int | None = None
     ) -> Assembler:
         """An assembler that hands its finished compiles to these sinks, deriving their facts with these parts."""
+        parts: dict[str, Any] = {}
+        if self.cache_keys is not None:
+            parts[cache_lookups.NAME] = self.cache_keys
+        if self.graphs is not None:
+            parts[graph_calls.NAME] = self.graphs
         return Assembler(
             self.sinks,
             max_open,
             tracing=self.tracing,
             cache_loads=self.cache_loads,
-            kind_parts={cache_lookups.NAME: self.cache_keys} if self.cache_keys is not None else None,
+            kind_parts=parts or None,
             stamp=stamp,
             recent=recent,
             recompile_limit=self.recompile_limit,
@@ -356,11 +365,21 @@ def build_pipeline(spec: PipelineSpec) -> Pipeline:
         sinks.append(
             LogSink(spec.logger_provider, settings.attribute_max_length, settings.redact_paths, not settings.capture_payloads)
         )
+    graphs = None
     if spec.source == "live":
         sinks.append(NearLimitWarning())  # one line per frame near the recompile limit
+        graphs = spec.graphs if spec.graphs is not None else graph_calls.GRAPHS
+        tracer = getattr(spec.tracing, "tracer", None)
+        if tracer is not None:  # each compiled graph's calls, at exit, in its compile's trace
+            sinks.append(LateSpans(tracer, before=graphs.sample))
     sinks.extend(spec.sinks)
     pipeline = Pipeline(
-        sinks, tracing=spec.tracing, cache_keys=cache_keys, cache_loads=cache_loads, recompile_limit=recompile_limit
+        sinks,
+        tracing=spec.tracing,
+        cache_keys=cache_keys,
+        cache_loads=cache_loads,
+        recompile_limit=recompile_limit,
+        graphs=graphs,
     )
     pipeline.summary, pipeline.by_rank, pipeline.report, pipeline.metrics = summary, by_rank, report, metrics
     pipeline.spans = spans

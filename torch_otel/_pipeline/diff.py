@@ -38,10 +38,11 @@ from .._analysis.diff import (
     parse_fail_on,
 )
 from .._core.paths import check_writable
+from .._model.record import CompileRecord, PhaseNode
 from .._otel.replay_tracers import REPLAYED
 from .._parse.trace_log import ReplayStats, log_files
 from .._sinks.replay_report import problem_lines
-from .._sinks.span_model import Root, otlp_attributes, record_of_spans
+from .._sinks.span_model import Root, late_span_names, otlp_attributes, read_late_span, record_of_spans
 from .._sinks.summary import SCHEMA_VERSION, merge_summaries
 from .build import PipelineSpec, build_pipeline
 from .replay import replay_paths
@@ -241,12 +242,18 @@ def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None,
     assert whole is not None and per_rank is not None
     found = 0
     notes: list[str] = []
+    late_names = late_span_names()
     for f in files:
         pending: OrderedDict[str, list[Mapping[str, Any]]] = OrderedDict()  # trace id -> its spans seen so far
+        # compile roots read so far, by span id: a span written at exit (a graph's calls) comes long after its root
+        roots: OrderedDict[str, CompileRecord] = OrderedDict()
         held = 0
         try:
             for sp, resource in _spans(f, err):
                 trace = str(sp.get("traceId"))
+                if sp.get("name") in late_names and str(sp.get("parentSpanId")) in roots:
+                    read_late_span(sp, roots[str(sp.get("parentSpanId"))])
+                    continue
                 if Root.KIND not in sp["_attrs"]:
                     pending.setdefault(trace, []).append(sp)
                     held += 1
@@ -269,6 +276,12 @@ def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None,
                 rec = record_of_spans(sp, mine, resource)
                 if rec is None:
                     continue
+                if rec.derived:  # a stand-in sharing its derived facts, which a late span fills in (no phase tree)
+                    roots[str(sp.get("spanId"))] = CompileRecord(
+                        rec.kind, rec.compile_id, PhaseNode(rec.root.name, 0), derived=rec.derived
+                    )
+                    if len(roots) > MAX_PENDING_SPANS:
+                        roots.popitem(last=False)
                 found += 1
                 pipeline.finish(rec)
         except (OSError, UnicodeDecodeError, EOFError) as exc:

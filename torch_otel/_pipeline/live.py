@@ -24,6 +24,7 @@ from .._capture.live import LiveCapture
 from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
 from .._core.settings import Settings, capture_level, load_settings
+from .._kinds.graph_calls import GRAPHS
 from .._otel.exposition import set_before_scrape
 from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
@@ -116,12 +117,17 @@ def instrument(
             )
         )
         assembler = pipeline.assembler(max_open=settings.max_open_compiles)
+        GRAPHS.clear()  # this bridge's graphs (an earlier bridge's, if any, were given back to torch as it stopped)
+        refresh = _refresh(pipeline)
         cap = LiveCapture(
             assembler,
             level,
             warnings=logger_provider is not None,
             on_first_compile=_on_first_compile,
             after_compile_in_child=_flush_in_child,
+            count_graphs=settings.graph_calls or level == "full",
+            graphs=GRAPHS,
+            on_tick=refresh,
         )
         try:
             cap.install()
@@ -130,13 +136,35 @@ def instrument(
             return None
         _bridge = Bridge(settings, assembler, cap, provider, pipeline, list(_owned or []))
         set_live_stats(assembler.stats)
-        set_before_scrape(cap.drain)  # /metrics serves the compiles that ended
+        set_before_scrape(_before_scrape(cap, refresh))  # /metrics serves the compiles that ended, and the calls now
         if not _atexit_registered:
             atexit.register(shutdown)
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _register_multiprocessing_hook()
             _atexit_registered = True
         return _bridge
+
+
+def _refresh(pipeline: Pipeline) -> Callable[[], None]:
+    """Read the graph counters (when each last ran) and the metrics sampled from them."""
+
+    def refresh() -> None:
+        try:
+            GRAPHS.sample()
+            if pipeline.metrics is not None:
+                pipeline.metrics.refresh()
+        except Exception as exc:  # noqa: BLE001 - never into a scrape
+            record_error("graph calls refresh", exc)
+
+    return refresh
+
+
+def _before_scrape(cap: LiveCapture, refresh: Callable[[], None]) -> Callable[[], None]:
+    def before() -> None:
+        cap.drain()
+        refresh()
+
+    return before
 
 
 def is_instrumented() -> bool:

@@ -428,6 +428,12 @@ class CompileMetrics(Sink):
         self.backends = backends
         # the added kinds that observe series of their own (torch_otel._kinds): the cache lookups' misses, bypasses
         self._views = tuple(k.metrics for k in kinds_or_default(kinds) if k.metrics is not None)
+        # and those read from live state (each compiled graph's calls): read by ``refresh``
+        self._sampled = tuple(v.sampled for v in self._views if v.sampled is not None)
+        self._series_kinds = {name: s.kind for name, s in series_table(kinds).items()}
+        self._sampled_totals: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._sampled_lock = threading.Lock()
+        self._rank_label: str | None = None  # the rank label of the compiles seen (the sampled series carry it)
         self.run_id = default_run_id() if run_id is None else run_id
         self.detail_ranks = RankSet() if detail_ranks is None else detail_ranks
         for b in backends:
@@ -450,7 +456,34 @@ class CompileMetrics(Sink):
                     record_error(f"metrics backend {type(b).__name__}", exc)
 
     def _rank(self, rec: CompileRecord) -> str:
-        return str(rec.rank) if rec.rank is not None else default_rank()
+        rank = str(rec.rank) if rec.rank is not None else default_rank()
+        self._rank_label = rank
+        return rank
+
+    def refresh(self) -> None:
+        """Read the series the kinds sample from live state (each compiled graph's calls) into every backend: a
+        gauge as it stands, a counter by its growth since the last read. Live capture calls it before each scrape,
+        every few seconds, and at shutdown."""
+        if not self._sampled:
+            return
+        rank = self._rank_label or default_rank()
+        detail = rank in self.detail_ranks
+        out: list[Observation] = []
+        with self._sampled_lock:
+            for sampled in self._sampled:
+                for name, labels, value, ex in sampled(rank, detail):
+                    if self._series_kinds.get(name) == "counter":
+                        before = self._sampled_totals.get((name, labels), 0.0)
+                        if value <= before:
+                            continue  # counts only grow (a lost increment never shows as a decrease)
+                        self._sampled_totals[(name, labels)] = value
+                        value -= before
+                    out.append((name, labels, value, ex))
+            self._emit(iter(out))
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """The sampled series' last values, before the meter's last export and the Pushgateway's push."""
+        self.refresh()
 
     def _info(self, rank: str) -> Iterator[Observation]:
         """Once per rank: the build info, and the alerting counters at 0.

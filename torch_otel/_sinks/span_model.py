@@ -20,7 +20,7 @@ from .._kinds.registry import kinds_or_default
 from .._model.events import GraphBreakEvent
 from .._model.record import CodeLocation, CompileRecord, PhaseNode
 
-__all__ = ["METRIC_ATTRIBUTES", "Events", "Root", "otlp_attributes", "record_of_spans"]
+__all__ = ["METRIC_ATTRIBUTES", "Events", "Root", "late_span_names", "otlp_attributes", "read_late_span", "record_of_spans"]
 
 # CompilationMetrics fields copied as numeric attributes of the root span (field -> attribute), and read back.
 METRIC_ATTRIBUTES = {
@@ -138,6 +138,10 @@ def record_of_spans(
     dict), for the run summary; None for a span that is no compile's root. An added kind's events are read back by
     its own view (torch_otel._kinds)."""
     readers = [k.spans.read for k in kinds_or_default(kinds) if k.spans is not None and k.spans.read is not None]
+    late_names = late_span_names(kinds)
+    late = [s for s in descendants if s.get("name") in late_names and str(s.get("parentSpanId")) == str(root.get("spanId"))]
+    if late:
+        descendants = [s for s in descendants if not any(s is x for x in late)]
     a = root["_attrs"]
     kind = a.get(Root.KIND)
     if not isinstance(kind, str):
@@ -225,4 +229,23 @@ def record_of_spans(
             rec.recompile_limit_near = True
         elif isinstance(name, str):
             any(read(name, ea, rec) for read in readers)
+    for k in kinds_or_default(kinds):
+        if k.spans is not None and k.spans.await_late is not None:
+            k.spans.await_late(rec)
+    for s in late:
+        read_late_span(s, rec, kinds)
     return rec
+
+
+def late_span_names(kinds: tuple[Kind, ...] | None = None) -> frozenset[str]:
+    """The spans kinds write after their compile's trace, as children of its root (a compiled graph's calls, at exit)."""
+    return frozenset(n for k in kinds_or_default(kinds) if k.spans is not None for n in k.spans.late_spans)
+
+
+def read_late_span(span: Mapping[str, Any], rec: CompileRecord, kinds: tuple[Kind, ...] | None = None) -> None:
+    """A late span (OTLP-JSON, with ``_attrs``) back into its compile's record, by the kind that wrote it."""
+    name = span.get("name")
+    for k in kinds_or_default(kinds):
+        if k.spans is not None and k.spans.read_late is not None and name in k.spans.late_spans:
+            start, end = int(span.get("startTimeUnixNano") or 0), int(span.get("endTimeUnixNano") or 0)
+            k.spans.read_late(str(name), span.get("_attrs") or {}, start, end, rec)

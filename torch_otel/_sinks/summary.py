@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._analysis.eager import EagerFrames, eager_lines
-from .._analysis.recompiles import RecompilingFrames, frame_lines
+from .._analysis.recompiles import RecompilingFrames, add_call_evidence, frame_lines
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
@@ -28,6 +28,7 @@ from .._core.merge import Merge, basename, counts, first, merge_with, num, rows,
 from .._core.paths import in_installed_package, path_problem
 from .._core.ranks import env_rank
 from .._core.text import cut_middle
+from .._kinds.graph_calls import compile_calls
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
@@ -86,6 +87,17 @@ def _s(ns: int) -> float:
 
 def _dur(node: PhaseNode) -> int:
     return max(0, (node.end_ns if node.end_ns is not None else node.start_ns) - node.start_ns)
+
+
+_CALLS = "_calls"  # a compile's graphs (its calls are read when the summary is written)
+
+
+def _public(facts: dict[str, Any]) -> dict[str, Any]:
+    """A compile's facts as the JSON has them: with ``calls``, how many times its graph ran (None: not known)."""
+    out = {k: v for k, v in facts.items() if k != _CALLS}
+    cc = facts.get(_CALLS)
+    out["calls"] = cc.calls() if cc is not None else None
+    return out
 
 
 def _where(fn: str, path: str | None, line: int | None, call_site: str | None = None) -> str:
@@ -205,7 +217,7 @@ class RunSummary(Sink):
         frame.compiles += 1
         frame.total_ns += dur
         failed = rec.fail_type or ("Incomplete" if rec.incomplete else None)
-        facts = {
+        facts: dict[str, Any] = {
             "id": rec.id_str,
             "kind": rec.kind,
             "function": key[0],
@@ -217,6 +229,7 @@ class RunSummary(Sink):
         }
         if rec.rank is not None:
             facts["rank"] = rec.rank
+        facts[_CALLS] = compile_calls(rec)  # read when the summary is written (torch_otel._kinds.graph_calls)
         seq = next(self._seq)
         self._keep(self._slowest, (dur, seq, facts), SLOWEST)
         dropped = self._keep(self._trees, (dur, seq, key, facts, tree), self.max_tree_compiles)
@@ -308,7 +321,9 @@ class RunSummary(Sink):
     def to_dict(self) -> dict[str, Any]:
         """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
         with self._lock:
-            return self.extra.extend(self._dict())
+            d = self.extra.extend(self._dict())
+        add_call_evidence(d["recompiling_frames"], d.get("graph_calls"))  # the graphs each recompile left behind
+        return d
 
     def _dict(self) -> dict[str, Any]:
         compiles = sum(self.by_kind.values())
@@ -346,7 +361,7 @@ class RunSummary(Sink):
                 }
                 for k, f in frames[:50]
             ],
-            "slowest": [facts for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
+            "slowest": [_public(facts) for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
             "recompiles": {
                 "total": sum(self.recompiles.values()),
                 "by_category": dict(self.recompiles.most_common()),
@@ -382,6 +397,7 @@ class RunSummary(Sink):
         for _, _, key, facts, tree in sorted(self._trees, key=lambda t: (-t[0], t[1])):
             node = tree.to_dict(f"{facts['kind']} {facts['id']}", "compile")
             node["status"] = facts["status"]
+            node["calls"] = _public(facts)["calls"]
             node["detail"] = f"{facts['kind']} compile of {_row_where(facts)}"
             kept.setdefault(key, []).append(node)
         frames = []

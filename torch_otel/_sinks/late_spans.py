@@ -1,0 +1,94 @@
+"""Spans written after their compile's trace was exported: each added kind's late spans (how often each compiled graph
+ran), at shutdown, each a child of its compile's root span.
+
+A compile's trace is exported as the compile ends, long before what its graph did afterwards is known. This sink keeps,
+for each traced compile that a kind has late spans for, the root's ids and the kind's derived fact (small: no record,
+no phase tree), and at shutdown writes the kind's spans (``SpanView.write_late``) into the compile's own trace: a
+trace store shows them under the compile, and ``torch-otel diff`` reads them back (``SpanView.read_late``). A compile
+the sampler dropped has no trace, and gets none. Bounded: at most ``max_kept`` compiles.
+
+A forked child writes the spans of the compiles it made itself, not those it inherited: their traces are the
+parent's, whose spans say how often the parent ran them (as the run summary is the parent's alone).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Tracer
+
+from .._core.errors import record_error
+from .._kinds.kind import Kind, LateSpan
+from .._kinds.registry import kinds_or_default
+from .._model.record import CompileRecord, Sink
+from .._otel.ids import own_ids, private_random
+
+MAX_KEPT = 10_000
+
+
+class LateSpans(Sink):
+    """See the module. ``before`` runs first at shutdown (the counters' last read)."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        kinds: tuple[Kind, ...] | None = None,
+        before: Callable[[], None] | None = None,
+        max_kept: int = MAX_KEPT,
+    ) -> None:
+        self.tracer = tracer
+        self.before = before
+        self.max_kept = max_kept
+        self._views = tuple(
+            (k.name, k.spans.write_late) for k in kinds_or_default(kinds) if k.spans is not None and k.spans.write_late
+        )
+        # (the process that kept it, the root's trace and span ids, each kind's writer and fact)
+        self.kept: list[tuple[int, int, int, list[tuple[Callable[[Any], list[LateSpan]], Any]]]] = []
+        self.dropped = 0
+        self._done = False
+
+    def on_finish(self, record: CompileRecord) -> None:
+        if not record.trace_id or not record.span_id:
+            return
+        facts = [(write, record.derived[name]) for name, write in self._views if name in record.derived]
+        if not facts:
+            return
+        if len(self.kept) < self.max_kept:
+            self.kept.append((os.getpid(), record.trace_id, record.span_id, facts))
+        else:
+            self.dropped += 1
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self.before is not None:
+            try:
+                self.before()
+            except Exception as exc:  # noqa: BLE001
+                record_error("late spans: before", exc)
+        tracer = self.tracer
+        with nullcontext() if own_ids(tracer) else private_random():
+            pid = os.getpid()
+            for made_in, trace_id, span_id, facts in self.kept:
+                if made_in != pid:
+                    continue  # a forked child's inherited compile: the parent writes its spans
+                parent = trace.set_span_in_context(
+                    trace.NonRecordingSpan(
+                        trace.SpanContext(trace_id, span_id, False, trace.TraceFlags(trace.TraceFlags.SAMPLED))
+                    )
+                )
+                for write, fact in facts:
+                    try:
+                        for name, attributes, start, end in write(fact):
+                            span = tracer.start_span(
+                                name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start
+                            )
+                            span.end(end_time=end)
+                    except Exception as exc:  # noqa: BLE001 - one compile's spans must not stop the others'
+                        record_error("late spans", exc)
+        self.kept.clear()
