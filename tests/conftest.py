@@ -10,6 +10,8 @@ import pytest
 
 # One warm inductor cache for the whole run (inductor tests are few and share it).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torch-otel-tests-inductor-cache"))
+# The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tempfile.gettempdir(), "torch-otel-tests-xdg-cache"))
 
 import torch  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402

@@ -74,21 +74,26 @@ def _metric(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("caches")
     cache = tmp / "inductor-cache"
-    got: dict[str, Any] = {"tmp": tmp, "cache": cache}
-    for name in SCENARIOS:
+    xdg = tmp / "xdg-cache"  # where the copy of the key index is kept, outside the cache directory
+    got: dict[str, Any] = {"tmp": tmp, "cache": cache, "xdg": xdg}
+
+    def scenario(name: str, mode: str, cache: Path = cache, xdg: Path = xdg, extra: dict[str, str] | None = None) -> None:
         out = tmp / name
         env = {
             "TORCHINDUCTOR_CACHE_DIR": str(cache),
             "OMP_NUM_THREADS": "1",  # as torchrun sets it for the job below: inductor's key holds the thread count
+            "XDG_CACHE_HOME": str(xdg),
             "TORCH_TRACE": str(out / "trace"),
             "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
             **spans_to_file(out / "spans.jsonl"),
+            **(extra or {}),
         }
         index = cache / "torch-otel" / "keys-rank0.json"
-        if index.exists():  # what this run explains its misses against: replay is given the same baseline
+        kept = list(xdg.glob("torch-otel/cache-keys/*/keys-rank0.json"))
+        if index.exists() or kept:  # what this run explains its misses against: replay is given the same baseline
             (out / "baseline").mkdir(parents=True)
-            shutil.copy(index, out / "baseline" / index.name)
-        res = run_python(WORKLOADS / "caches.py", env, args=[str(out), name], timeout=600)
+            shutil.copy(index if index.exists() else kept[0], out / "baseline" / index.name)
+        res = run_python(WORKLOADS / "caches.py", env, args=[str(out), mode], timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         got[name] = {
             "out": out,
@@ -96,9 +101,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "spans": read_otlp_json_spans(out / "spans.jsonl"),
             "counters": json.loads((out / "counters-0.json").read_text()),
             "metrics": (out / "metrics-0.txt").read_text(),
-            "index": json.loads((cache / "torch-otel" / "keys-rank0.json").read_text()),
+            "index": json.loads(index.read_text()) if index.exists() else None,
+            "stdout": res.stdout,
             "stderr": res.stderr,
         }
+
+    for name in SCENARIOS:
+        scenario(name, name)
     # A 2-rank job on the warm directory: rank 1 alone runs with another config, so it misses what rank 0 hits.
     job = tmp / "job"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
@@ -121,6 +130,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert res.returncode == 0, res.stderr[-3000:]
     got["job"] = {"out": job, "stderr": res.stderr}
+    # After the job: the model's code changed (gelu for relu); a print in a loop sends forward to eager; then the
+    # cache directory wiped as users wipe it (rm -rf), and the workload run again as before the change.
+    scenario("code", "code")
+    scenario("print_in_loop", "print_in_loop")
+    shutil.rmtree(cache)
+    scenario("wiped", "warm")
+    # Autocast turned on (bf16), with torch's AOTAutograd key parts logged (its autograd_cache logger at DEBUG), on a
+    # directory of its own: the run before it, then the same step under autocast.
+    parts = {"TORCH_LOGS": "+torch._functorch._aot_autograd.autograd_cache"}
+    scenario("autocast_base", "warm", tmp / "autocast-cache", tmp / "autocast-xdg", parts)
+    scenario("bf16", "bf16", tmp / "autocast-cache", tmp / "autocast-xdg", parts)
     return got
 
 
@@ -395,3 +415,155 @@ def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
         assert all(want.fullmatch(lk["miss_changes"][0]) for lk in fx), [lk["miss_changes"] for lk in fx]
         said = [ln for ln in res.stderr.splitlines() if re.search(r"is from torch 2\.13\.0\S* and this run is torch", ln)]
         assert len(said) == 1, res.stderr[-3000:]
+
+
+# -- the answers to "why" on the runs after the job: code changed, a frame left in eager, the cache wiped --------------
+
+
+def test_a_changed_graph_leads_with_its_code_and_lists_the_inputs_that_followed(runs, tmp_path):
+    """gelu where relu was: every miss's cause is the graph's code; the backward's inputs that changed with it
+    (relu's bool mask became a float) are listed after it, as what followed. Live and on replay, the same."""
+    code = runs["code"]
+    misses = [lk for lk in _lookups(code["spans"]) if lk["result"] == "miss"]
+    assert misses and {lk["miss_cause"] for lk in misses} == {"graph"}, misses
+    bwd = [lk for lk in misses if lk["name"] == "fx_graph" and lk.get("backward")]
+    assert bwd and all(lk["miss_changes"][0].startswith("graph code changed (and with it ") for lk in bwd), bwd
+    assert any(c.startswith("input ") and "dtype torch.bool → torch.float32" in c for lk in bwd for c in lk["miss_changes"])
+    assert code["summary"]["caches"]["misses_by_cause"] == {"graph": len(misses)}
+    assert code["counters"]["inductor"]["fxgraph_cache_miss"] == 2  # torch's own count of the misses explained
+    # the AOTAutograd miss (torch lists no parts for its key) says what its FX graphs say
+    (aot,) = [lk for lk in misses if lk["name"] == "aot_autograd"]
+    assert aot["miss_changes"][0].startswith("graph code changed")
+    replayed = _replay(code["out"] / "trace", tmp_path, code["out"] / "baseline")
+    assert _causes(_lookups(replayed["spans"])) == _causes(_lookups(code["spans"]))
+
+
+def test_a_frame_torch_left_in_eager_is_named_first_live_and_on_replay(runs, tmp_path):
+    """A print in a for loop of forward: torch skips the whole frame (GB0059, then GB7000); the summary's first
+    lines say which frame, where the break is, and that it runs uncompiled."""
+    run = runs["print_in_loop"]
+    assert run["stdout"].count("step ") == 2  # the user's prints ran (in eager)
+    (row,) = run["summary"]["eager_frames"]
+    assert (row["function"], row["why"], row["code"], row["compiles"]) == ("forward", "graph_break_in_loop", "GB0059", 1)
+    assert Path(row["break_file"]).name == "caches.py" and row["break_line"] == row["line"] + 3
+    assert "print" in row["explanation"]
+    out = tmp_path / "replayed"
+    out.mkdir()
+    replayed = _replay(run["out"] / "trace", out, None)
+    assert replayed["json"]["eager_frames"] == run["summary"]["eager_frames"]
+    lines = replayed["out"].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("torch.compile run summary"))
+    assert lines[start + 1] == "FRAMES LEFT IN EAGER: 1: torch runs their whole work uncompiled", lines
+    brk = next(i for i, ln in enumerate(lines) if ln.startswith("    the break: "))
+    assert start + 3 <= brk <= start + 4 and all(len(ln) <= 100 for ln in lines[start:brk]), lines  # whole, wrapped
+    said = " ".join(ln.strip() for ln in lines[start + 2 : brk])
+    assert said == (
+        f"forward (caches.py:{row['line']}): a graph break inside a loop at caches.py:{row['break_line']}: "
+        "torch skipped the whole frame (GB7000)"
+    ), lines
+    assert lines[brk].startswith("    the break: GB0059 Failed to trace builtin operator: ")
+    # the span: the unhandled graph break with the frame left in eager, as the summary counts it
+    roots = [s for s in run["spans"] if s["attrs"].get("torch.compile.kind") == "frame"]
+    assert [r["attrs"].get("torch.compile.eager_fallback") for r in roots] == [True]
+    assert run["summary"]["eager_fallbacks"] == 1
+
+
+def test_the_diff_leads_with_a_frame_now_left_in_eager(runs, tmp_path):
+    """Against the warm run, the run with the print in a loop compiles nothing: its compile time fell, which is
+    no improvement. The diff's first line after its head says so, from every form a run leaves."""
+    warm, new = runs["warm"]["out"], runs["print_in_loop"]["out"]
+    forms = {"log": "trace", "summary": "summary.json", "traces": "spans.jsonl"}
+    for form, name in forms.items():
+        res = run_cli(
+            "diff", str(warm / name), str(new / name), "--fail-on", "failures", "--json", str(tmp_path / f"{form}.json")
+        )
+        assert res.returncode == 4, (form, res.stdout, res.stderr)
+        lines = res.stdout.splitlines()
+        head = next(i for i, ln in enumerate(lines) if ln.startswith("FRAMES NOW LEFT IN EAGER"))
+        assert lines[head] == "FRAMES NOW LEFT IN EAGER: 1: torch runs their whole work uncompiled", (form, lines)
+        assert " a graph break inside a loop at caches.py:" in lines[head + 1], (form, lines)
+        total = lines.index(next(ln for ln in lines[head:] if ln.startswith("compile time ")))
+        assert total <= head + 4 and lines[total + 1] == "  not faster: 1 frame no longer compiled (in eager, above)", (
+            form,
+            lines,
+        )
+        doc = json.loads((tmp_path / f"{form}.json").read_text())
+        (e,) = doc["eager_frames"]["new_frames"]
+        assert e["why"] == "graph_break_in_loop" and e["code"] == "GB0059"
+        assert doc["gate"]["failed"][0]["text"].startswith(f"forward (caches.py:{e['line']}) now runs in eager")
+
+
+def test_a_wiped_cache_directory_says_not_in_this_cache_live_and_on_replay(runs, tmp_path):
+    """rm -rf of the cache directory takes the key index in it too: the copy kept outside it (bounded, as the index)
+    says the keys were there before, so each miss is "not in this cache", not "first seen"."""
+    wiped = runs["wiped"]
+    misses = [lk for lk in _lookups(wiped["spans"]) if lk["result"] == "miss"]
+    c = wiped["counters"]
+    assert len(misses) == c["inductor"]["fxgraph_cache_miss"] + c["aot_autograd"]["autograd_cache_miss"] == 3
+    assert {lk["miss_cause"] for lk in misses} == {"not_in_cache"}, misses
+    assert all("before the cache directory was cleared" in lk["miss_reason"] for lk in misses), misses
+    assert wiped["summary"]["caches"]["misses_by_cause"] == {"not_in_cache": 3}
+    kept = list(runs["xdg"].glob("torch-otel/cache-keys/*/keys-rank*.json"))
+    assert kept and all(f.stat().st_size <= MAX_INDEX_BYTES for f in kept)
+    assert (kept[0].parent / "cache-dir.txt").read_text().strip() == str(runs["cache"])
+    assert "def forward" not in kept[0].read_text()  # hashes and safe parts only, as the index
+    # replay, given the same baseline the live run read: the same causes
+    replayed = _replay(wiped["out"] / "trace", tmp_path, wiped["out"] / "baseline")
+    assert _causes(_lookups(replayed["spans"])) == _causes(misses)
+
+
+def test_two_cold_runs_are_no_new_misses_in_the_diff(runs, tmp_path):
+    """The cold run and the run on the wiped directory: both cold, the same keys missed in both. The diff of their
+    logs compares the keys: no miss is new. A changed part is still a new miss (the config run)."""
+    res = run_cli(
+        "diff", str(runs["cold"]["out"] / "trace"), str(runs["wiped"]["out"] / "trace"), "--json", str(tmp_path / "d.json")
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["cache"]["new_misses"] == [], doc["cache"]
+    assert doc["cache"]["misses"] == {"base": 3, "new": 3}
+    res = run_cli(
+        "diff", str(runs["warm"]["out"] / "trace"), str(runs["config"]["out"] / "trace"), "--json", str(tmp_path / "c.json")
+    )
+    rows = json.loads((tmp_path / "c.json").read_text())["cache"]["new_misses"]
+    assert {r["cause"] for r in rows} == {"config"} and all(all("size_asserts" in why for why in r["reasons"]) for r in rows), (
+        rows
+    )
+
+
+def test_saved_by_hits_is_torchs_record_on_the_roots_and_named_on_the_line(runs):
+    """One definition of the time a hit saved, torch's CompilationMetrics.remote_cache_time_saved_s: the roots'
+    torch.compile.cache.time_saved_s, summed, is the summary's; the line names it. An FX graph hit's own event
+    carries its part of it; an AOTAutograd hit's carries what compiling its entry took (time_taken_s)."""
+    warm = runs["warm"]
+    roots = [s for s in warm["spans"] if "torch.compile.kind" in s["attrs"]]
+    on_roots = sum(float(s["attrs"].get("torch.compile.cache.time_saved_s") or 0) for s in roots)
+    assert on_roots > 0 and abs(warm["summary"]["caches"]["saved_s"] - on_roots) < 1e-5
+    for lk in _lookups(warm["spans"]):
+        if lk["name"] == "aot_autograd" and lk["result"] == "hit":
+            assert "time_saved_s" not in lk and lk["time_taken_s"] > 0
+    from torch_otel._sinks.summary import format_text
+
+    assert "(torch's remote_cache_time_saved_s)" in format_text(warm["summary"])
+
+
+def test_autocast_leads_where_torchs_key_records_it_live_and_on_replay(runs, tmp_path):
+    """The step under autocast (bf16): the AOTAutograd key names autocast (its parts logged); the FX graphs it
+    compiled lead with it, their code and the backward's inputs listed after it, as what followed. Replay, given the
+    run before as baseline, says the same."""
+    run = runs["bf16"]
+    misses = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    c = run["counters"]
+    assert len(misses) == c["inductor"]["fxgraph_cache_miss"] + c["aot_autograd"]["autograd_cache_miss"] == 3
+    assert {lk["miss_cause"] for lk in misses} == {"config"}, misses
+    (aot,) = [lk for lk in misses if lk["name"] == "aot_autograd"]
+    assert aot["miss_changes"][0] == "autocast on cpu turned on (torch.bfloat16)", aot
+    fx = [lk for lk in misses if lk["name"] == "fx_graph"]
+    for lk in fx:
+        assert lk["miss_changes"][0] == "autocast on cpu turned on (torch.bfloat16), in its AOTAutograd key", lk
+        assert lk["miss_changes"][1].startswith("graph code changed"), lk
+    (bwd,) = [lk for lk in fx if lk.get("backward")]
+    assert bwd["miss_changes"][1].startswith("graph code changed (and with it ")
+    assert run["summary"]["caches"]["misses_by_cause"] == {"config": 3}
+    replayed = _replay(run["out"] / "trace", tmp_path, runs["autocast_base"]["out"] / "trace")
+    assert _causes(_lookups(replayed["spans"])) == _causes(misses)

@@ -222,14 +222,14 @@ def test_a_new_shape_per_step_is_named_with_its_category_and_the_fix_that_stops_
     d = diffs[("log", "log")]
     frames = {f["function"]: f for f in d["recompiling_frames"]}
     assert frames["forward"]["guards"][0]["line"] == "dim 0 of input 'x' took 7 values: 8, 16, 24, 32, 40, 48, 56"
-    assert frames["forward"]["fixes"][0]["fix"] == "torch._dynamo.mark_dynamic(x, 0)"
-    assert frames["loss_fn"]["fixes"][0]["fix"] == "torch._dynamo.mark_dynamic(out, 0)"
+    assert frames["forward"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(x, 0)"
+    assert frames["loss_fn"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(out, 0)"
     # torch's limit, 8, is in each compile's record: 7 compiles, one more before eager; the live run warned once each
     assert (frames["forward"]["limit"], frames["forward"]["cache_entries"], frames["forward"]["left_before_limit"]) == (8, 7, 1)
     for traces in (diffs[("log", "traces")], diffs[("summary", "summary")]):
         assert {f["function"]: f["fixes"][0]["fix"] for f in traces["recompiling_frames"]} == {
-            "forward": "torch._dynamo.mark_dynamic(x, 0)",
-            "loss_fn": "torch._dynamo.mark_dynamic(out, 0)",
+            "forward": "torch._dynamo.maybe_mark_dynamic(x, 0)",
+            "loss_fn": "torch._dynamo.maybe_mark_dynamic(out, 0)",
         }
     warned = [x for x in runs["shapes"]["stderr"].splitlines() if "torch._dynamo.config.recompile_limit" in x]
     assert len(warned) == 2 and all("2 more before" in x and "mark_dynamic" in x for x in warned), warned
@@ -243,8 +243,8 @@ def test_a_new_shape_per_step_is_named_with_its_category_and_the_fix_that_stops_
     # the summary names the fix; the run that applies it recompiles no more
     summary = json.loads(runs["shapes"]["forms"]["summary"].read_text())
     assert [f["fixes"][0]["fix"] for f in summary["recompiling_frames"]] == [
-        "torch._dynamo.mark_dynamic(x, 0)",
-        "torch._dynamo.mark_dynamic(out, 0)",
+        "torch._dynamo.maybe_mark_dynamic(x, 0)",
+        "torch._dynamo.maybe_mark_dynamic(out, 0)",
     ]
     fixed = _same_verdicts(_every_form(runs, "shapes", "shapes_fixed", GATE_NO_TIME))
     assert fixed["recompiles_gone"] == [
@@ -336,14 +336,14 @@ def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any]
     fixed = compare(shapes, _side(runs["shapes"]["forms"]["traces"], keys)[0], ALL)
     page = chrome._open(tmp_path, render_diff_html(fixed), "shapes.html")
     chrome._assert_clean(page)
-    assert "torch._dynamo.mark_dynamic(x, 0)" in page.dom and "torch's docs" in page.dom
+    assert "torch._dynamo.maybe_mark_dynamic(x, 0)" in page.dom and "torch's docs" in page.dom
     # the run summary's own page has the frames that keep recompiling too, with their fix
     from torch_otel._sinks.html import render_html
 
     summary = json.loads(runs["shapes"]["forms"]["summary"].read_text())
     page = chrome._open(tmp_path, render_html(summary), "summary.html")
     chrome._assert_clean(page)
-    assert "Frames that keep recompiling" in page.dom and "torch._dynamo.mark_dynamic(out, 0)" in page.dom
+    assert "Frames that keep recompiling" in page.dom and "torch._dynamo.maybe_mark_dynamic(out, 0)" in page.dom
     assert "7 of 8 compiles, 1 more before eager" in page.dom
 
 

@@ -572,3 +572,38 @@ def test_a_real_inductor_logs_page_leads_with_its_caches_and_says_why_its_shares
     assert layout["shownPhases"] == carrying and len(carrying) < 12, layout["shownPhases"]  # compile_file, codegen, ...
     assert layout["more"]["rows"] == len(phases) - len(carrying) and not layout["more"]["open"], layout["more"]
     assert layout["over100"].startswith(f"These shares add up to {self_pct:.1f}% of the compile time, more than 100%"), layout
+
+
+def test_frames_left_in_eager_lead_and_a_library_frame_shows_the_users_call_site(tmp_path: Path) -> None:
+    """Issue 42: the page names the frames torch left in eager first, and a frame inside an installed package with
+    the user's line that called it, as the text summary does; a user's own frame is named by its own line."""
+    s = _sample()
+    lib = "/venv/lib/python3.11/site-packages/transformers/utils/generic.py"
+    s["frames"] = [
+        {"function": "wrapper", "file": lib, "line": 1030, "call_site": "train.py:42", "compiles": 2, "total_s": 1.5},
+        {"function": "forward", "file": "/src/model.py", "line": 30, "call_site": "train.py:41", "compiles": 1, "total_s": 1.0},
+    ]
+    s["eager_frames"] = [
+        {
+            "function": "forward",
+            "file": "/src/w.py",
+            "line": 8,
+            "call_site": None,
+            "why": "graph_break_in_loop",
+            "compiles": 1,
+            "code": "GB0059",
+            "type": "Failed to trace builtin operator",
+            "explanation": "Dynamo does not know how to trace builtin operator `print`",
+            "text": "a graph break inside a loop at w.py:13: torch skipped the whole frame (GB7000)",
+        }
+    ]
+    page = _open(tmp_path, render_html(s))
+    _assert_clean(page)
+    assert "wrapper (generic.py:1030) from train.py:42" in page.dom
+    assert "forward (model.py:30)" in page.dom and "from train.py:41" not in page.dom
+    tables = page.dom[page.dom.index('id="tables"') :]
+    assert "forward (w.py:8): </b>a graph break inside a loop at w.py:13: torch skipped the whole frame (GB7000)" in page.dom
+    assert "the break: GB0059 Failed to trace builtin operator: Dynamo does not know" in page.dom
+    first = re.search(r"<h2>([^<]*)</h2>", tables)
+    assert first is not None and first.group(1) == "Frames left in eager"
+    assert re.search(r"<b>1</b><span>frame left in eager</span>", page.dom)

@@ -130,10 +130,10 @@ def test_recompiles_new_by_frame_and_category_with_torchs_reason_and_the_fix() -
     assert new["reasons"][0].startswith("tensor 'x' size mismatch at index 0")
     (f,) = d["recompiling_frames"]
     assert f["guards"][0]["line"] == "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"
-    assert f["fixes"][0]["fix"] == "torch._dynamo.mark_dynamic(x, 0)"
+    assert f["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(x, 0)"
     kinds = {x["kind"] for x in d["gate"]["failed"]}
     assert "recompiles" in kinds
-    assert "fix: torch._dynamo.mark_dynamic(x, 0)" in format_text(d)
+    assert "fix (before the call at" not in format_text(d) and "fix: torch._dynamo.maybe_mark_dynamic(x, 0)" in format_text(d)
     assert compare(side(run(shapes=5)), side(run()), ALL)["recompiles"]["gone"][0]["category"] == "size_mismatch"
 
 
@@ -289,3 +289,47 @@ def test_no_gate_still_says_what_passes_the_default_thresholds() -> None:
     d = compare(side(run()), side(run(break_at=37)), Gate())
     assert d["gate"] is None and d["flags"][0]["kind"] == "graph-breaks"
     assert "changes past the default thresholds: new graph break" in format_text(d)
+
+
+def test_each_new_miss_lists_the_reasons_of_its_own_cause() -> None:
+    """Two causes of one cache: each row names its own reasons, not every reason of the cache."""
+    base, new = run(), run()
+    base["caches"] = {"hit_rate": {"fx_graph": {"hits": 4, "misses": 0, "rate": 1.0}}, "misses": 0}
+    new["caches"] = {
+        "hit_rate": {"fx_graph": {"hits": 0, "misses": 4, "rate": 0.0}},
+        "misses": 4,
+        "misses_by_cache_and_cause": [
+            {"cache": "fx_graph", "cause": "config", "count": 2},
+            {"cache": "fx_graph", "cause": "not_in_cache", "count": 2},
+        ],
+        "top_reasons": [
+            {"cache": "fx_graph", "cause": "config", "reason": "inductor config size_asserts: True → False", "count": 2},
+            {"cache": "fx_graph", "cause": "not_in_cache", "reason": "not in this cache: the same key was seen", "count": 2},
+        ],
+    }
+    rows = {m["cause"]: m["reasons"] for m in compare(side(base), side(new), ALL)["cache"]["new_misses"]}
+    assert rows == {
+        "config": ["inductor config size_asserts: True → False"],
+        "not_in_cache": ["not in this cache: the same key was seen"],
+    }
+
+
+def test_a_long_frame_name_is_cut_and_the_numbers_on_its_line_are_kept_whole() -> None:
+    """The name gives way, not the numbers: the frames table's counts and change, the reason's "expected 24, actual
+    32" (issue 42, item 8)."""
+    long = "a_function_whose_name_is_long_enough_to_fill_the_frames_column_of_the_screen"
+    sides = []
+    for s in (run(), run(shapes=5, scale=3)):
+        for rows in (s["frames"], s["recompiling_frames"]):
+            for f in rows:
+                if f["function"] == "fwd":
+                    f["function"] = long
+        sides.append(side(s))
+    lines = format_text(compare(sides[0], sides[1], ALL)).splitlines()
+    assert max(map(len, lines)) <= 100
+    (row,) = [ln for ln in lines if ln.startswith("  a_function_whose_name") and " -> " in ln and "recompiles" not in ln]
+    assert "…" in row and "(model.py:30)" in row and row.endswith(" 1 -> 5       1.000    15.000 +14.000 >+999%"), row
+    (new,) = [ln for ln in lines if ln.startswith("  new   size_mismatch in ")]
+    assert "…" in new and new.endswith("expected 16, actual 24"), new
+    (gate,) = [ln for ln in lines if "compile time grew" in ln and "a_function" in ln]
+    assert "…" in gate and gate.endswith("(model.py:30) compile time grew +14.00 s (>+999%)"), gate

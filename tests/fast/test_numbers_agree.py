@@ -95,6 +95,11 @@ def test_parallel_builds_each_count_in_cpp_compile_as_in_the_spans_the_summary_a
     assert run.span_s("compile_file") == pytest.approx(each, abs=1e-9)
     assert run.sample("torch_compile_phase_duration_seconds_sum", phase="cpp_compile") == pytest.approx(each, abs=1e-9)
     assert run.phase("compile_file")["total_s"] == pytest.approx(each) and run.phase("compile_file")["count"] == 3
+    # more self time than the 0.139 s of compile time: the line says why
+    lines = run.summary.format_text().splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("  compile_file")]
+    assert "compile_file (ran in parallel)" in line and line.endswith(f"{100 * run.phase('compile_file')['self_s'] / 0.139:.1f}%")
+    assert [ln for ln in lines if "(ran in parallel)" in ln] == [line]
     # not the 0.100 s of wall time they covered (20 to 120 ms); the compile waited for them 55 ms
     assert run.sample("torch_compile_phase_duration_seconds_sum", phase="kernel_compile_wait") == pytest.approx(0.055)
     assert run.sample("torch_compile_phase_duration_seconds_count", phase="cpp_compile") == 1  # one per compile
@@ -209,7 +214,58 @@ def test_a_graph_break_torch_could_not_handle_is_the_compiles_failure_and_not_a_
     facts = run.summary.to_dict()
     assert facts["graph_breaks"]["total"] == 1 and facts["graph_breaks"]["unhandled"] == 1
     assert facts["failures"]["total"] == 1 and facts["eager_fallbacks"] == 1
-    assert "graph breaks: 1 (GB0025 1); 1 not handled (their compiles failed)" in run.summary.format_text()
+    text = run.summary.format_text()
+    assert "graph breaks: 1 (GB0025 1); 1 not handled (their frames run in eager)" in text
+    assert text.splitlines()[1:3] == [
+        "FRAMES LEFT IN EAGER: 1: torch runs their whole work uncompiled",
+        "  (torch.compile): a graph break torch could not handle at f.py:13: torch skipped the whole frame",
+    ]
+
+
+CANNOT_RESUME = """Graph break in user code at /w/modeling_utils.py:4778
+Graph Break Reason: Encountered graph break that we cannot resume from. Compiling up to the previous resumable state, then skipping the rest of the function. Graph break encountered:
+
+logging.Logger method not supported for non-export cases
+  Explanation: logging.Logger methods are not supported for non-export cases.
+
+User code traceback:
+  File "/w/modeling_utils.py", line 4778, in loss_function
+"""
+
+
+def _ends(compile_id: str, text: str) -> GraphBreakEvent:
+    gb = parse_graph_break(text)
+    return GraphBreakEvent(
+        cid(compile_id), gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, ends_frame=gb.ends_frame
+    )
+
+
+def test_a_graph_break_torch_cannot_resume_from_ends_its_frame_and_is_not_in_torchs_graph_break_count():
+    """torch counts it in ``counters["unimplemented"]``, not ``counters["graph_break"]``: so do the metric and the
+    summary's total; it is its own kind on the span and in the summary, which says the rest ran in eager."""
+    assert parse_graph_break(CANNOT_RESUME).ends_frame and not parse_graph_break(CANNOT_RESUME).skipped_frame
+    assert not parse_graph_break(HANDLED).ends_frame and not parse_graph_break(UNHANDLED).ends_frame
+    run = Run(
+        frame("0/0", 0, 10 * MS, ("bytecode_tracing", 1 * MS, 9 * MS))[:2],
+        _ends("0/0", CANNOT_RESUME),
+        _gb("0/0", HANDLED),
+        frame("0/0", 0, 10 * MS, ("bytecode_tracing", 1 * MS, 9 * MS))[2:],
+        metrics("0/0", duration_us=9_000),
+    )
+    assert run.sample("torch_compile_graph_breaks_total", reason="GB0025") == 1
+    assert run.sample("torch_compile_graph_breaks_total", reason="GB0291") in (None, 0)
+    root = next(s for s in run.spans("torch.compile"))
+    assert root.attributes["torch.compile.graph_break_count"] == 1 and "error.type" not in root.attributes
+    events = [e for e in root.events if e.name == "torch.compile.graph_break"]
+    assert [e.attributes.get("torch.compile.graph_break.ends_frame") for e in events] == [True, None]
+    facts = run.summary.to_dict()
+    gb = facts["graph_breaks"]
+    assert (gb["total"], gb["ends_frame"], gb["unhandled"], facts["eager_fallbacks"]) == (1, 1, 0, 0)
+    (row,) = gb["ends_frame_by_location"]
+    assert (row["code"], row["line"], row["count"]) == ("GB0291", 4778, 1)
+    text = run.summary.format_text()
+    assert "graph breaks: 1 (GB0025 1); 1 more ended their frame (the rest of the function ran in eager)" in text
+    assert "GB0291 at modeling_utils.py:4778 ended (torch.compile): the rest of it ran in eager" in text
 
 
 def test_a_compiles_cpu_is_its_process_and_the_processes_working_for_it():

@@ -15,6 +15,7 @@ from fastkit import feed, frame, metrics
 
 from torch_otel._analysis.recompiles import (
     DYNAMIC_SHAPES_URL,
+    FrameContext,
     Guard,
     NearLimitWarning,
     RecompilingFrames,
@@ -28,7 +29,7 @@ from torch_otel._analysis.recompiles import (
 )
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._core.errors import logger
-from torch_otel._sinks.summary import RunSummary, _where
+from torch_otel._sinks.summary import RunSummary, _row_where
 
 CONFIG = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shapes": False, "recompile_limit": 8})
 
@@ -48,6 +49,14 @@ CONFIG = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shap
             Guard("int", "n", None, ("0",)),
         ),
         ("L['n'] == 3", Guard("int", "n", None, ("3",))),
+        (
+            "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 8, actual 1",
+            Guard("size", "kwargs['input_ids']", 1, ("8", "1")),
+        ),
+        (
+            "0/0: len(kwargs) == 6   # if old in kwargs:  # transformers/utils/deprecation.py:134 in f",
+            Guard("kwargs", None, None, ("6",)),
+        ),
     ],
 )
 def test_torchs_reasons_are_read_as_guards(reason: str, guard: Guard) -> None:
@@ -70,29 +79,84 @@ def test_the_limit_is_read_from_the_compiles_dynamo_config_not_the_accumulated_o
     assert automatic_dynamic_of({"dynamo_config": CONFIG}) is False
 
 
-def test_a_dimension_that_took_values_is_named_with_them_and_fixed_by_mark_dynamic() -> None:
-    g = {"kind": "size", "input": "x", "dim": 0, "values": ["8", "16", "24", "32", "40"]}
-    assert guard_line(g) == "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"
-    fixes, unclear = advise([g], automatic_dynamic=False)
-    assert [f["fix"] for f in fixes] == ["torch._dynamo.mark_dynamic(x, 0)"]
-    assert fixes[0]["link"] == DYNAMIC_SHAPES_URL and "dynamic=False" in fixes[0]["why"]
-    assert unclear is None
+USER = FrameContext("fwd", "/src/model.py", "train.py:12", True, False)
+LIB = "/venv/lib/python3.11/site-packages/transformers/"
 
 
-def test_three_changing_dimensions_add_dynamic_true_and_an_int_gets_dynamic_true() -> None:
-    sizes = [{"kind": "size", "input": n, "dim": 0, "values": ["1", "2"]} for n in ("a", "b", "c")]
-    assert [f["fix"] for f in advise(sizes)[0]][-1] == "torch.compile(..., dynamic=True)"
-    fixes, _ = advise([{"kind": "int", "input": "n", "dim": None, "values": [], "more_values": 4}])
-    assert fixes[0]["fix"] == "torch.compile(..., dynamic=True)" and "'n'" in fixes[0]["why"]
+def _size(name: str, dim: int, *values: str, failures: int = 4) -> dict[str, object]:
+    g: dict[str, object] = {"kind": "size", "input": name, "dim": dim, "values": list(values), "failures": failures}
+    g["line"] = guard_line(g)
+    return g
+
+
+def test_a_dimension_of_the_users_input_is_fixed_at_the_call_site_and_by_automatic_dynamic() -> None:
+    g = _size("x", 0, "8", "16", "24", "32", "40")
+    assert g["line"] == "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"
+    hints = advise([g], USER)
+    assert [(h.fix, h.where) for h in hints] == [
+        ("torch._dynamo.maybe_mark_dynamic(x, 0)", "call_site"),
+        ("automatic dynamic shapes back on: no dynamic=False, automatic_dynamic_shapes = True", "compile"),
+    ]
+    assert hints[0].link == DYNAMIC_SHAPES_URL and "train.py:12" in hints[0].why and hints[0].guard == g["line"]
+    assert "dynamic=False" in hints[1].why and hints[0].evidence == ()
+
+
+def test_no_hint_marks_a_dimension_torch_specializes() -> None:
+    """A dimension that took 1 (a decode step, a batch of one): marking it raises ConstraintViolationError."""
+    for values in (("1", "8"), ("0", "4", "8")):
+        (h,) = advise([_size("kwargs['input_ids']", 1, *values)], USER)
+        assert h.fix is None and "specializes sizes 0 and 1" in h.why and h.why.endswith("no hint is given")
+
+
+def test_a_tensor_the_user_does_not_pass_gets_no_call_site_hint() -> None:
+    """Built inside a library (a model's output, a cache's layer), or a resume function's local: not reachable."""
+    inner = FrameContext("ForCausalLMLoss", LIB + "loss/loss_utils.py", "train.py:12", False, False)
+    for name in ("kwargs['logits']", "labels", "kwargs['cache'].layers[0].keys"):
+        hints = advise([_size(name, 1, "8", "12", "16")], inner)
+        assert [h.where for h in hints] == ["compile"], (name, hints)
+    resume = FrameContext("torch_dynamo_resume_in_forward_at_13", "/src/model.py", "train.py:12", False, False)
+    assert [h.where for h in advise([_size("h", 0, "8", "16", "24")], resume)] == ["compile"]
+    # automatic dynamic was on, yet it kept recompiling: no change is known to be safe
+    on = FrameContext("ForCausalLMLoss", LIB + "loss/loss_utils.py", "train.py:12", False, True)
+    (h,) = advise([_size("kwargs['logits']", 1, "8", "12", "16")], on)
+    assert h.fix is None and "the fix belongs at the call site at train.py:12" in h.why
+
+
+def test_the_entry_frame_of_a_library_model_is_fixed_on_what_the_user_passes() -> None:
+    entry = FrameContext("wrapper", LIB + "utils/generic.py", "train.py:12", True, False)
+    hints = advise([_size("kwargs['input_ids']", 1, "8", "12", "16")], entry)
+    assert [h.fix for h in hints][1] == "torch._dynamo.maybe_mark_dynamic(input_ids, 1)"
+    assert hints[0].where == "compile"  # a library frame: automatic dynamic covers this frame and every other
+
+
+def test_a_guard_that_failed_once_under_automatic_dynamic_needs_no_fix() -> None:
+    auto = FrameContext("fwd", "/src/model.py", None, True, True)
+    (h,) = advise([_size("x", 1, "8", "12", failures=1)], auto)
+    assert h.fix is None and "automatic dynamic shapes made dim 1" in h.why
+
+
+def test_int_dtype_requires_grad_and_the_number_of_keyword_arguments() -> None:
+    n = {"kind": "int", "input": "n", "dim": None, "values": [], "more_values": 4, "failures": 3}
+    (h,) = advise([n], USER)
+    assert h.fix == "torch.compile(..., dynamic=True)" and "'n'" in h.why
+    for kind, fix in (
+        ("dtype", "pass 'x' in one dtype (cast it before the call)"),
+        ("requires_grad", "pass 'x' with the same requires_grad on every call"),
+        ("rank", "pass 'x' with one number of dimensions"),
+    ):
+        (h,) = advise([{"kind": kind, "input": "x", "dim": None, "values": ["a", "b"], "failures": 2}], USER)
+        assert (h.fix, h.where) == (fix, "call_site")
+    kw = {"kind": "kwargs", "input": None, "dim": None, "values": ["6"], "failures": 1}
+    generate = FrameContext("wrapped_func", LIB + "utils/deprecation.py", "gen.py:9", False, True)
+    (h,) = advise([kw], generate)
+    assert h.fix is None and "library code" in h.why and h.why.endswith("no hint is given")
 
 
 def test_a_reason_that_does_not_say_what_stops_it_says_so_and_names_no_fix() -> None:
-    fixes, unclear = advise([{"kind": "stride", "input": "x", "dim": 0, "values": ["4", "1"]}])
-    assert fixes == [] and unclear is not None and "does not say" in unclear and "stride" in unclear
-    assert advise([]) == ([], "torch's reason does not say which change stops it: torch's reasons name no guard torch-otel reads")
-    # a name torch gives that is no Python name: no code to paste, the tensor is described
-    fixes, _ = advise([{"kind": "size", "input": "self.w[0]", "dim": 1, "values": ["1", "2"]}])
-    assert fixes[0]["fix"] == "torch._dynamo.mark_dynamic(<the tensor torch names 'self.w[0]'>, 1)"
+    (h,) = advise([{"kind": "stride", "input": "x", "dim": 0, "values": ["4", "1"], "failures": 2}], USER)
+    assert h.fix is None and h.why.endswith("no hint is given")
+    (h,) = advise([], USER, reasons=["id: ___check_obj_id(L['self'], <value>)"])
+    assert h.fix is None and "does not name a guard torch-otel reads" in h.why
 
 
 def _compile(cid: str, t0: int, reasons: list[str] | None = None, cache_size: int | None = None, **m: object) -> list[object]:
@@ -162,7 +226,7 @@ def test_the_near_limit_warning_is_one_line_per_frame() -> None:
         logger.removeHandler(handler)
     assert len(lines) == 1, lines
     assert "fwd (/src/model.py:30): 5 recompiles so far, 2 more before torch._dynamo.config.recompile_limit (8)" in lines[0]
-    assert "torch._dynamo.mark_dynamic(x, 0)" in lines[0]
+    assert "torch._dynamo.maybe_mark_dynamic(x, 0) would stop it" in lines[0]
 
 
 def test_the_summary_names_the_frame_its_guard_its_distance_to_the_limit_and_the_fix() -> None:
@@ -174,10 +238,14 @@ def test_the_summary_names_the_frame_its_guard_its_distance_to_the_limit_and_the
     (f,) = d["recompiling_frames"]
     assert (f["function"], f["recompiles"], f["cache_entries"], f["limit"], f["left_before_limit"]) == ("fwd", 4, 5, 8, 3)
     assert f["guards"][0]["line"] == "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"
-    assert f["fixes"][0]["fix"] == "torch._dynamo.mark_dynamic(x, 0)"
-    assert limit_words(f) == "5 of 8 compiles, 3 more before eager"
+    assert f["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(x, 0)"
+    assert f["keeps_recompiling"] is True and f["stopped_by"] is None
+    assert limit_words(f) == "5 of 8 frame compiles, 3 more before eager"
     text = summary.format_text()
-    assert "frames that keep recompiling: 1" in text and "fwd (model.py:30): 4 recompiles, 5 of 8 compiles" in text
+    assert "frames that keep recompiling: 1 (the costliest first)" in text
+    assert "fwd (model.py:30): 4 recompiles (0.00 s), 3 more before eager" in text
+    assert "    torch's reason: dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40" in text
+    assert "    fix: torch._dynamo.maybe_mark_dynamic(x, 0)" in text
     assert all(len(line) <= 100 for line in text.splitlines()) and len(text.splitlines()) <= 45
 
 
@@ -229,10 +297,86 @@ def test_frame_lines_fit_the_room_they_are_given() -> None:
         "guards": [{"line": "dim 0 of input 'x' took 4 values: 1, 2, 3, 4"}],
         "fixes": [{"fix": "torch._dynamo.mark_dynamic(x, 0)", "link": DYNAMIC_SHAPES_URL}],
     }
-    assert len(frame_lines([fr] * 5, 100, 100, _where)) == 1 + 5 * 4
-    lines = frame_lines([fr] * 5, 100, 7, _where)
+    assert len(frame_lines([fr] * 5, 100, 100, _row_where)) == 1 + 5 * 4
+    lines = frame_lines([fr] * 5, 100, 7, _row_where)
     assert len(lines) <= 7 and lines[-1].startswith("  (4 more")
-    assert frame_lines([fr], 100, 1, _where) == []
+    assert frame_lines([fr], 100, 1, _row_where) == []
+
+
+def _entries(reported: str, older: list[str], cid: str, t0: int, size: int, **m: object) -> list[object]:
+    fields = {"co_name": "fwd", "co_filename": "/src/model.py", "co_firstlineno": 30, "dynamo_config": CONFIG, **m}
+    fields["cache_size"] = size
+    fields["recompile_reason"] = reported
+    return [frame(cid, t0, t0 + 10), metrics(cid, **fields)]
+
+
+def test_only_the_reason_torch_reported_makes_a_guard_and_its_hint() -> None:
+    """An FSDP2-like run: torch reported requires_grad of x; older entries' failures were size guards. The guard and
+    its hint are the reported one's, on the text as in the JSON: never a mark_dynamic drawn from another entry."""
+    events = _compile("0/0", 0, cache_size=0)
+    for i in range(1, 7):
+        events += _entries(
+            f"0/{i - 1}: tensor 'x' requires_grad mismatch. expected requires_grad={i % 2}", [], f"0/{i}", 100 * i, i
+        )
+    summary = RunSummary("replay")
+    _, sink = feed(events)
+    for r in sink.finished:
+        summary.on_finish(r)
+    (f,) = summary.to_dict()["recompiling_frames"]
+    assert [g["kind"] for g in f["guards"]] == ["requires_grad"]
+    assert [h["fix"] for h in f["hints"]] == ["pass 'x' with the same requires_grad on every call"]
+    text = summary.format_text()
+    assert "torch's reason: requires_grad of input 'x' took 2 values: False, True" in text
+    assert "fix: pass 'x' with the same requires_grad on every call" in text and "mark_dynamic" not in text
+
+
+def test_frames_automatic_dynamic_stopped_are_not_flagged() -> None:
+    """Each guard failed once with automatic dynamic on (a dynamic cache's generate: 8 -> 1, then 8 -> 9): stopped."""
+    auto = json.dumps({"automatic_dynamic_shapes": True, "recompile_limit": 8})
+    events = _compile("0/0", 0, cache_size=0, dynamo_config=auto)
+    events += _entries(
+        "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 8, actual 1", [], "0/1", 100, 1, dynamo_config=auto
+    )
+    events += _entries(
+        "0/1: tensor 'kwargs['k']' size mismatch at index 2. expected 8, actual 9", [], "0/2", 200, 2, dynamo_config=auto
+    )
+    summary = RunSummary("replay")
+    _, sink = feed(events)
+    for r in sink.finished:
+        summary.on_finish(r)
+    (f,) = summary.to_dict()["recompiling_frames"]
+    assert f["recompiles"] == 2 and f["keeps_recompiling"] is False
+    assert f["stopped_by"].startswith("automatic dynamic shapes")
+    assert all(h["fix"] is None for h in f["hints"])  # 1 is specialized; 8 -> 9 became dynamic
+    assert "frames that keep recompiling" not in summary.format_text()
+
+
+def test_two_models_through_one_library_wrapper_are_two_frames_ordered_by_cost() -> None:
+    """The same code object (a library's wrapper) called from two lines of the user's: two frames, as torch's cache
+    keeps them, the costlier first."""
+    from torch_otel._model.events import Origin
+
+    summary = RunSummary("live")
+    path = LIB + "utils/generic.py"
+    for n, (line, dur) in enumerate(((20, 10), (21, 50))):
+        events = []
+        for i in range(3):
+            cid = f"{n}/{i}"
+            fields = {"co_name": "wrapper", "co_filename": path, "co_firstlineno": 1030, "dynamo_config": CONFIG, "cache_size": i}
+            if i:
+                fields["recompile_reason"] = (
+                    f"{n}/{i - 1}: tensor 'kwargs['input_ids']' size mismatch at index 1. expected {8 * i}, actual {8 * i + 8}"
+                )
+            events += [frame(cid, 1000 * n + 100 * i, 1000 * n + 100 * i + dur), metrics(cid, duration_us=dur, **fields)]
+        _, sink = feed(events)
+        for r in sink.finished:
+            r.origin = Origin(caller_function="main", caller_file="/home/me/train.py", caller_line=line)
+            r.call_site, r.called_directly = r.user_call_site()
+            summary.on_finish(r)
+    rows = summary.to_dict()["recompiling_frames"]
+    assert [(r["call_site"], r["recompiles"]) for r in rows] == [("train.py:21", 2), ("train.py:20", 2)]
+    assert [g["values"] for r in rows for g in r["guards"]] == [["8", "16", "24"], ["8", "16", "24"]]
+    assert "wrapper (generic.py:1030) from train.py:21" in summary.format_text()
 
 
 def test_the_evidence_of_graph_calls_names_the_graphs_that_ran_once_as_a_range_only_when_they_are_one() -> None:

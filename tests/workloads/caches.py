@@ -6,7 +6,10 @@ Run with the bridge on (``torch_otel.auto``) and ``TORCH_TRACE`` set, once per s
 
 - ``config``: an inductor config that is part of the FX graph cache key flipped (``size_asserts``);
 - ``shape``: another batch size (a new input shape, no dynamic shapes);
-- ``bypass``: a post-grad custom pass torch cannot hash, so the FX graph cache is bypassed.
+- ``bypass``: a post-grad custom pass torch cannot hash, so the FX graph cache is bypassed;
+- ``code``: the model's code changed (gelu where it had relu): the graph's code, and with it its backward's inputs;
+- ``print_in_loop``: a ``print`` inside a ``for`` loop of ``forward``: a graph break in a loop, so torch skips the
+  whole frame, which runs in eager (nothing is compiled; its first line is the same, so its frame is the same).
 Under torchrun, ``ODD_RANK`` names a rank that runs with another inductor config (``max_fusion_size``) than the
 others: a key part that changes no generated code, so the rank misses where the others hit.
 
@@ -50,13 +53,20 @@ class Model(torch.nn.Module):
         self.lin = torch.nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.lin(x)).sum()
+        act = torch.nn.functional.gelu if mode == "code" else torch.relu
+        for step in range(2 if mode == "print_in_loop" else 0):
+            print("step", step)
+        return act(self.lin(x)).sum()
 
 
 torch.manual_seed(0)
 model = torch.compile(Model(), backend="inductor", dynamic=False)
 x = torch.randn(8 if mode == "shape" else 4, 8, requires_grad=True)
-model(x).backward()
+if mode == "bf16":  # the same step under autocast (bf16 on CPU), as a mixed-precision run changes it
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(x).backward()
+else:
+    model(x).backward()
 
 from prometheus_client import REGISTRY, generate_latest  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402

@@ -7,7 +7,7 @@
 - ``shapes``: a new batch size every step (8, 16, ... 56), automatic dynamic shapes off as with
   ``torch.compile(dynamic=False)``: the model recompiles each step, up to one short of the recompile limit;
 - ``shapes_fixed``: the same batch sizes, with the fixes the run summary names for ``shapes`` applied: dim 0 of
-  each frame's input marked dynamic (``torch._dynamo.mark_dynamic(x, 0)``, ``torch._dynamo.mark_dynamic(out, 0)``).
+  each frame's input marked dynamic (``torch._dynamo.maybe_mark_dynamic(x, 0)``, ``torch._dynamo.maybe_mark_dynamic(out, 0)``).
 """
 
 import sys
@@ -46,10 +46,10 @@ for step in range(8 if not MODE.startswith("shapes") else 7):
     batch = 8 * (step + 1) if MODE.startswith("shapes") else 8
     x, y = torch.randn(batch, 16), torch.randn(4)
     if MODE == "shapes_fixed":
-        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.maybe_mark_dynamic(x, 0)
     out = model(x)
     if MODE == "shapes_fixed":
-        torch._dynamo.mark_dynamic(out, 0)
+        torch._dynamo.maybe_mark_dynamic(out, 0)
     loss(out, y).backward()
     opt.step()
     opt.zero_grad()

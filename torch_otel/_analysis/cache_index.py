@@ -16,6 +16,8 @@ A baseline that is missing, corrupt or from another release is one line; the run
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import time
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._core.errors import warn_once
+from .._core.errors import logger, warn_once
 from .._core.ranks import env_rank
 from .._core.settings import Settings
 from .._kinds.cache_lookups import Component, key_of_artifact
@@ -35,7 +37,9 @@ from .caches import KeyHistory, KeySeen
 __all__ = ["KeyIndex", "baseline_keys", "index_document", "keys_of_logs", "live_key_history", "read_index"]
 
 BASELINE = "in the baseline run"
+CLEARED = "in the previous run, before the cache directory was cleared"
 MAX_OTHER_INDEXES = 8  # other ranks' indexes read by a rank that has none of its own
+MAX_KEPT_DIRECTORIES = 32  # cache directories whose index copy is kept outside them (the least recently written go)
 PREVIOUS = "in the previous run"
 
 
@@ -92,6 +96,22 @@ def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]
         base = default_cache_dir()
         return KeyIndex(str(Path(base) / "torch-otel" / f"keys-rank{rank}.json")) if base else None
 
+    def kept() -> KeyIndex | None:
+        """The copy kept outside the cache directory (auto only): what ``rm -rf`` of the directory leaves."""
+        base = default_cache_dir() if settings.cache_index.lower() == "auto" else None
+        home = kept_index_dir(base) if base else None
+        return KeyIndex(str(home / f"keys-rank{rank}.json")) if home is not None else None
+
+    def ranks_of(idx: KeyIndex, where: str) -> tuple[list[KeySeen], list[str]]:
+        """A rank new to this cache: the other ranks' keys."""
+        keys: list[KeySeen] = []
+        problems: list[str] = []
+        for other in sorted(Path(idx.path).parent.glob("keys-rank*.json"))[:MAX_OTHER_INDEXES]:
+            o = KeyIndex(str(other))
+            keys += o.load(where)
+            problems += o.problems
+        return keys, problems
+
     def load() -> list[KeySeen]:
         if settings.cache_baseline:
             keys, problems = baseline_keys(settings.cache_baseline)
@@ -100,11 +120,17 @@ def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]
             idx = index()
             keys, problems = (idx.load(PREVIOUS), idx.problems) if idx is not None else ([], [])
             what = f"the cache key index {idx.path}" if idx is not None else ""
-            if idx is not None and not keys and not problems:  # a rank new to this cache: the other ranks' keys
-                for other in sorted(Path(idx.path).parent.glob("keys-rank*.json"))[:MAX_OTHER_INDEXES]:
-                    o = KeyIndex(str(other))
-                    keys += o.load(PREVIOUS)
-                    problems += o.problems
+            if idx is not None and not keys and not problems:
+                keys, problems = ranks_of(idx, PREVIOUS)
+            copy = kept() if idx is not None and not keys and not problems else None
+            if copy is not None and not Path(idx.path).parent.exists():  # type: ignore[union-attr]
+                # the cache directory lost its index (rm -rf, a cleared /tmp): the copy kept outside says what was
+                # in it, so a miss of a key the previous run had is "not in this cache", not "first seen"
+                keys = copy.load(CLEARED)
+                problems = list(copy.problems)
+                if not keys and not problems:
+                    keys, problems = ranks_of(copy, CLEARED)
+                what = f"the cache key index {copy.path}"
         line = _release_line(keys, version, what) if keys else None
         for p in [*problems, *([line] if line else [])]:
             warn_once(f"cache-baseline:{p}", "%s", p)
@@ -129,6 +155,13 @@ def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]
                 idx.path,
                 exc.strerror or exc,
             )
+        copy = kept()
+        if copy is not None:
+            try:
+                copy.save(history, version, rank)
+                note_kept_index(Path(copy.path).parent, default_cache_dir() or "")
+            except OSError as exc:  # the copy is a spare: the index in the cache directory is the one that counts
+                logger.debug("cannot keep a copy of the cache key index in %s: %s", copy.path, exc)
 
     return history, save
 
@@ -139,6 +172,32 @@ INDEX_FORMAT = "torch-otel cache key index"
 INDEX_VERSION = 1
 MAX_INDEX_KEYS = 2048  # keys a rank's index keeps (the most recent)
 MAX_INDEX_BYTES = 4 * 1024 * 1024  # and at most this much on disk
+
+
+def kept_index_dir(cache_dir: str) -> Path | None:
+    """Where the copy of a cache directory's key index is kept, outside it: ``$XDG_CACHE_HOME/torch-otel/cache-keys/
+    <hash of the directory's path>`` (``~/.cache`` without ``XDG_CACHE_HOME``). None where no home is known."""
+    root = os.environ.get("XDG_CACHE_HOME") or (
+        os.path.join(os.path.expanduser("~"), ".cache") if os.path.expanduser("~") != "~" else ""
+    )
+    if not root:
+        return None
+    digest = hashlib.sha256(os.path.abspath(cache_dir).encode()).hexdigest()[:16]
+    return Path(root) / "torch-otel" / "cache-keys" / digest
+
+
+def note_kept_index(directory: Path, cache_dir: str) -> None:
+    """Name the cache directory a kept copy is for, and keep at most :data:`MAX_KEPT_DIRECTORIES` copies (the least
+    recently written are removed, with their files)."""
+    (directory / "cache-dir.txt").write_text(os.path.abspath(cache_dir) + "\n", encoding="utf-8")
+    parent = directory.parent
+    dirs = sorted((d for d in parent.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in dirs[MAX_KEPT_DIRECTORIES:]:
+        for f in old.iterdir():
+            if f.is_file() and (f.name.startswith("keys-rank") or f.name == "cache-dir.txt"):
+                f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            old.rmdir()
 
 
 def default_cache_dir() -> str | None:

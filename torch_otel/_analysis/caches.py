@@ -110,6 +110,15 @@ def _describe(name: str, old: Component | None, new: Component | None, versions:
         shown = f"inductor config {name[len('inductor_config[') : -1]}"
     elif name.startswith("fx_kwargs[") and name.endswith("]"):
         shown = f"compile argument {name[len('fx_kwargs[') : -1]}"
+    if name.split("[", 1)[0] == "autocast_state":  # AOTAutograd's key: autocast's dtype per device (absent: off)
+        device = name[len("autocast_state[") : -1] if name.startswith("autocast_state[") else ""
+        on = f" on {device}" if device else ""
+        if old is None or new is None:
+            text = f" ({new.text})" if new is not None and new.text else ""
+            return f"autocast{on} turned {'on' if old is None else 'off'}{text}"
+        if old.text is not None and new.text is not None:
+            return f"autocast{on}: {old.text} → {new.text}"
+        return f"autocast{on} changed"
     if old is None or new is None:
         return f"{shown} {'added' if old is None else 'removed'}"
     if cls == "versions" and name == "torch_version":
@@ -136,12 +145,17 @@ def _describe(name: str, old: Component | None, new: Component | None, versions:
 
 
 def compare(
-    new: Sequence[Component], old: Sequence[Component], versions: tuple[str | None, str | None] = (None, None)
+    new: Sequence[Component],
+    old: Sequence[Component],
+    versions: tuple[str | None, str | None] = (None, None),
+    code_leads: bool = False,
 ) -> list[tuple[str, str, str]]:
     """Each changed part as (words, class, component name), most telling first; by hash, over the parts both have.
 
     Between releases (the torch version part differs), the parts only one release has are not listed: a new
-    release adds and drops inductor config keys, and the version names the cause.
+    release adds and drops inductor config keys, and the version names the cause. An input that changed leads a
+    graph code that changed (static shapes are written into the code); with ``code_leads`` (a backward whose
+    forward's code changed, its inputs unchanged) the code leads, and the inputs are what followed from it.
     """
     a = {c.name: c for c in old}
     b = {c.name: c for c in new}
@@ -155,7 +169,18 @@ def compare(
             continue
         changed.append((CLASSES.index(component_class(name)), name, o, n))
     changed.sort(key=lambda t: t[0])
-    return [(_describe(name, o, n, versions), CLASSES[c], name) for c, name, o, n in changed]
+    out = [(_describe(name, o, n, versions), CLASSES[c], name) for c, name, o, n in changed]
+    graph = [x for x in out if x[1] == "graph"]
+    follow = [x for x in out if x[1] == "inputs"]
+    if code_leads and graph and follow:
+        # a graph whose code changed takes other inputs (a backward's follow from its forward's code): the code leads,
+        # the inputs are what followed from it
+        first = graph[0]
+        count = "one" if len(follow) == 1 else str(len(follow))
+        led = (f"{first[0]} (and with it {count} of its inputs)", first[1], first[2])
+        lead = [x for x in out if x[1] not in ("graph", "inputs", "other")]
+        out = [*lead, led, *graph[1:], *follow, *[x for x in out if x[1] == "other"]]
+    return out
 
 
 def _score(new: Sequence[Component], old: Sequence[Component]) -> int:
@@ -177,8 +202,12 @@ class KeyHistory:
         max_keys: int = 4096,
         where: str = "earlier in this run",
         torch_version: str | None = None,
+        independent: bool = False,
     ) -> None:
         self.max_keys = max_keys
+        # the baseline is another run, not this cache's past (torch-otel diff's base): a key it missed too was cold
+        # in both runs, which says nothing about this cache
+        self.independent = independent
         self.where = where
         # this run's torch, where its records do not say (live: torch.__version__; 2.10's metrics lack it)
         self.torch_version = torch_version
@@ -191,6 +220,11 @@ class KeyHistory:
             self._add_baseline(baseline)
         self._seen: OrderedDict[tuple[str, str, bool | None, str], KeySeen] = OrderedDict()  # (cache, id, bwd, key)
         self._by_key: dict[str, KeySeen] = {}
+        # (rank, compile id) -> the cause of its forward FX graph's miss: a backward whose forward's code changed
+        # (and not its inputs) takes other inputs because of it
+        self._forward_cause: OrderedDict[tuple[int | None, str], str] = OrderedDict()
+        # (rank, compile id) -> the autocast change its AOTAutograd key named: (words, class, component)
+        self._forward_autocast: OrderedDict[tuple[int | None, str], tuple[str, str, str]] = OrderedDict()
 
     def _add_baseline(self, baseline: Iterable[KeySeen]) -> None:
         for seen in baseline:
@@ -219,7 +253,20 @@ class KeyHistory:
                 self._add_baseline(load())
             version = _torch_version(rec) or self.torch_version
             explained = [self._explain(lk, rec, version) if lk.result == "miss" else None for lk in lookups]
+            for lk, e in zip(lookups, explained, strict=True):
+                if lk.cache == "fx_graph" and lk.backward is False and e is not None:
+                    self._forward_cause[(rec.rank, rec.id_str)] = e.cause
+                    self._forward_cause.move_to_end((rec.rank, rec.id_str))
+                    while len(self._forward_cause) > self.max_keys:
+                        self._forward_cause.popitem(last=False)
             _borrow_fx_causes(lookups, explained)
+            # a backward's lookups hold no AOTAutograd lookup: its forward's says whether autocast changed
+            lead = _autocast_leads(lookups, explained, self._forward_autocast.get((rec.rank, rec.id_str)))
+            if lead is not None:
+                self._forward_autocast[(rec.rank, rec.id_str)] = lead
+                self._forward_autocast.move_to_end((rec.rank, rec.id_str))
+                while len(self._forward_autocast) > self.max_keys:
+                    self._forward_autocast.popitem(last=False)
             for lk in lookups:
                 if lk.key:
                     self._remember(lk, rec.compile_id, rec.rank, version)
@@ -261,6 +308,8 @@ class KeyHistory:
                 same = None  # this very lookup, known from its artifact (replay) before its compile ended
             same = same or self._baseline_keys.get(lk.key)
             other_rank = same is not None and same.where == self.where and same.rank != rec.rank
+            if same is not None and same.result == "miss" and self.independent and same.where != self.where:
+                return Explanation("first_seen", against=f"{_against(same, rec.rank, version)} missed it too")
             if same is not None and (same.result == "hit" or not other_rank):
                 return Explanation("not_in_cache", against=_against(same, rec.rank, version))
             if same is not None:  # another rank missed it too: cold on both
@@ -283,7 +332,8 @@ class KeyHistory:
         against = _against(nearest, rec.rank, version)
         if not lk.components or not nearest.parts:
             return Explanation("other", (), (), against)
-        changed = compare(lk.components, nearest.parts, (nearest.torch_version, version))
+        code_leads = bool(lk.backward) and self._forward_cause.get((rec.rank, rec.id_str)) == "graph"
+        changed = compare(lk.components, nearest.parts, (nearest.torch_version, version), code_leads)
         if not changed:  # every part alike, yet another key: torch hashed something it does not list
             return Explanation("other", ("a part torch does not list changed",), ("other",), against)
         shown = changed[:MAX_CHANGES]
@@ -335,12 +385,59 @@ def _against(seen: KeySeen, rank: int | None, version: str | None = None) -> str
 
 
 def _borrow_fx_causes(lookups: Sequence[CacheLookupEvent], explained: list[Explanation | None]) -> None:
-    """An AOTAutograd key with no parts recorded (torch 2.13 lists none) missed: its FX graphs' misses say why."""
+    """An AOTAutograd key with no parts recorded (torch lists them only where its autograd_cache logger is at DEBUG)
+    missed: the FX graphs it compiled say why. Their misses' changes, where they missed; where they all hit, that the
+    graphs did not change and another part of the AOTAutograd key did."""
     fx = [e for lk, e in zip(lookups, explained, strict=True) if lk.cache == "fx_graph" and e is not None]
+    fx_hits = sum(1 for lk in lookups if lk.cache == "fx_graph" and lk.result == "hit")
     for i, (lk, e) in enumerate(zip(lookups, explained, strict=True)):
-        if lk.cache == "aot_autograd" and e is not None and e.cause == "other" and not e.changes and fx:
+        if not (lk.cache == "aot_autograd" and e is not None and e.cause == "other" and not e.changes):
+            continue
+        if fx:
             best = next((x for x in fx if x.changes), fx[0])
             explained[i] = Explanation(best.cause, best.changes, best.classes, best.against, best.more, best.components)
+        elif fx_hits:
+            explained[i] = Explanation(
+                "other",
+                (
+                    f"its {fx_hits} FX graph{'s' if fx_hits > 1 else ''} hit, so the graphs it compiles did not change: "
+                    "another part of its key did (grad mode, autocast, a functorch config; torch lists them with "
+                    "TORCH_LOGS=+torch._functorch._aot_autograd.autograd_cache)",
+                ),
+                ("other",),
+                e.against,
+            )
+
+
+def _autocast_leads(
+    lookups: Sequence[CacheLookupEvent], explained: list[Explanation | None], lead: tuple[str, str, str] | None = None
+) -> tuple[str, str, str] | None:
+    """Autocast changed, as the compile's AOTAutograd key says (torch lists its parts where its autograd_cache logger
+    is at DEBUG), else as ``lead`` (a backward: its forward's key): the FX graphs it compiled changed because of it
+    (autocast casts inside the graph, and the backward's inputs change dtype). Their misses lead with it; their own
+    changes follow. Returns the change, where there is one."""
+    for lk, e in zip(lookups, explained, strict=True):
+        if lk.cache == "aot_autograd" and e is not None:
+            own = [
+                (w, c, n) for w, c, n in zip(e.changes, e.classes, e.components, strict=False) if n.startswith("autocast_state")
+            ]
+            if own:
+                lead = own[0]
+                break
+    if lead is None:
+        return None
+    words, cls, name = lead
+    for i, (lk, e) in enumerate(zip(lookups, explained, strict=True)):
+        if lk.cache == "fx_graph" and e is not None and e.cause in ("graph", "inputs"):
+            explained[i] = Explanation(
+                cls,
+                (f"{words}, in its AOTAutograd key", *e.changes),
+                (cls, *e.classes),
+                e.against,
+                e.more,
+                (name, *e.components),
+            )
+    return lead
 
 
 # -- compiles served from torch's portable "mega-cache" (torch.compiler.load_cache_artifacts) ----------------------

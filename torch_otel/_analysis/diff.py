@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .recompiles import limit_words
+from .._core.paths import in_installed_package
+from .._core.text import cut_middle, wrap
+from .recompiles import hint_lines, keeps_recompiling, limit_words
 
 __all__ = [
     "DEFAULTS",
@@ -149,28 +151,41 @@ def _base(path: Any) -> str | None:
     return re.split(r"[\\/]", path)[-1]
 
 
-def where(fn: Any, path: Any, line: Any) -> str:
-    """``forward (model.py:32)``, as the run summary names a frame."""
+def where(fn: Any, path: Any, line: Any, call_site: Any = None) -> str:
+    """``forward (model.py:32)``, as the run summary names a frame; a library's frame with the user's line that called
+    it: ``wrapper (generic.py:1030) from train.py:42``."""
     b = _base(path)
-    return str(fn) if b is None else f"{fn} ({b}:{line if line is not None else '?'})"
+    # a library's frame only: the user's own frame is named by its own line
+    site = f" from {call_site}" if isinstance(call_site, str) and call_site and in_installed_package(path) else ""
+    return str(fn) if b is None else f"{fn} ({b}:{line if line is not None else '?'}){site}"
+
+
+def row_where(r: Mapping[str, Any]) -> str:
+    """A frame row's name (:func:`where`)."""
+    return where(r.get("function"), r.get("file"), r.get("line"), r.get("call_site"))
 
 
 def match(
     base: list[Mapping[str, Any]], new: list[Mapping[str, Any]], fn: str = "function", path: str = "file", line: str = "line"
 ) -> list[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """Pairs of the same frame (or location) on both sides: by name, file and line; then by name and file, where
-    only one of each side is left (its line moved: code above it changed). Unpaired ones pair with None."""
+    """Pairs of the same frame (or location) on both sides: by name, file, line and the user's call site of a
+    library's frame; then by name, file and call site, where only one of each side is left (its line moved: code
+    above it changed); then without the call site, where only one is left (a summary of an older torch-otel has
+    none). Unpaired ones pair with None."""
     pairs: list[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = []
     left_b = list(base)
     left_n = list(new)
 
     def exact(d: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (d.get(fn), _base(d.get(path)), d.get(line))
+        return (d.get(fn), _base(d.get(path)), d.get(line), d.get("call_site"))
 
     def loose(d: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (d.get(fn), _base(d.get(path)), d.get("call_site"))
+
+    def loosest(d: Mapping[str, Any]) -> tuple[Any, ...]:
         return (d.get(fn), _base(d.get(path)))
 
-    for key in (exact, loose):
+    for key in (exact, loose, loosest):
         index: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         for d in left_b:
             index.setdefault(key(d), []).append(d)
@@ -231,6 +246,7 @@ def _compare_frames(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str
                 "function": ref.get("function"),
                 "file": ref.get("file"),
                 "line": ref.get("line"),
+                "call_site": ref.get("call_site"),
                 "base_line": (fb or {}).get("line"),
                 "base_compiles": int(_num((fb or {}).get("compiles"))),
                 "new_compiles": int(_num((fn or {}).get("compiles"))),
@@ -267,7 +283,20 @@ def _compare_phases(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str
 
 def _compare_graph_breaks(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
     gb, gn = b.get("graph_breaks") or {}, n.get("graph_breaks") or {}
-    out: dict[str, Any] = {"base_total": int(_num(gb.get("total"))), "new_total": int(_num(gn.get("total")))}
+    out: dict[str, Any] = {
+        "base_total": int(_num(gb.get("total"))),
+        "new_total": int(_num(gn.get("total"))),
+        # the two kinds torch does not count in counters["graph_break"]: one it could not handle (its frame runs in
+        # eager), one it could not resume after (the rest of the function ran in eager)
+        "unhandled": {"base": int(_num(gb.get("unhandled"))), "new": int(_num(gn.get("unhandled")))},
+        "ends_frame": {"base": int(_num(gb.get("ends_frame"))), "new": int(_num(gn.get("ends_frame")))},
+        "new_ends_frame": [],
+    }
+    eb, en = gb.get("ends_frame_by_location"), gn.get("ends_frame_by_location")
+    if isinstance(en, list):
+        for x, y in match(eb if isinstance(eb, list) else [], en, fn="code", path="file", line="line"):
+            if y is not None and (x is None or _num(y.get("count")) > _num(x.get("count"))):
+                out["new_ends_frame"].append({**y, "count": int(_num(y.get("count")) - _num((x or {}).get("count")))})
     lb, ln = gb.get("by_location"), gn.get("by_location")
     if isinstance(lb, list) and isinstance(ln, list):  # by code and location
         new, gone, moved = [], [], []
@@ -318,7 +347,7 @@ def _compare_recompiles(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str,
             yc = (y or {}).get("by_category") or {}
             ref = y or x
             assert ref is not None
-            label = where(ref.get("function"), ref.get("file"), ref.get("line"))
+            label = row_where(ref)
             for c, k in yc.items():
                 if c not in xc:
                     top = [r for r in (y or {}).get("top_reasons") or [] if r.get("category") == c]
@@ -377,9 +406,7 @@ def _compare_failures(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, A
     if rb is not None and rn is not None:
         for x, y in match(rb, rn):
             if y is not None and _num(y.get("limit_hits")) > 0 and (x is None or _num(x.get("limit_hits")) == 0):
-                hits.append(
-                    {"frame": where(y.get("function"), y.get("file"), y.get("line")), "count": int(_num(y.get("limit_hits")))}
-                )
+                hits.append({"frame": row_where(y), "count": int(_num(y.get("limit_hits")))})
     elif _num(n.get("recompile_limit_hits")) > _num(b.get("recompile_limit_hits")):
         hits.append({"frame": None, "count": int(_num(n.get("recompile_limit_hits")) - _num(b.get("recompile_limit_hits")))})
     out["limit_hits"] = {
@@ -411,7 +438,9 @@ def _compare_cache(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]
             why = [
                 r.get("reason")
                 for r in cn.get("top_reasons") or []
-                if r.get("cache") == cache and (r.get("cache"), r.get("reason")) not in reasons_b
+                if r.get("cache") == cache
+                and _reason_cause(r) in (cause, "changed" if cause not in ("first_seen", "not_in_cache") else None)
+                and (r.get("cache"), r.get("reason")) not in reasons_b
             ]
             new_misses.append({"cache": cache, "cause": cause, "base": mb.get((cache, cause), 0), "new": k, "reasons": why[:3]})
     return {
@@ -421,8 +450,20 @@ def _compare_cache(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]
     }
 
 
+def _reason_cause(r: Mapping[str, Any]) -> str:
+    """A miss reason's cause: the row's own (``cause``), else, for a summary of an older torch-otel, what its words
+    say: the two causes that have fixed words, else ``changed`` (one of the classes of a changed part)."""
+    cause = r.get("cause")
+    if isinstance(cause, str):
+        return cause
+    text = str(r.get("reason") or "")
+    return (
+        "first_seen" if text.startswith("first seen") else "not_in_cache" if text.startswith("not in this cache") else "changed"
+    )
+
+
 def _compare_recompiling_frames(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The new side's frames that keep recompiling, each with its base's count: the facts and the fix."""
+    """The new side's frames that recompiled, the costliest first, each with its base's count: the facts and hints."""
     rb, rn = _recompiling(b) or [], _recompiling(n) or []
     out = []
     for x, y in match(rb, rn):
@@ -431,7 +472,34 @@ def _compare_recompiling_frames(b: Mapping[str, Any], n: Mapping[str, Any]) -> l
         out.append(
             {**y, "base_recompiles": int(_num((x or {}).get("recompiles"))), "base_limit_status": (x or {}).get("limit_status")}
         )
-    out.sort(key=lambda f: (-(f.get("recompiles") or 0) + f["base_recompiles"], str(f.get("function"))))
+    out.sort(key=lambda f: (-_num(f.get("cost_s")), -(f.get("recompiles") or 0) + f["base_recompiles"], str(f.get("function"))))
+    return out
+
+
+def _eager(s: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    r = s.get("eager_frames")
+    return [f for f in r if isinstance(f, Mapping)] if isinstance(r, list) else None
+
+
+def _compare_eager(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
+    """The frames torch left in eager on each side: those new (the costliest news a diff can bring: the frame runs
+    uncompiled, and its compile time is gone) and those gone."""
+    eb, en = _eager(b), _eager(n)
+    out: dict[str, Any] = {
+        "base": len(eb) if eb is not None else None,
+        "new": len(en) if en is not None else None,
+        "base_compiles": int(_num(b.get("eager_fallbacks"))),
+        "new_compiles": int(_num(n.get("eager_fallbacks"))),
+        "new_frames": [],
+        "gone_frames": [],
+    }
+    if en is None:
+        return out
+    for x, y in match(eb or [], en):
+        if y is not None and x is None:
+            out["new_frames"].append(dict(y))
+        elif x is not None and y is None and eb is not None:
+            out["gone_frames"].append(dict(x))
     return out
 
 
@@ -505,6 +573,7 @@ def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, A
         "graph_breaks": _compare_graph_breaks(b, n),
         "recompiles": _compare_recompiles(b, n),
         "failures": _compare_failures(b, n),
+        "eager_frames": _compare_eager(b, n),
         "cache": _compare_cache(b, n),
         "recompiling_frames": _compare_recompiling_frames(b, n),
         "graph_calls": _compare_graph_calls(b, n),
@@ -530,21 +599,27 @@ def flags(facts: Mapping[str, Any], gate: Gate) -> list[dict[str, str]]:
                 out.append(
                     {
                         "kind": "frame-time",
-                        "text": f"{where(f['function'], f['file'], f['line'])} compile time grew "
-                        f"{_secs(f['change_s'])} ({_pct_text(f['change_pct'])})",
+                        "text": f"{row_where(f)} compile time grew {_secs(f['change_s'])} ({_pct_text(f['change_pct'])})",
                     }
                 )
     if "graph-breaks" in th:
         for g in facts["graph_breaks"]["new"]:
             at = f" at {_base(g.get('file'))}:{g.get('line')}" if g.get("file") else ""
             out.append({"kind": "graph-breaks", "text": f"new graph break {g.get('code')} {g.get('type') or ''}".rstrip() + at})
+        for g in facts["graph_breaks"]["new_ends_frame"]:
+            at = f" at {_base(g.get('file'))}:{g.get('line')}" if g.get("file") else ""
+            out.append(
+                {"kind": "graph-breaks", "text": f"new graph break that ends its frame: {g.get('code')}{at} in {g.get('frame')}"}
+            )
     if "recompiles" in th:
         for r in facts["recompiles"]["new"]:
             on = f" in {r['frame']}" if r.get("frame") else ""
             out.append({"kind": "recompiles", "text": f"new recompiles: {r['category']}{on} ({r['count']})"})
-    if "failures" in th:
+    if "failures" in th:  # a frame torch now leaves in eager: the costliest news, first
+        for e in reversed(facts["eager_frames"]["new_frames"]):
+            out.insert(0, {"kind": "failures", "text": f"{row_where(e)} now runs in eager: {e.get('text') or e.get('why')}"})
         for f in facts["failures"]["new"]:
-            on = f" in {where(f.get('function'), f.get('file'), f.get('line'))}" if f.get("function") else ""
+            on = f" in {row_where(f)}" if f.get("function") else ""
             out.append({"kind": "failures", "text": f"new failure {f.get('type')}{on} ({f.get('count')})"})
         for h in facts["failures"]["limit_hits"]["new_frames"]:
             on = f" in {h['frame']}" if h.get("frame") else ""
@@ -718,26 +793,44 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     ]
     head += [_cut(f"  note: {c}", w) for c in d["compared"]]
     secs.append(_sec("head", head, len(head)))
+    eager = (d.get("eager_frames") or {}).get("new_frames") or []
+    if eager:  # the costliest news first: the compile time below fell because these frames are no longer compiled
+        lines = [f"FRAMES NOW LEFT IN EAGER: {len(eager)}: torch runs their whole work uncompiled"]
+        for e in eager[:3]:
+            lines.extend(wrap(f"  {row_where(e)}: {e.get('text') or e.get('why')}", w, 2, "      "))
+            if e.get("code"):
+                gb = f"{e['code']} {e.get('type') or ''}".strip()
+                lines.append(_cut(f"    the break: {gb}" + (f": {e['explanation']}" if e.get("explanation") else ""), w))
+        if len(eager) > 3:
+            lines.append(f"  ({len(eager) - 3} more: --json or --html lists them)")
+        secs.append(_sec("eager", lines, len(lines)))
     t = d["total"]
     secs.append(
         _sec(
             "total",
             [
                 f"compile time {t['base_s']:.3f} s -> {t['new_s']:.3f} s, {_secs(t['change_s'])} ({_pct_text(t['change_pct'])});"
-                f" compiles {t['base_compiles']} -> {t['new_compiles']}"
+                f" compiles {t['base_compiles']} -> {t['new_compiles']}",
+                # the time that fell is the work now done uncompiled, on every step: said on its own line, whole
+                *(
+                    [f"  not faster: {len(eager)} frame{'s' if len(eager) > 1 else ''} no longer compiled (in eager, above)"]
+                    if eager
+                    else []
+                ),
             ],
+            2 if eager else 1,
         )
     )
     name_w = w - 46
     fr = [f for f in d["frames"] if f["change_s"] or f["status"] != "both"]
-    lines = [f"{'frames (by function and file:line)':<{name_w}} {'compiles':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
+    lines = [f"{'frames (compiles: with their backwards)':<{name_w}} {'compiles':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
     for f in fr:
         tag = " (new)" if f["status"] == "new" else " (gone)" if f["status"] == "gone" else ""
-        label = _cut(where(f["function"], f["file"], f["line"]), name_w - 2 - len(tag)) + tag
-        ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>5}"
-        lines.append(
-            f"  {label:<{name_w - 2}} {f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
-        )
+        ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>6}"
+        nums = f"{f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
+        room = w - 3 - len(nums)  # the numbers are whole: the name takes what is left
+        label = cut_middle(row_where(f), room - len(tag), 24) + tag  # the file:line (and call site) kept
+        lines.append(f"  {label:<{room}} {nums}")
     if len(lines) == 1:
         lines.append("  no frame changed")
     secs.append(_sec("frames", lines, 2))
@@ -749,7 +842,22 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         )
     secs.append(_sec("phases", lines if len(lines) > 1 else [], 2))
     g = d["graph_breaks"]
-    lines = [f"graph breaks: {g['base_total']} -> {g['new_total']}" + ("" if g["new"] or g["gone"] else ": none new, none gone")]
+    other = []
+    for key, words in (("ends_frame", "ended their frame"), ("unhandled", "not handled, frame in eager")):
+        k = g.get(key) or {}
+        if k.get("base") or k.get("new"):
+            other.append(f"{words} {k.get('base', 0)} -> {k.get('new', 0)}")
+    lines = [
+        f"graph breaks: {g['base_total']} -> {g['new_total']}"
+        + (" (as torch counts them)" if other else "")
+        + ("" if g["new"] or g["gone"] else ": none new, none gone")
+        + (f"; {'; '.join(other)}" if other else "")
+    ]
+    for x in g.get("new_ends_frame") or []:
+        at = f" at {_base(x.get('file'))}:{x.get('line')}" if x.get("file") else ""
+        lines.append(
+            _cut(f"  new   {x.get('code')}{at} ended {x.get('frame')}: the rest of it ran in eager ({x.get('count')})", w)
+        )
     for x in g["new"]:
         lines.append(_cut(f"  new   {_gb(x)}", w))
     for x in g["gone"]:
@@ -764,7 +872,9 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     ]
     for x in r["new"]:
         on = f" in {x['frame']}" if x.get("frame") else ""
-        lines.append(_cut(f"  new   {x['category']}{on}: {x['count']}" + (f"; {x['reasons'][0]}" if x.get("reasons") else ""), w))
+        lines.append(
+            cut_middle(f"  new   {x['category']}{on}: {x['count']}" + (f"; {x['reasons'][0]}" if x.get("reasons") else ""), w)
+        )
     for x in r["gone"]:
         on = f" in {x['frame']}" if x.get("frame") else ""
         lines.append(_cut(f"  gone  {x['category']}{on}: {x['count']}", w))
@@ -773,7 +883,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     lh = f["limit_hits"]
     lines = [f"failures: {f['base_total']} -> {f['new_total']}; recompile-limit hits: {lh['base']} -> {lh['new']}"]
     for x in f["new"]:
-        on = f" in {where(x.get('function'), x.get('file'), x.get('line'))}" if x.get("function") else ""
+        on = f" in {row_where(x)}" if x.get("function") else ""
         lines.append(_cut(f"  new   {x.get('type')}{on}: {x.get('count')}", w))
     for x in lh["new_frames"]:
         lines.append(_cut(f"  new   recompile-limit hit{' in ' + x['frame'] if x.get('frame') else ''}: {x['count']}", w))
@@ -784,27 +894,19 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     lines[0] += f"; misses {c['misses']['base']} -> {c['misses']['new']}" if rates else ""
     for x in c["new_misses"]:
         why = f": {x['reasons'][0]}" if x.get("reasons") else ""
+        # the counts and the change lead; what it was compared with ("against 0/0 in the base run") may be cut
         lines.append(_cut(f"  new misses  {x['cache']} {x['cause']} {x['base']} -> {x['new']}{why}", w))
     secs.append(_sec("cache", [_cut(x, w) for x in lines], 2))
     lines = []
     for x in d["recompiling_frames"]:
-        if (x.get("recompiles") or 0) < 2 and not x.get("limit_hits") and x.get("limit_status") != "near":
+        if not keeps_recompiling(x):
             continue
-        lines.append(
-            _cut(
-                f"  {where(x['function'], x['file'], x['line'])}: {x['base_recompiles']} -> {x['recompiles']} recompiles, {limit_words(x)}",
-                w,
-            )
-        )
-        for gl in (x.get("guards") or [])[:1]:
-            lines.append(_cut(f"    {gl['line']}", w))
-        if x.get("fixes"):
-            lines.append(_cut(f"    fix: {x['fixes'][0]['fix']}", w))
-            lines.append(_cut(f"      {x['fixes'][0]['link']}", w))
-        elif x.get("unclear"):
-            lines.append(_cut(f"    {x['unclear']}", w))
+        cost = f" ({x['cost_s']:.2f} s)" if isinstance(x.get("cost_s"), (int, float)) else ""
+        tail = f": {x['base_recompiles']} -> {x['recompiles']} recompiles{cost}, {limit_words(x, short=True)}"
+        lines.append(f"  {cut_middle(row_where(x), max(20, w - 2 - len(tail)), 24)}{tail}")
+        lines.extend(hint_lines(x, w))
     if lines:
-        secs.append(_sec("recompiling", ["frames that keep recompiling (new side):", *lines], 3))
+        secs.append(_sec("recompiling", ["frames that keep recompiling (new side, the costliest first):", *lines], 3))
     gc = d.get("graph_calls")
     if gc:
         lines = [
@@ -816,7 +918,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
             tag = " (new)" if x["status"] == "new" else " (gone)" if x["status"] == "gone" else ""
             lines.append(
                 _cut(
-                    f"  {where(x['function'], x['file'], x['line'])}{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
+                    f"  {row_where(x)}{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
                     f"graphs {x['base_compiles']} -> {x['new_compiles']}, ran at most once {x['base_dead']} -> {x['new_dead']}",
                     w,
                 )
@@ -836,7 +938,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
             lines = [_cut(f"gate: passed ({gate['conditions']})", w)]
         else:
             lines = [_cut(f"gate: FAILED, exit {gate['exit']} ({gate['conditions']})", w)]
-            lines += [_cut(f"  {x['text']}", w) for x in gate["failed"]]
+            lines += [cut_middle(f"  {x['text']}", w, 50) for x in gate["failed"]]  # its numbers are at its end
         secs.append(_sec("gate", lines, min(len(lines), 4)))
     else:
         fl = d.get("flags") or []

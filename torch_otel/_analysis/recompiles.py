@@ -15,6 +15,7 @@ counts), which the assembler derives onto the record (``frame_recompiles``).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,10 +24,14 @@ from typing import Any
 
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import logger
+from .._core.paths import in_installed_package
+from .._core.text import cut, cut_middle, wrap
 from .._model.record import CompileRecord, Sink
 
 __all__ = [
     "DYNAMIC_SHAPES_URL",
+    "FrameContext",
+    "Hint",
     "NEAR",
     "NEAR_LIMIT_WORDS",
     "RECOMPILATION_URL",
@@ -35,6 +40,9 @@ __all__ = [
     "NearLimitWarning",
     "RecompilingFrames",
     "advise",
+    "hint_lines",
+    "hints_for",
+    "keeps_recompiling",
     "live_recompile_limit",
     "parse_guard",
     "recompile_limit_of",
@@ -60,6 +68,8 @@ _GUARDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("requires_grad", re.compile(_TENSOR + r"requires_grad mismatch\. expected requires_grad=(?P<exp>[01])")),
     ("dispatch", re.compile(_TENSOR + r"dispatch key set mismatch")),
     ("global_state", re.compile(r"GLOBAL_STATE changed: (?P<exp>\w+)")),
+    # the number of keyword arguments: "len(kwargs) == 6" (a generate loop's prefill and decode pass different ones)
+    ("kwargs", re.compile(r"^len\((?:L\[')?kwargs(?:'\])?\) == (?P<exp>\d+)")),
     # an int argument specialised to its value: "n == 3" (dynamo appends "  # source line  # file:line in f")
     ("int", re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == (?P<exp>-?\d+)\s*(?:#.*)?$")),
 )
@@ -156,6 +166,7 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
         "rank": f"the number of dimensions of input '{name}'",
         "requires_grad": f"requires_grad of input '{name}'",
         "int": f"int argument '{name}'",
+        "kwargs": "the number of keyword arguments",
         "global_state": "torch's global state",
     }.get(str(kind), f"input '{name}'")
     if kind == "dispatch":
@@ -171,110 +182,318 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     return f"{what} took {n} values: {listed}"
 
 
-def advise(guards: Sequence[Mapping[str, Any]], automatic_dynamic: bool | None = None) -> tuple[list[dict[str, str]], str | None]:
-    """The changes that stop a frame's recompiles, where torch's reasons make them clear; else why it is unclear.
+# -- hints: what stops a frame's recompiles, each drawn from one guard torch reported as failing ------------------
 
-    Returns ``(fixes, unclear)``: each fix is ``{"fix", "why", "link"}``; ``unclear`` names what no fix covers.
+_KWARG = re.compile(r"^kwargs\['([A-Za-z_]\w*)'\]$")
+_RESUME = "torch_dynamo_resume_in_"  # dynamo's resume functions: their inputs are the original function's locals
+
+
+@dataclass(frozen=True, slots=True)
+class FrameContext:
+    """What a hint needs to know of its frame: the code, the user's call site, who called it, automatic dynamic."""
+
+    function: str | None = None
+    file: str | None = None
+    call_site: str | None = None  # "train.py:42", where known
+    called_directly: bool = False  # the user's code called the compiled code (no library frame between them)
+    automatic_dynamic: bool | None = None  # torch's automatic dynamic shapes for this frame's compiles (None: unknown)
+
+    @property
+    def library(self) -> bool:
+        return in_installed_package(self.file)
+
+    @property
+    def resume(self) -> bool:
+        return (self.function or "").startswith(_RESUME)
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """What stops a frame's recompiles, drawn from one guard torch reported as failing; or why no hint is given.
+
+    ``fix`` is None where no change is known to be safe: ``why`` then says what the reason is and why no hint is given.
+    ``where`` says where the change is made: ``call_site`` (on what the caller passes, before the call),
+    ``compile`` (``torch.compile``'s arguments or torch's config), or ``none``. ``evidence`` holds what else supports
+    the hint (for example what the recompiles it would have saved cost); it is empty unless something adds to it.
     """
-    fixes: list[dict[str, str]] = []
-    unclear: list[str] = []
-    sizes = [g for g in guards if g.get("kind") == "size" and len(g.get("values") or []) + int(g.get("more_values") or 0) > 1]
-    auto = (
-        " Automatic dynamic shapes were off for this frame (torch.compile(dynamic=False), or "
-        "torch._dynamo.config.automatic_dynamic_shapes = False), so each new size compiled again."
-        if automatic_dynamic is False
-        else ""
+
+    guard: str  # the reported guard's line it is drawn from
+    fix: str | None
+    why: str
+    where: str = "none"
+    link: str | None = None
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "guard": self.guard,
+            "fix": self.fix,
+            "why": self.why,
+            "where": self.where,
+            "link": self.link,
+            "evidence": list(self.evidence),
+        }
+
+
+def _reachable(name: str, ctx: FrameContext) -> str | None:
+    """The name by which the caller reaches the input torch names, or None where only the frame's own code does.
+
+    A resume function's inputs are its original function's locals; a library's frame that the user's code did not
+    call itself gets its tensors from the library; an attribute or an element of an argument is built inside.
+    """
+    if ctx.resume:
+        return None
+    direct = ctx.called_directly or not ctx.library
+    kw = _KWARG.match(name)
+    if kw and direct:
+        return kw.group(1)
+    if _PLAIN_NAME.match(name) and direct:
+        return name
+    return None
+
+
+def _n(g: Mapping[str, Any]) -> int:
+    return len(g.get("values") or []) + int(g.get("more_values") or 0)
+
+
+def _at(ctx: FrameContext) -> str:
+    return f" at {ctx.call_site}" if ctx.call_site else ""
+
+
+_NO_HINT = "; no hint is given"
+
+
+def _compile_hint(line: str, what: str) -> Hint:
+    return Hint(
+        line,
+        "automatic dynamic shapes back on: no dynamic=False, automatic_dynamic_shapes = True",
+        f"automatic dynamic shapes were off for this frame (torch.compile(..., dynamic=False), or "
+        f"torch._dynamo.config.automatic_dynamic_shapes = False), so each new {what} compiled again. With them on (the "
+        f"default), torch compiles a {what} that changed as dynamic after one recompile, in this frame and every other",
+        "compile",
+        DYNAMIC_SHAPES_URL,
     )
-    for g in sizes:
-        name = str(g.get("input"))
-        target = name if _PLAIN_NAME.match(name) else f"<the tensor torch names {name!r}>"
-        fixes.append(
-            {
-                "fix": f"torch._dynamo.mark_dynamic({target}, {g.get('dim')})",
-                "why": f"before the call: dim {g.get('dim')} of '{name}' is then compiled once for every size.{auto}",
-                "link": DYNAMIC_SHAPES_URL,
-            }
+
+
+def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[Hint]:
+    """The hints for one guard torch reported as failing (``guards`` of :meth:`RecompilingFrames.to_dict`).
+
+    ``repeated``: the frame keeps recompiling (this guard failed more than once, or the frame is near or at its
+    recompile limit). A hint never marks a dimension torch specializes (a size of 0 or 1), names only what the caller
+    passes (else says the fix belongs at the call site), and where no change is known to be safe says so.
+    """
+    kind, name, dim = g.get("kind"), str(g.get("input")), g.get("dim")
+    line = str(g.get("line") or guard_line(g))
+    values = [str(v) for v in g.get("values") or []]
+    auto = ctx.automatic_dynamic
+    target = _reachable(name, ctx)
+    at = _at(ctx)
+    if kind == "size":
+        if any(v in ("0", "1") for v in values):
+            return [
+                Hint(
+                    line,
+                    None,
+                    f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {'0' if '0' in values else '1'}): a call "
+                    "with that size compiles its own graph; marking the dimension dynamic would raise "
+                    "ConstraintViolationError" + _NO_HINT,
+                    "none",
+                    DYNAMIC_SHAPES_URL,
+                )
+            ]
+        if not repeated and auto is not False:
+            return [
+                Hint(
+                    line,
+                    None,
+                    f"automatic dynamic shapes made dim {dim} of '{name}' dynamic at this recompile: new sizes compile no "
+                    "more; nothing to fix",
+                    "none",
+                    DYNAMIC_SHAPES_URL,
+                )
+            ]
+        out: list[Hint] = []
+        if target is not None:
+            out.append(
+                Hint(
+                    line,
+                    f"torch._dynamo.maybe_mark_dynamic({target}, {dim})",
+                    f"on the tensor passed as '{target}', before the call{at}: dim {dim} is then compiled as dynamic from "
+                    "the first call, once for every size (maybe_mark_dynamic never raises where the code specializes the "
+                    "dimension; mark_dynamic does)",
+                    "call_site",
+                    DYNAMIC_SHAPES_URL,
+                )
+            )
+        if auto is False:
+            comp = _compile_hint(line, "size")
+            out = [comp, *out] if ctx.library or target is None else [*out, comp]
+        if not out:
+            out.append(
+                Hint(
+                    line,
+                    None,
+                    (
+                        f"'{name}' is built inside {'a library' if ctx.library else 'the function'}, not passed by the "
+                        f"caller: the fix belongs at the call site{at}. "
+                        if target is None
+                        else ""
+                    )
+                    + f"Automatic dynamic shapes were on, yet dim {dim} kept recompiling: code specializes it "
+                    "(TORCH_LOGS=+dynamic says where)" + _NO_HINT,
+                    "call_site" if target is None else "none",
+                    DYNAMIC_SHAPES_URL,
+                )
+            )
+        return out
+    if kind == "int":
+        if not repeated and auto is not False:
+            return [
+                Hint(
+                    line,
+                    None,
+                    f"automatic dynamic shapes made int argument '{name}' a symbol at this recompile: new values compile "
+                    "no more; nothing to fix",
+                    "none",
+                    RECOMPILATION_URL,
+                )
+            ]
+        if auto is False:
+            return [
+                Hint(
+                    line,
+                    "torch.compile(..., dynamic=True)",
+                    f"the int argument '{name}' then compiles as a symbol, once for every value (automatic dynamic shapes "
+                    "were off for this frame, so each value compiled again)",
+                    "compile",
+                    RECOMPILATION_URL,
+                )
+            ]
+        return [
+            Hint(
+                line,
+                None,
+                f"automatic dynamic shapes were on, yet int argument '{name}' kept recompiling: code specializes it "
+                "(it decides control flow or a shape)" + _NO_HINT,
+                "none",
+                RECOMPILATION_URL,
+            )
+        ]
+    if kind in ("dtype", "requires_grad", "rank"):
+        change = {
+            "dtype": ("in one dtype (cast it before the call)", "a dtype cannot be dynamic: each dtype compiles its own graph"),
+            "requires_grad": (
+                "with the same requires_grad on every call",
+                "requires_grad is guarded: each setting compiles its own graph",
+            ),
+            "rank": ("with one number of dimensions", "dynamic shapes do not cover a change in the number of dimensions"),
+        }[str(kind)]
+        if target is None:
+            return [
+                Hint(
+                    line,
+                    None,
+                    f"{change[1]}; '{name}' is built inside {'a library' if ctx.library else 'the function'}, not passed by "
+                    f"the caller: the fix belongs at the call site{at}" + _NO_HINT,
+                    "call_site",
+                    RECOMPILATION_URL,
+                )
+            ]
+        return [Hint(line, f"pass '{target}' {change[0]}", f"{change[1]}; before the call{at}", "call_site", RECOMPILATION_URL)]
+    if kind == "kwargs":
+        who = (
+            "the calls are the user's: the fix belongs at the call site" + at + " (pass the same keyword arguments)"
+            if ctx.called_directly or not ctx.library
+            else "the calls are made by library code (a generate loop's prefill and decode pass different ones): one "
+            "graph per set is expected"
         )
-    if len(sizes) >= 3:
-        fixes.append(
-            {
-                "fix": "torch.compile(..., dynamic=True)",
-                "why": f"{len(sizes)} dimensions change: dynamic=True compiles every dimension as dynamic from the start.",
-                "link": DYNAMIC_SHAPES_URL,
-            }
-        )
-    ints = [g for g in guards if g.get("kind") == "int" and len(g.get("values") or []) + int(g.get("more_values") or 0) > 1]
-    if ints:
-        names = ", ".join(f"'{g.get('input')}'" for g in ints)
-        fixes.append(
-            {
-                "fix": "torch.compile(..., dynamic=True)",
-                "why": f"the int argument{'s' if len(ints) > 1 else ''} {names} then compile{'' if len(ints) > 1 else 's'} "
-                f"as a symbol, once for every value (or pass it as a tensor).{auto}",
-                "link": RECOMPILATION_URL,
-            }
-        )
+        return [
+            Hint(
+                line,
+                None,
+                f"the function was called with {' and '.join(values) or 'different numbers of'} keyword arguments: each "
+                f"set compiles its own graph; {who}" + _NO_HINT,
+                "call_site",
+                RECOMPILATION_URL,
+            )
+        ]
+    return [Hint(line, None, f"torch-otel knows no change that is safe for this guard{_NO_HINT}", "none", RECOMPILATION_URL)]
+
+
+def advise(
+    guards: Sequence[Mapping[str, Any]], ctx: FrameContext, pressed: bool = False, reasons: Sequence[str] = ()
+) -> list[Hint]:
+    """The hints for a frame's reported guards, most failures first (``guards`` as :meth:`RecompilingFrames.to_dict`
+    writes them). A guard is taken as repeating when it failed more than once, or the frame is ``pressed`` (near or
+    at its recompile limit). A frame whose reasons name no guard torch-otel reads gets one hint saying so."""
+    out: list[Hint] = []
     for g in guards:
-        kind, name = g.get("kind"), str(g.get("input"))
-        if kind == "dtype":
-            fixes.append(
-                {
-                    "fix": f"pass '{name}' in one dtype (cast it before the call)",
-                    "why": "a dtype cannot be dynamic: each dtype compiles its own graph.",
-                    "link": RECOMPILATION_URL,
-                }
-            )
-        elif kind == "requires_grad":
-            fixes.append(
-                {
-                    "fix": f"pass '{name}' with the same requires_grad on every call",
-                    "why": "requires_grad is guarded: each setting compiles its own graph.",
-                    "link": RECOMPILATION_URL,
-                }
-            )
-        elif kind == "rank":
-            fixes.append(
-                {
-                    "fix": f"pass '{name}' with one number of dimensions",
-                    "why": "dynamic shapes do not cover a change in the number of dimensions.",
-                    "link": DYNAMIC_SHAPES_URL,
-                }
-            )
-        elif kind in ("stride", "dispatch", "global_state"):
-            unclear.append(guard_line(g))
+        for h in hints_for(g, ctx, pressed or int(g.get("failures") or 0) >= 2):
+            if all(h.fix is None or h.fix != x.fix for x in out):
+                out.append(h)
     if not guards:
-        unclear.append("torch's reasons name no guard torch-otel reads")
-    fixes = [f for i, f in enumerate(fixes) if f["fix"] not in {x["fix"] for x in fixes[:i]}]
-    return fixes, ("torch's reason does not say which change stops it: " + "; ".join(unclear)) if unclear else None
+        top = reasons[0] if reasons else "no reason"
+        out.append(
+            Hint(
+                top,
+                None,
+                f"torch's reason does not name a guard torch-otel reads ({top}){_NO_HINT}",
+                "none",
+                RECOMPILATION_URL,
+            )
+        )
+    return out
 
 
 @dataclass(slots=True)
 class FrameRecompiles:
-    """One frame's recompiles: by category, the guards that failed and their values, and its place against the limit."""
+    """One frame's recompiles: by category, the guards torch reported as failing and their values, its place against
+    the limit, and what its compiles cost."""
 
     compiles: int = 0
     recompiles: int = 0
     by_category: dict[str, int] = field(default_factory=dict)
     reasons: dict[tuple[str, str], int] = field(default_factory=dict)  # (category, text) -> count, bounded
     guards: dict[tuple[str, str | None, int | None], _GuardValues] = field(default_factory=dict)
-    unparsed: int = 0  # reasons naming no guard torch-otel reads
+    unparsed: int = 0  # reported reasons naming no guard torch-otel reads
     entries: int = 0  # the most compiles of this frame torch's cache held (its cache_size + 1)
     limit: int | None = None
     limit_hits: int = 0
     near: bool = False
     automatic_dynamic: bool | None = None
     ranks: set[int] = field(default_factory=set)
+    cost_ns: int = 0  # the compile time of its compiles (their backwards' included) since it was followed
+    call_site: str | None = None
+    called_directly: bool = False
+
+
+def _site(rec: CompileRecord) -> str | None:
+    site = rec.call_site
+    if site is None or not site.file:
+        return None
+    return f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"
 
 
 class RecompilingFrames:
-    """Per frame (function, file, line): its recompiles and what they say. Bounded (frames, guards, values)."""
+    """Per frame: its recompiles and what they say. Bounded (frames, guards, values).
+
+    A frame is keyed as the run summary keys it (function, file, line, and for a library's frame the user's call site:
+    two models compiled through one library wrapper are two frames). Only the reason torch reported for each
+    recompile (``CompilationMetrics.recompile_reason``: the newest cache entry's failed guard) is read for guards and
+    hints; the other entries' failures (``recompile_reasons``) say nothing about what changed this time.
+    """
 
     def __init__(self, capture_payloads: bool = False, max_frames: int = MAX_FRAMES) -> None:
         self.capture_payloads = capture_payloads
         self.max_frames = max_frames
-        self.frames: dict[tuple[str, str | None, int | None], FrameRecompiles] = {}
+        self.frames: dict[tuple[Any, ...], FrameRecompiles] = {}
 
-    def add(self, rec: CompileRecord, key: tuple[str, str | None, int | None]) -> None:
+    def add(self, rec: CompileRecord, key: tuple[Any, ...]) -> None:
+        if rec.kind == "backward":  # what the frame's recompiles cost includes their backwards
+            f = self.frames.get(key)
+            if f is not None:
+                f.cost_ns += rec.duration_ns
+            return
         if rec.kind != "frame":
             return
         reason = rec.recompile_reason or (rec.recompile_reasons[0] if rec.recompile_reasons else None)
@@ -287,6 +506,10 @@ class RecompilingFrames:
             cid = rec.compile_id
             f.compiles = cid.frame_compile_id if cid is not None and cid.frame_compile_id else 0  # the ones before
         f.compiles += 1
+        f.cost_ns += rec.duration_ns
+        if f.call_site is None:
+            f.call_site = _site(rec)
+        f.called_directly = f.called_directly or rec.called_directly
         if rec.rank is not None and len(f.ranks) < 64:
             f.ranks.add(rec.rank)
         if rec.recompile_limit is not None:
@@ -310,30 +533,30 @@ class RecompilingFrames:
         text = (text if self.capture_payloads else scrub_guard_text(text))[:200]
         if (category, text) in f.reasons or len(f.reasons) < 20:
             f.reasons[(category, text)] = f.reasons.get((category, text), 0) + 1
-        for r in rec.recompile_reasons or [reason]:
-            g = parse_guard(r)
-            if g is None:
-                f.unparsed += 1
+        g = parse_guard(reason)
+        if g is None:
+            f.unparsed += 1
+            return
+        gk = (g.kind, g.name, g.dim)
+        gv = f.guards.get(gk)
+        if gv is None:
+            if len(f.guards) >= MAX_GUARDS:
+                return
+            gv = f.guards[gk] = _GuardValues(g.kind, g.name, g.dim)
+        gv.failures += 1
+        for v in g.values:
+            if v in gv.values:
                 continue
-            gk = (g.kind, g.name, g.dim)
-            gv = f.guards.get(gk)
-            if gv is None:
-                if len(f.guards) >= MAX_GUARDS:
-                    continue
-                gv = f.guards[gk] = _GuardValues(g.kind, g.name, g.dim)
-            gv.failures += 1
-            for v in g.values:
-                if v in gv.values:
-                    continue
-                if len(gv.values) < MAX_VALUES:
-                    gv.values.append(v)
-                else:
-                    gv.more += 1
+            if len(gv.values) < MAX_VALUES:
+                gv.values.append(v)
+            else:
+                gv.more += 1
 
     def to_dict(self) -> list[dict[str, Any]]:
-        """The frames that recompiled, most recompiles first: the facts, the guards' lines and the fixes."""
+        """The frames that recompiled, the costliest first: the facts, the guards' lines and the hints."""
         out = []
-        for (fn, path, line), f in sorted(self.frames.items(), key=lambda kv: (-kv[1].recompiles, -kv[1].limit_hits, kv[0][0])):
+        for key, f in sorted(self.frames.items(), key=lambda kv: (-kv[1].cost_ns, -kv[1].recompiles, str(kv[0][0]))):
+            fn, path, line = key[0], key[1], key[2]
             guards = []
             for g in sorted(f.guards.values(), key=lambda g: -g.failures):
                 shown = self.capture_payloads or g.kind != "int"  # an int's values may be data: counted, not shown
@@ -347,22 +570,33 @@ class RecompilingFrames:
                 }
                 d["line"] = guard_line(d, shown)
                 guards.append(d)
-            fixes, unclear = advise(guards, f.automatic_dynamic)
-            if not guards and f.recompiles:
-                top = max(f.reasons.items(), key=lambda kv: kv[1])[0] if f.reasons else ("other", "")
-                unclear = f"torch's reason does not say which change stops it: {top[0]}: {top[1]}"
             left = None if f.limit is None else max(0, f.limit - f.entries)
             status = (
                 "hit" if f.limit_hits else "unknown" if f.limit is None else "near" if left is not None and left <= NEAR else "ok"
             )
+            pressed = bool(f.limit_hits) or status == "near"
+            keeps = pressed or any(g["failures"] >= 2 for g in guards) or f.unparsed >= 2
+            ctx = FrameContext(fn, path, f.call_site, f.called_directly, f.automatic_dynamic)
             reasons = sorted(f.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+            hints = advise(guards, ctx, pressed, [f"{c}: {t}" for (c, t), _ in reasons[:1]])
+            fixes = [h.to_dict() for h in hints if h.fix]
+            unclear = next((h.why for h in hints if not h.fix), None)
+            stopped = None
+            if not keeps and f.recompiles:
+                stopped = (
+                    "automatic dynamic shapes: each changed dimension became dynamic after one recompile"
+                    if guards and all(g["kind"] in ("size", "int") for g in guards) and f.automatic_dynamic is not False
+                    else "each recompile was for another guard, and none came back"
+                )
             out.append(
                 {
                     "function": fn,
                     "file": path,
                     "line": line,
+                    "call_site": f.call_site,
                     "compiles": f.compiles,
                     "recompiles": f.recompiles,
+                    "cost_s": round(f.cost_ns / 1e9, 6),
                     "by_category": dict(sorted(f.by_category.items(), key=lambda kv: -kv[1])),
                     "top_reasons": [{"category": c, "reason": t, "count": n} for (c, t), n in reasons[:3]],
                     "cache_entries": f.entries or None,
@@ -371,7 +605,10 @@ class RecompilingFrames:
                     "limit_hits": f.limit_hits,
                     "limit_status": status,
                     "automatic_dynamic": f.automatic_dynamic,
+                    "keeps_recompiling": keeps,
+                    "stopped_by": stopped,
                     "guards": guards,
+                    "hints": [h.to_dict() for h in hints],
                     "fixes": fixes,
                     "unclear": unclear,
                     "ranks": sorted(f.ranks),
@@ -399,7 +636,7 @@ def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, An
         ids = [str(g.get("id")) for g in once]
         named = _named(ids)
         cost = sum(float(g.get("compile_s") or 0) for g in once)
-        fixes = f.get("fixes") or []
+        fixes = [h for h in f.get("hints") or f.get("fixes") or [] if isinstance(h, Mapping) and h.get("fix")]
         line = (
             f"graph{'s' if len(ids) > 1 else ''} {named} ran {'at most once each' if len(ids) > 1 else 'at most once'} "
             f"and cost {cost:.2f} s of compiling" + (f": {fixes[0]['fix']} would have saved it" if fixes else "")
@@ -425,38 +662,73 @@ def _basename(path: Any) -> str | None:
     return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
 
 
-def limit_words(f: Mapping[str, Any]) -> str:
-    """How close a frame is to the recompile limit, in words."""
+def keeps_recompiling(f: Mapping[str, Any]) -> bool:
+    """Whether a frame (a row of :meth:`RecompilingFrames.to_dict`) keeps recompiling: a guard torch reported failed
+    more than once, or the frame is near or at its recompile limit. A summary without the key (an older torch-otel's)
+    says by its counts."""
+    k = f.get("keeps_recompiling")
+    if isinstance(k, bool):
+        return k
+    return (f.get("recompiles") or 0) >= 2 or bool(f.get("limit_hits")) or f.get("limit_status") == "near"
+
+
+def limit_words(f: Mapping[str, Any], short: bool = False) -> str:
+    """How close a frame is to the recompile limit, in words (its compiles: frame compiles, the entries the limit
+    counts; their backwards are not among them)."""
     limit, entries, hits = f.get("limit"), f.get("cache_entries"), f.get("limit_hits") or 0
     if limit is None:
         return "hit the recompile limit (runs in eager)" if hits else "limit unknown (the log does not say)"
     if hits:
         return f"hit the recompile limit ({limit}): runs in eager"
     left = f.get("left_before_limit")
-    return f"{entries or '?'} of {limit} compiles, {left} more before eager" + (
+    if short:
+        return f"{left} more before eager" + (" (near)" if left is not None and left <= NEAR else "")
+    return f"{entries or '?'} of {limit} frame compiles, {left} more before eager" + (
         " (near)" if left is not None and left <= NEAR else ""
     )
 
 
+def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[str]:
+    """A frame's guard and its first hint: the fix and torch's page, or why no hint is given (a summary without
+    ``hints``, an older torch-otel's, by its ``fixes`` and ``unclear``)."""
+    out: list[str] = []
+    guards = f.get("guards") or []
+    hints = [h for h in f.get("hints") or [] if isinstance(h, Mapping)]
+    if not hints:
+        hints = [{**x, "where": x.get("where") or "call_site"} for x in f.get("fixes") or []]
+        if not hints and f.get("unclear"):
+            hints = [{"fix": None, "why": f["unclear"], "guard": guards[0]["line"] if guards else None}]
+    first = hints[0] if hints else None
+    line = (first or {}).get("guard") or (guards[0]["line"] if guards else None)
+    if line:
+        out.append(cut_middle(f"{indent}torch's reason: {line}", width))
+    if first is None:
+        return out
+    if first.get("fix"):
+        site = f.get("call_site")
+        at = f" (before the call at {site})" if first.get("where") == "call_site" and site else ""
+        out.append(cut(f"{indent}fix{at}: {first['fix']}", width))
+        if first.get("link"):
+            out.append(cut(f"{indent}  {first['link']}", width))
+    else:
+        out.extend(wrap(f"{indent}no hint: {first.get('why')}", width, 3, indent + "  "))
+    return out
+
+
 def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: Any) -> list[str]:
-    """The frames that keep recompiling, in at most ``room`` lines: each frame, its guard, its fix and torch's page."""
-    shown = [f for f in frames if (f.get("recompiles") or 0) >= 2 or f.get("limit_hits") or f.get("limit_status") == "near"]
+    """The frames that keep recompiling, the costliest first, in at most ``room`` lines: each frame, the guard torch
+    reported, and its fix and torch's page, or why no hint is given. ``where(row)`` names a frame."""
+    shown = [f for f in frames if keeps_recompiling(f)]
     if not shown or room < 2:
         return []
-    out = [f"frames that keep recompiling: {len(shown)}"]
+    out = [f"frames that keep recompiling: {len(shown)} (the costliest first)"]
     for i, f in enumerate(shown):
-        block = [f"  {_cut(where(f['function'], f['file'], f['line']), 48)}: {f['recompiles']} recompiles, {limit_words(f)}"]
-        for g in (f.get("guards") or [])[:1]:
-            block.append(f"    {g['line']}")
-        fixes = f.get("fixes") or []
-        if fixes:
-            block.append(f"    fix: {fixes[0]['fix']}")
-            block.append(f"      {fixes[0]['link']}")
-        if f.get("evidence"):
-            block.append(f"    evidence: {f['evidence']['line']}")
-        elif f.get("unclear"):
-            block.append(f"    {f['unclear']}")
-        block = [_cut(b, width) for b in block]
+        cost = f" ({f['cost_s']:.2f} s)" if isinstance(f.get("cost_s"), (int, float)) else ""
+        head = f": {f['recompiles']} recompiles{cost}, {limit_words(f, short=True)}"
+        block = [f"  {cut_middle(where(f), max(20, width - 2 - len(head)), 24)}{head}", *hint_lines(f, width)]
+        block = [cut(b, width) for b in block]
+        if f.get("evidence"):  # whole: its last words are the fix it names
+            block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))
         if len(out) + len(block) > room:
             if len(out) + 1 <= room and i:
                 out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
@@ -465,12 +737,9 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
     return out if len(out) > 1 else []
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 class NearLimitWarning(Sink):
-    """Live: one line when a frame comes within :data:`NEAR` recompiles of the limit (once per frame: the record says)."""
+    """Live: one line when a frame comes within :data:`NEAR` recompiles of the limit (once per frame: the record says),
+    with the hint drawn from the guard torch reported, as the run summary gives it."""
 
     def on_finish(self, record: CompileRecord) -> None:
         if not record.recompile_limit_near:
@@ -481,7 +750,20 @@ class NearLimitWarning(Sink):
         reason = record.recompile_reason or (record.recompile_reasons[0] if record.recompile_reasons else "")
         g = parse_guard(reason) if reason else None
         why = f"; last reason: {scrub_guard_text(strip_recompile_prefix(reason))[:160]}" if reason else ""
-        fix = f"; torch._dynamo.mark_dynamic({g.name}, {g.dim}) would stop it" if g and g.kind == "size" else ""
+        fix = ""
+        if g is not None:
+            d: dict[str, Any] = {"kind": g.kind, "input": g.name, "dim": g.dim, "values": list(g.values), "failures": 2}
+            d["line"] = guard_line(d)
+            ctx = FrameContext(
+                code.function, code.file, _site(record), record.called_directly, automatic_dynamic_of(record.metrics)
+            )
+            hint = next(iter(hints_for(d, ctx, True)), None)
+            if hint is not None and hint.fix:
+                fix = f"; {hint.fix} would stop it" + (
+                    f" (before the call at {ctx.call_site})" if hint.where == "call_site" and ctx.call_site else ""
+                )
+            elif hint is not None:
+                fix = f"; no hint: {hint.why[:200]}"
         try:
             n = record.frame_recompiles or 0
             logger.warning(

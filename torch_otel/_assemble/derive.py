@@ -89,10 +89,13 @@ class Derive:
             else:
                 code = self._frame_code.get(key, code)
             self._recompile_facts(rec, key)
+        rec.call_site, rec.called_directly = rec.user_call_site()
         if rec.kind == "backward":
             rec.forward = self._forwards.get(rec.id_str)
             if rec.forward is not None and not code.function:
                 code = rec.forward.code
+            if rec.forward is not None:
+                rec.call_site = rec.forward.call_site
         rec.code = code
         if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
             rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
@@ -106,7 +109,9 @@ class Derive:
             if ids is not None:
                 rec.trace_id, rec.span_id = ids
         if rec.kind == "frame":
-            self._forwards.remember(rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code))
+            self._forwards.remember(
+                rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code, rec.call_site)
+            )
         elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
             self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
 

@@ -85,7 +85,7 @@
     if (!rows.length) return none(s, "no frames on either side");
     var max = Math.max.apply(null, rows.map(function (x) { return Math.abs(num(obj(x).change_s)); }).concat([0]));
     s.appendChild(table(rows, [
-      ["frame", function (x) { return where(x.function, x.file, x.line); }],
+      ["frame", function (x) { return where(x.function, x.file, x.line, x.call_site); }],
       ["base compiles", function (x) { return num(x.base_compiles); }, true],
       ["new compiles", function (x) { return num(x.new_compiles); }, true],
       ["base s", function (x) { return fix3(x.base_s); }, true],
@@ -153,7 +153,7 @@
     var s = section("Failures and recompile-limit hits",
       "failures " + num(f.base_total) + " \u2192 " + num(f.new_total) + "; recompile-limit hits " + num(lh.base) +
       " \u2192 " + num(lh["new"]) + ".");
-    var rows = arr(f["new"]).map(function (x) { x = obj(x); return { what: str(x.type), where: where(x.function, x.file, x.line), n: x.count }; })
+    var rows = arr(f["new"]).map(function (x) { x = obj(x); return { what: str(x.type), where: where(x.function, x.file, x.line, x.call_site), n: x.count }; })
       .concat(arr(lh.new_frames).map(function (x) { x = obj(x); return { what: "recompile-limit hit", where: str(x.frame), n: x.count }; }));
     if (!rows.length) return none(s, "none new");
     s.appendChild(table(rows, [
@@ -199,7 +199,7 @@
         num(f.limit_hits) > 0 ? "hit the limit (" + num(f.limit) + "): runs in eager" :
         num(f.cache_entries) + " of " + num(f.limit) + " compiles, " + num(f.left_before_limit) + " more before eager";
       s.appendChild(el("h3", num(f.limit_hits) > 0 || f.limit_status === "near" ? "fail" : null,
-        where(f.function, f.file, f.line) + ": " + num(f.base_recompiles) + " \u2192 " + num(f.recompiles) + " recompiles, " + lim));
+        where(f.function, f.file, f.line, f.call_site) + ": " + num(f.base_recompiles) + " \u2192 " + num(f.recompiles) + " recompiles, " + lim));
       var ul = el("ul", "fixes");
       arr(f.guards).forEach(function (g) { ul.appendChild(el("li", null, str(obj(g).line))); });
       arr(f.fixes).forEach(function (x) {

@@ -15,11 +15,15 @@ window.TorchOtelPage = (function () {
     return e;
   }
   function fix3(s) { return num(s).toFixed(3); }
-  function where(fn, file, line) {
+  // "forward (model.py:32)"; a frame in an installed package with the user's line that called it:
+  // "wrapper (generic.py:1030) from train.py:42", as the text summary names it
+  function where(fn, file, line, site) {
     var f = str(fn) || "?";
     if (file === null || file === undefined || file === "") return f;
-    var base = str(file).split(/[\\/]/).pop();
-    return f + " (" + base + ":" + (line === null || line === undefined ? "?" : line) + ")";
+    var parts = str(file).split(/[\\/]/), base = parts.pop();
+    var library = parts.indexOf("site-packages") >= 0 || parts.indexOf("dist-packages") >= 0;
+    return f + " (" + base + ":" + (line === null || line === undefined ? "?" : line) + ")" +
+      (library && site ? " from " + str(site) : "");
   }
   function guard(name, fn) {
     try { fn(); } catch (e) {

@@ -44,7 +44,8 @@
     card(cards, String(failed), plural(failed, "failure"), failed > 0);
     var limit = num(S.recompile_limit_hits);
     card(cards, String(limit), plural(limit, "recompile-limit hit"), limit > 0);
-    var eager = num(S.eager_fallbacks);
+    // frames, where the summary lists them (an older one counts the compiles that left their frame in eager)
+    var eager = Array.isArray(S.eager_frames) ? S.eager_frames.length : num(S.eager_fallbacks);
     if (eager > 0) card(cards, String(eager), plural(eager, "frame") + " left in eager", true);
     if (S.cpu_s !== null && S.cpu_s !== undefined) card(cards, fmtS(S.cpu_s), "CPU time while compiling");
     if (num(S.first_to_last_s) > 0) card(cards, fmtS(S.first_to_last_s), "first to last compile");
@@ -357,7 +358,7 @@
       " the compiles took.");
     if (!rows.length) return none(s, "no frames");
     s.appendChild(table(rows, [
-      ["frame", function (r) { return where(r.function, r.file, r.line); }],
+      ["frame", function (r) { return where(r.function, r.file, r.line, r.call_site); }],
       ["compiles", function (r) { return num(r.compiles); }, true],
       ["total s", function (r) { return fix3(r.total_s); }, true],
       ["% of compile time", function (r) { return pct(r.total_s, wall); }, true,
@@ -373,7 +374,7 @@
     var cols = [
       ["id", function (r) { return str(r.id); }, false, null, "nw"],
       ["kind", function (r) { return str(r.kind); }, false, null, "nw"],
-      ["frame", function (r) { return where(r.function, r.file, r.line); }],
+      ["frame", function (r) { return where(r.function, r.file, r.line, r.call_site); }],
       ["duration s", function (r) { return fix3(r.duration_s); }, true],
       ["status", function (r) { return r.status === "error" ? "FAILED" : str(r.status); }, false, null, "nw"]
     ];
@@ -430,7 +431,7 @@
     if (!Object.keys(rates).length && !causes.length) return;
     var s = section("Cold and warm starts",
       "cold work (the compiles of the lookups that missed) " + fix3(c.miss_cost_s) + " s; loading from caches " +
-      fix3(c.load_s) + " s; saved by hits " + fix3(c.saved_s) + " s (torch's record).");
+      fix3(c.load_s) + " s; saved by hits " + fix3(c.saved_s) + " s (torch's remote_cache_time_saved_s).");
     s.appendChild(table(Object.keys(rates).map(function (k) { return { cache: k, r: obj(rates[k]) }; }), [
       ["cache", function (r) { return r.cache; }],
       ["hits", function (r) { return num(r.r.hits); }, true],
@@ -485,7 +486,7 @@
         num(f.limit_hits) > 0 ? "hit the limit (" + num(f.limit) + "): runs in eager" :
         num(f.cache_entries) + " of " + num(f.limit) + " compiles, " + num(f.left_before_limit) + " more before eager";
       s.appendChild(el("h3", num(f.limit_hits) > 0 || f.limit_status === "near" ? "fail" : null,
-        where(f.function, f.file, f.line) + ": " + count(num(f.recompiles), "recompile") + ", " + lim));
+        where(f.function, f.file, f.line, f.call_site) + ": " + count(num(f.recompiles), "recompile") + ", " + lim));
       var ul = el("ul");
       arr(f.guards).forEach(function (g) { ul.appendChild(el("li", null, str(obj(g).line))); });
       arr(f.fixes).forEach(function (x) {
@@ -501,6 +502,28 @@
       if (f.evidence) ul.appendChild(el("li", null, "evidence: " + str(obj(f.evidence).line)));
       s.appendChild(ul);
     });
+  }
+
+  // The frames torch left in eager: the costliest outcome, first (which frame, why, where the break is).
+  function drawEager() {
+    var rows = arr(S.eager_frames);
+    if (!rows.length) return;
+    var s = section("Frames left in eager",
+      "torch runs these frames' whole work uncompiled: their compile time fell, which is no improvement.");
+    s.id = "eager-frames";
+    var ul = el("ul");
+    rows.forEach(function (r) {
+      r = obj(r);
+      var li = el("li", "fail");
+      li.appendChild(el("b", null, where(r.function, r.file, r.line, r.call_site) + ": "));
+      li.appendChild(document.createTextNode(str(r.text || r.why)));
+      if (r.code) {
+        li.appendChild(el("div", "muted", "the break: " + str(r.code) + " " + str(r.type || "") +
+          (r.explanation ? ": " + str(r.explanation) : "")));
+      }
+      ul.appendChild(li);
+    });
+    s.appendChild(ul);
   }
 
   // How often each compiled graph ran (a live run): which compiles paid for themselves, and which were thrown away.
@@ -538,6 +561,7 @@
 
   guard("the header", drawHeader);
   guard("the chart", initChart);
+  guard("frames left in eager", drawEager);
   // The sections, two to a row: where the time went, whether a warm cache would have saved it, what recompiled or
   // broke, then the details.
   [["time by phase", drawPhases], ["top frames", drawFrames], ["cold and warm starts", drawColdWarm],

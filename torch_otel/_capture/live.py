@@ -674,7 +674,11 @@ class LiveCapture:
 
     def _process_graph_break(self, cid: CompileId | None, message: str, ts_ns: int) -> None:
         gb = parse_graph_break(message)
-        self.assembler.feed(GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, ts_ns=ts_ns))
+        self.assembler.feed(
+            GraphBreakEvent(
+                cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, ts_ns=ts_ns, ends_frame=gb.ends_frame
+            )
+        )
 
     def _process_trace_record(self, md: dict[str, Any], payload: str | None, ts_ns: int) -> None:
         try:

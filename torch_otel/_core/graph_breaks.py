@@ -14,6 +14,12 @@ _SKIP_RE = re.compile(r"torch\.compile will skip tracing the frame (?P<frame>.+?
 # How dynamo's root tracer words a graph break it could not handle (torch 2.10 to 2.13): it skips the frame, which
 # runs in eager, and the compile fails. convert_frame words the same outcome as _SKIP_RE.
 _UNHANDLED = "Failed to handle graph break gracefully"
+# How dynamo words a graph break it cannot resume after (torch 2.10 to 2.15, symbolic_convert.step): it compiles up to
+# the last point it could resume from and runs the rest of the function in eager. torch counts it apart from the graph
+# breaks it resumes after (counters["unimplemented"], not counters["graph_break"]).
+_CANNOT_RESUME = "Encountered graph break that we cannot resume from"
+# The graph break torch adds when the first one was inside a loop: it skips the whole frame (GB7000)
+_IN_LOOP_RE = re.compile(r"^graph break in loop\s*$", re.M | re.I)
 _GB_URL_RE = re.compile(r"/gb/gb(\d{4})\.html")
 
 
@@ -24,6 +30,7 @@ class ParsedGraphBreak:
     filename: str | None
     lineno: int | None
     skipped_frame: bool  # torch could not handle it: it skipped the frame (eager), and the compile failed
+    ends_frame: bool = False  # torch could not resume after it: the rest of the function ran in eager
 
 
 def parse_graph_break(text: str) -> ParsedGraphBreak:
@@ -51,11 +58,26 @@ def parse_graph_break(text: str) -> ParsedGraphBreak:
                 body = body[:idx]
         reason = body.strip()
         skipped = reason.startswith(_UNHANDLED) or _SKIP_RE.search(text) is not None
+        ends = not skipped and reason.startswith(_CANNOT_RESUME)
     else:
         sm = _SKIP_RE.search(text)
         skipped = sm is not None
+        ends = False
         reason = text.split("\nThe graph break occurred", 1)[0].strip() if skipped else text.split("\n", 1)[0].strip()
-    return ParsedGraphBreak(reason, graph_break_type(reason), filename, lineno, skipped)
+    return ParsedGraphBreak(reason, graph_break_type(reason), filename, lineno, skipped, ends)
+
+
+def in_loop(text: str | None) -> bool:
+    """Whether torch's text says the graph break was inside a loop, so torch skipped the whole frame (GB7000)."""
+    return bool(text) and (_IN_LOOP_RE.search(text or "") is not None or "/gb/gb7000.html" in (text or ""))
+
+
+def explanation(reason: str | None) -> str | None:
+    """torch's one-line explanation of a graph break (the ``  Explanation:`` line of its reason), if it gives one."""
+    for line in (reason or "").split("\n"):
+        if line.startswith("  Explanation:"):
+            return line[len("  Explanation:") :].strip() or None
+    return None
 
 
 def graph_break_type(reason: str) -> str | None:

@@ -58,3 +58,15 @@ def write_error(path: str, option: str, exc: OSError) -> str:
     """The one line for a write that failed all the same (a full disk, a race): the reason, never a traceback."""
     why = path_problem(path) or exc.strerror or errno.errorcode.get(exc.errno or 0) or str(exc)
     return f"cannot write {option} {path} ({why}); pass a writable path"
+
+
+_INSTALLED = ("site-packages", "dist-packages")
+
+
+def in_installed_package(path: str | None) -> bool:
+    """Whether a code path lies in an installed package (``site-packages``, ``dist-packages``): a library's frame, not
+    the user's. Judged from the path alone, so a replay of another machine's log answers as the live run did."""
+    if not path:
+        return False
+    parts = path.replace("\\", "/").split("/")
+    return any(p in _INSTALLED for p in parts[:-1])

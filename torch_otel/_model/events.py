@@ -78,6 +78,9 @@ class GraphBreakEvent:
     attempt: int = 0
     rank: int | None = None
     ts_ns: int | None = None  # when torch logged it (live); None: the assembler dates it by the compile's phases
+    # torch could not resume after it: it compiled up to the last point it could resume from, and the rest of the
+    # function ran in eager (torch counts it in counters["unimplemented"], not counters["graph_break"])
+    ends_frame: bool = False
 
 
 @dataclass(slots=True)

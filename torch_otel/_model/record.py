@@ -15,6 +15,7 @@ and their order carries no meaning.
 from __future__ import annotations
 
 import abc
+import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from .._core.categories import is_recompile_limit_hit
 from .._core.compile_id import CompileId
+from .._core.paths import in_installed_package
 from .events import ArtifactEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
 
 __all__ = [
@@ -71,6 +73,22 @@ BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autogra
 # covers more than torch's record (an export's: the whole call) or torch logs no record for them
 DURATION_KINDS = frozenset({"frame", "backward"})
 
+_TORCH_FRAME = re.compile(r"[\\/]torch[\\/](?:_dynamo|_functorch|_inductor|_compile|_utils|nn|utils|fx|autograd)[\\/]")
+
+
+def _is_compile_wrapper(frame: dict[str, Any]) -> bool:
+    path = frame.get("filename_str")
+    return isinstance(path, str) and path.endswith("eval_frame.py") and frame.get("name") in ("compile_wrapper", "_fn")
+
+
+_INSTALLED_TORCH = re.compile(r"[\\/](?:site|dist)-packages[\\/]torch[\\/]")
+
+
+def _in_torch(path: str) -> bool:
+    """A frame of torch itself (one of a source checkout too, which lies in no installed package)."""
+    return _TORCH_FRAME.search(path) is not None or _INSTALLED_TORCH.search(path) is not None
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -106,6 +124,7 @@ class Linked:
     span_id: int | None = None
     attempt: int = 0
     code: CodeLocation = CodeLocation()
+    call_site: CodeLocation | None = None  # the user's line that called it (CompileRecord.call_site)
 
 
 @dataclass(slots=True)
@@ -166,6 +185,11 @@ class CompileRecord:
     # the compiled code: its own, else its frame's earlier compile's (a compile that stops before dynamo reports
     # its code: the recompile-limit check), else (a lazy backward) its forward's
     code: CodeLocation = CodeLocation()
+    # the user's line that called the compiled code: the nearest frame outside torch and installed packages (live:
+    # the stack at the compile's start; replay: the stack torch logged with dynamo_start); a lazy backward's is its
+    # forward's. None: unknown
+    call_site: CodeLocation | None = None
+    called_directly: bool = False  # the user's code called the compiled code itself (no library frame between them)
     forward: Linked | None = None  # a lazy backward: its forward compile, when still remembered
     compiled_autograd: Linked | None = None  # a frame traced under compiled autograd: that graph's compile
     mega_cache_hits: dict[str, int] = field(default_factory=dict)  # cache -> hits on entries a mega-cache load put there
@@ -282,6 +306,41 @@ class CompileRecord:
             )
         return CodeLocation()
 
+    def user_call_site(self) -> tuple[CodeLocation | None, bool]:
+        """The user's line that called the compiled code, as this compile's own records say, and whether the user's code
+        called it directly (no library frame between them): the live origin's caller (already the nearest frame
+        outside torch and installed packages) and its stack, else the stack torch logged with ``dynamo_start``.
+        ``(None, False)`` where neither says, or every frame is torch's or a library's."""
+        origin = self.origin
+        if origin is not None and origin.caller_file:
+            if in_installed_package(origin.caller_file):
+                return None, False
+            first = origin.stack[0][0] if origin.stack else origin.caller_file
+            site = CodeLocation(origin.caller_function or None, origin.caller_file, origin.caller_line)
+            return site, not in_installed_package(first)
+        stack = self.start_stack or []
+        # torch's log leaves out the frames running compiled code: the compiled frame was called by the user's code
+        # itself only when torch.compile's wrapper called it (eval_frame's compile_wrapper, _fn before 2.11)
+        entry = len(stack) >= 2 and _is_compile_wrapper(stack[-2])
+        direct = True
+        for c in reversed(stack[:-1]):
+            path = c.get("filename_str")
+            if not isinstance(path, str) or not path or _in_torch(path):
+                continue
+            if in_installed_package(path):
+                direct = False
+                continue
+            name, line = c.get("name"), c.get("line")
+            return (
+                CodeLocation(
+                    name if isinstance(name, str) else None,
+                    path,
+                    line if isinstance(line, int) and not isinstance(line, bool) else None,
+                ),
+                direct and entry,
+            )
+        return None, False
+
     @property
     def span_ns(self) -> int:
         """The root span's duration: torch's outer event (a frame's ``dynamo``), or the live hook's."""
@@ -309,12 +368,19 @@ class CompileRecord:
 
     @property
     def handled_graph_breaks(self) -> list[GraphBreakEvent]:
-        """The graph breaks torch handled (it split the graph and went on): torch's ``counters["graph_break"]``.
+        """The graph breaks torch handled (it split the graph and resumed after it): torch's ``counters["graph_break"]``.
 
-        A graph break torch could not handle (``skipped_frame``: the frame is skipped and runs in eager) is not
-        one of them: torch counts it once, as the compile's failure (``counters["unimplemented"]``).
+        Two kinds are not among them, as torch does not count them there (it counts both in
+        ``counters["unimplemented"]``): a graph break torch could not handle (``skipped_frame``: the frame is
+        skipped and runs in eager; the compile's failure), and one it could not resume after (``ends_frame``: it
+        compiled up to the last point it could resume from, and the rest of the function ran in eager).
         """
-        return [gb for gb in self.graph_breaks if not gb.skipped_frame]
+        return [gb for gb in self.graph_breaks if not gb.skipped_frame and not gb.ends_frame]
+
+    @property
+    def frame_ending_graph_breaks(self) -> list[GraphBreakEvent]:
+        """The graph breaks torch could not resume after: the rest of their function ran in eager."""
+        return [gb for gb in self.graph_breaks if gb.ends_frame and not gb.skipped_frame]
 
 
 class Sink(abc.ABC):

@@ -166,7 +166,11 @@ def _tensor_meta(payload: str | None, cid: CompileId | None, attempt: int, rank:
 
 def _graph_break_reason(payload: str | None, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
     gb = parse_graph_break(payload or "")
-    return [GraphBreakEvent(cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank)]
+    return [
+        GraphBreakEvent(
+            cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, attempt, rank, ends_frame=gb.ends_frame
+        )
+    ]
 
 
 # (payload, compile id, attempt, rank) -> events

@@ -123,7 +123,7 @@ def read_side(path: str, err: IO[str], baseline: list[KeySeen] | None = None) ->
 
 
 def _log_side(path: str, err: IO[str], baseline: list[KeySeen] | None, directory: bool) -> tuple[Side | None, int, list[KeySeen]]:
-    history = KeyHistory(baseline or ())
+    history = KeyHistory(baseline or (), independent=True)  # the base is another run: a key both missed is no news
     pipeline = build_pipeline(PipelineSpec("diff", per_rank=directory, cache_keys=history))
     stats = ReplayStats()
     code = replay_paths([path], pipeline, stats)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.compile_id import parse_compile_id
+from .._core.paths import in_installed_package
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
 from .._model.events import GraphBreakEvent
@@ -66,6 +67,10 @@ class Root:
     CODE_FUNCTION = "code.function.name"
     CODE_FILE = "code.file.path"
     CODE_LINE = "code.line.number"
+    # the user's line that called the compiled code (CompileRecord.call_site; else the frame below the compiled one)
+    CALLER_FUNCTION = "torch.compile.caller.function.name"
+    CALLER_FILE = "torch.compile.caller.file.path"
+    CALLER_LINE = "torch.compile.caller.line.number"
     RECOMPILE_REASON = "torch.compile.recompile_reason"
     RECOMPILE_REASONS = "torch.compile.recompile_reasons"
     RECOMPILE_LIMIT = "torch.compile.recompile_limit"
@@ -87,6 +92,8 @@ class Events:
     GRAPH_BREAK_REASON = "torch.compile.graph_break.reason"
     GRAPH_BREAK_TYPE = "torch.compile.graph_break.type"
     GRAPH_BREAK_CODE = "torch.compile.graph_break.code"
+    # torch could not resume after it: the rest of the function ran in eager (not in torch's counters["graph_break"])
+    GRAPH_BREAK_ENDS_FRAME = "torch.compile.graph_break.ends_frame"
     RECOMPILE_LIMIT_NEAR = "torch.compile.recompile_limit_near"
 
 
@@ -193,6 +200,9 @@ def record_of_spans(
     if isinstance(reasons, list):
         rec.recompile_reasons = [str(r) for r in reasons]
     rec.code = CodeLocation(_str(a.get(Root.CODE_FUNCTION)), _str(a.get(Root.CODE_FILE)), _int(a.get(Root.CODE_LINE)))
+    caller_file = _str(a.get(Root.CALLER_FILE))
+    if caller_file and not in_installed_package(caller_file):
+        rec.call_site = CodeLocation(_str(a.get(Root.CALLER_FUNCTION)), caller_file, _int(a.get(Root.CALLER_LINE)))
     rec.torch_version = _str(resource.get(Root.TORCH_VERSION))
     rec.frame_recompiles = _int(a.get(METRIC_ATTRIBUTES["cache_size"]))
     rec.recompile_limit = _int(a.get(Root.RECOMPILE_LIMIT))
@@ -211,6 +221,7 @@ def record_of_spans(
                     _str(ea.get(Root.CODE_FILE)),
                     _int(ea.get(Root.CODE_LINE)),
                     skipped_frame=name == Events.UNHANDLED_GRAPH_BREAK or bool(ea.get(Root.EAGER_FALLBACK)),
+                    ends_frame=bool(ea.get(Events.GRAPH_BREAK_ENDS_FRAME)),
                 )
             )
         elif name == Events.RECOMPILE_LIMIT_NEAR:

@@ -135,7 +135,7 @@ class SpanMapper:
         if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
             a[Root.ATTEMPT] = rec.forward.attempt
         self._code_attributes(rec.code, a, "code")
-        self._code_attributes(rec.caller(), a, "torch.compile.caller")
+        self._code_attributes(rec.call_site or rec.caller(), a, "torch.compile.caller")
         if origin is not None and origin.stack:  # Python's traceback form, most recent call last
             lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
             a["code.stacktrace"] = self._str("\n".join(lines))
@@ -406,6 +406,8 @@ class SpanMapper:
                 ga[Root.CODE_LINE] = gb.lineno
             if gb.skipped_frame:  # torch could not handle it: the compile failed, and its frame runs in eager
                 ga[Root.EAGER_FALLBACK] = True
+            elif gb.ends_frame:  # torch could not resume after it: the rest of the function ran in eager
+                ga[Events.GRAPH_BREAK_ENDS_FRAME] = True
             root.add_event(Events.UNHANDLED_GRAPH_BREAK if gb.skipped_frame else Events.GRAPH_BREAK, ga, timestamp=at(gb.ts_ns))
         failures = rec.root.args.get("draft_failures") if rec.kind == "export" else None
         if isinstance(failures, dict):  # draft export's report: one event per kind of failure it found

@@ -19,13 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .._analysis.eager import EagerFrames, eager_lines
 from .._analysis.recompiles import RecompilingFrames, add_call_evidence, frame_lines
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
 from .._core.merge import Merge, basename, counts, first, merge_with, num, rows, sum_int, sum_known_s, sum_s, union
-from .._core.paths import path_problem
+from .._core.paths import in_installed_package, path_problem
 from .._core.ranks import env_rank
+from .._core.text import cut_middle
 from .._kinds.graph_calls import compile_calls
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
@@ -43,9 +45,11 @@ MAX_REASONS = 1000  # distinct recompile reasons kept as text
 MAX_TREE_CHILDREN = 200  # distinct phase names under one phase of the picture
 SLOWEST = 10
 MAX_LINES = 45  # the text summary's lines: one terminal screen
-OTHER_FRAMES = ("(other frames)", None, None)
+OTHER_FRAMES = ("(other frames)", None, None, None)
 
-FrameKey = tuple[str, str | None, int | None]
+# A frame: its function, file and first line, and for a frame in an installed package the user's line that called
+# it ("train.py:42"): two models compiled through one library wrapper are two frames, as torch's cache keeps them
+FrameKey = tuple[str, str | None, int | None, str | None]
 
 
 @dataclass(slots=True)
@@ -96,10 +100,17 @@ def _public(facts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _where(fn: str, path: str | None, line: int | None) -> str:
+def _where(fn: str, path: str | None, line: int | None, call_site: str | None = None) -> str:
+    """``forward (model.py:32)``; a library's frame with the user's line that called it: ``wrapper (generic.py:1030)
+    from train.py:42``."""
     if path is None:
         return fn
-    return f"{fn} ({os.path.basename(path)}:{line if line is not None else '?'})"
+    site = f" from {call_site}" if call_site and in_installed_package(path) else ""  # a library's frame only
+    return f"{fn} ({os.path.basename(path)}:{line if line is not None else '?'}){site}"
+
+
+def _row_where(r: Mapping[str, Any]) -> str:
+    return _where(str(r.get("function")), r.get("file"), r.get("line"), r.get("call_site"))
 
 
 class RunSummary(Sink):
@@ -136,8 +147,9 @@ class RunSummary(Sink):
         self.frames: dict[FrameKey, _Frame] = {}
         self.recompiles: Counter[str] = Counter()  # by category
         self.reasons: Counter[tuple[str, str]] = Counter()  # (category, text)
-        self.graph_breaks: Counter[tuple[str, str]] = Counter()  # (code, type)
+        self.graph_breaks: Counter[tuple[str, str]] = Counter()  # (code, type): torch's counters["graph_break"]
         self.unhandled_graph_breaks = 0  # graph breaks torch could not handle: each is its compile's failure
+        self.frame_ending_graph_breaks = 0  # graph breaks torch could not resume after: the rest ran in eager
         self.cache: Counter[tuple[str, str, str]] = Counter()
         self.failures: Counter[str] = Counter()
         self.recompile_limit_hits = 0
@@ -211,6 +223,7 @@ class RunSummary(Sink):
             "function": key[0],
             "file": key[1],
             "line": key[2],
+            "call_site": key[3],
             "duration_s": _s(dur),
             "status": "error" if failed else "ok",
         }
@@ -239,7 +252,9 @@ class RunSummary(Sink):
                 self.reasons[(category, "(other reasons)")] += 1
         for gb in rec.handled_graph_breaks:
             self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
-        self.unhandled_graph_breaks += len(rec.graph_breaks) - len(rec.handled_graph_breaks)
+        ends = len(rec.frame_ending_graph_breaks)
+        self.frame_ending_graph_breaks += ends
+        self.unhandled_graph_breaks += len(rec.graph_breaks) - len(rec.handled_graph_breaks) - ends
         for k, n in rec.cache_counts().items():
             self.cache[k] += n
         for _, part in self.parts:
@@ -265,8 +280,12 @@ class RunSummary(Sink):
         """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler)."""
         code = rec.code
         if code.function is not None and code.file is not None:
-            return (code.function, code.file, code.line)
-        return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None)
+            site = rec.call_site
+            called_from = None
+            if site is not None and site.file and in_installed_package(code.file):
+                called_from = f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"
+            return (code.function, code.file, code.line, called_from)
+        return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None, None)
 
     def _phases(self, rec: CompileRecord, duration_ns: int) -> _Tree:
         """Adds the compile's phases to the totals; returns its tree (siblings of a name merged).
@@ -332,7 +351,14 @@ class RunSummary(Sink):
             else 0.0,
             "phases": phases,
             "frames": [
-                {"function": k[0], "file": k[1], "line": k[2], "compiles": f.compiles, "total_s": _s(f.total_ns)}
+                {
+                    "function": k[0],
+                    "file": k[1],
+                    "line": k[2],
+                    "call_site": k[3],
+                    "compiles": f.compiles,
+                    "total_s": _s(f.total_ns),
+                }
                 for k, f in frames[:50]
             ],
             "slowest": [_public(facts) for _, _, facts in sorted(self._slowest, key=lambda t: (-t[0], t[1]))],
@@ -344,6 +370,7 @@ class RunSummary(Sink):
             "graph_breaks": {
                 "total": sum(self.graph_breaks.values()),
                 "unhandled": self.unhandled_graph_breaks,
+                "ends_frame": self.frame_ending_graph_breaks,
                 "by_code": [
                     {"code": c, "type": t, "count": n}
                     for (c, t), n in sorted(self.graph_breaks.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -371,7 +398,7 @@ class RunSummary(Sink):
             node = tree.to_dict(f"{facts['kind']} {facts['id']}", "compile")
             node["status"] = facts["status"]
             node["calls"] = _public(facts)["calls"]
-            node["detail"] = f"{facts['kind']} compile of {_where(str(facts['function']), facts['file'], facts['line'])}"
+            node["detail"] = f"{facts['kind']} compile of {_row_where(facts)}"
             kept.setdefault(key, []).append(node)
         frames = []
         for key, f in sorted(self.frames.items(), key=lambda kv: -kv[1].total_ns):
@@ -453,7 +480,11 @@ def _cut(text: str, n: int) -> str:
 
 
 def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...] | None = None) -> str:
-    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text (the added kinds' lines with them)."""
+    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text (the added kinds' lines with them).
+
+    The frames torch left in eager come first: they are the costliest outcome, and the compile time alone reads
+    like an improvement. A line cut to the width keeps its numbers: names are cut, never values.
+    """
     out: list[str] = []
     w = max(60, width)
     name_w = w - 42
@@ -468,6 +499,7 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     if not facts["compiles"]:
         out.append("no compiles")
         return "\n".join(out) + "\n"
+    out.extend(eager_lines(facts.get("eager_frames") or [], w, _row_where))
     phases = facts["phases"]
     out.append("")
     out.append(
@@ -475,9 +507,10 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     )
     for p in phases[:10]:
         pct = 100 * p["self_s"] / wall if wall else 0.0
-        out.append(
-            f"  {_cut(p['name'], name_w - 2):<{name_w - 2}} {p['count']:>7} {p['total_s']:>10.3f} {p['self_s']:>10.3f} {pct:>6.1f}%"
-        )
+        # more than the compile time: the phase ran on several threads at once (inductor's parallel kernel builds)
+        tag = " (ran in parallel)" if pct > 100 else ""
+        label = _cut(p["name"], name_w - 2 - len(tag)) + tag
+        out.append(f"  {label:<{name_w - 2}} {p['count']:>7} {p['total_s']:>10.3f} {p['self_s']:>10.3f} {pct:>6.1f}%")
     if len(phases) > 10:
         rest = phases[10:]
         self_rest = sum(p["self_s"] for p in rest)
@@ -489,25 +522,23 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     if wall and self_sum > wall * 1.005:  # parallel builds each count their own time: say so where the % stand
         out.append(f"  (self % adds up to {100 * self_sum / wall:.0f}%: builds that ran in parallel each count their time)")
     out.append("")
-    out.append(f"{'frames that cost most':<{name_w}} {'compiles':>8} {'total s':>10}")
+    out.append(f"{'frames that cost most (compiles: with their backwards)':<{name_w}} {'compiles':>8} {'total s':>10}")
     for f in facts["frames"][:5]:
-        out.append(
-            f"  {_cut(_where(f['function'], f['file'], f['line']), name_w - 2):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}"
-        )
+        out.append(f"  {cut_middle(_row_where(f), name_w - 2, 24):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}")
     out.append("")
     out.append("slowest compiles")
     for c in facts["slowest"][:5]:
         mark = "  FAILED" if c["status"] == "error" else ""
         rank = f" rank {c['rank']}" if "rank" in c else ""
         out.append(
-            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {_cut(_where(c['function'], c['file'], c['line']), w - 34)}{rank}{mark}"
+            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {cut_middle(_row_where(c), w - 34 - len(rank) - len(mark), 24)}{rank}{mark}"
         )
     rc = facts["recompiles"]
     out.append("")
     cats = ", ".join(f"{k} {v}" for k, v in rc["by_category"].items())
     out.append(f"recompiles: {rc['total']}" + (f" ({cats})" if cats else ""))
     for r in rc["top_reasons"][:3]:
-        out.append(f"  {r['count']:>5}  {_cut(r['category'] + ': ' + r['reason'], w - 9)}")
+        out.append(f"  {r['count']:>5}  {cut_middle(r['category'] + ': ' + r['reason'], w - 9)}")
     rest = rc["top_reasons"][3:]
     if rest:  # the reasons past the third: how many, and how many recompiles they account for
         more = rc["total"] - sum(r["count"] for r in rc["top_reasons"][:3])
@@ -515,10 +546,12 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     gb = facts["graph_breaks"]
     codes = ", ".join(f"{g['code']} {g['count']}" for g in gb["by_code"][:6])
     unhandled = gb.get("unhandled") or 0  # each is its compile's failure, counted there (docs/metrics.md)
+    ending = gb.get("ends_frame") or 0
     out.append(
         f"graph breaks: {gb['total']}"
         + (f" ({codes})" if codes else "")
-        + (f"; {unhandled} not handled (their compiles failed)" if unhandled else "")
+        + (f"; {ending} more ended their frame (the rest of the function ran in eager)" if ending else "")
+        + (f"; {unhandled} not handled (their frames run in eager)" if unhandled else "")
     )
     for g in gb["by_code"][:3]:
         out.append(f"  {g['count']:>5}  {_cut(g['code'] + ' ' + g['type'], w - 9)}")
@@ -526,20 +559,31 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
         more = gb["total"] - sum(g["count"] for g in gb["by_code"][:3])
         n = len(gb["by_code"]) - 3
         out.append(f"  {more:>5}  ({n} more graph-break code{'s' if n > 1 else ''}: --json or the HTML page lists them)")
+    for g in (gb.get("ends_frame_by_location") or [])[:2]:
+        at = f" at {os.path.basename(str(g['file']))}:{g.get('line')}" if g.get("file") else ""
+        out.append(_cut(f"  {g['count']:>5}  {g['code']}{at} ended {g.get('frame')}: the rest of it ran in eager", w))
     for kind in kinds_or_default(kinds):
         if kind.summary is not None:
             out.extend(kind.summary.text(facts, w))
     fl = facts["failures"]
     types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
+    # frames, where the summary lists them (an older summary has the compiles that left their frame in eager only)
+    eager_frames = facts.get("eager_frames")
+    n = facts["eager_fallbacks"]
+    in_eager = (
+        f"frames left in eager: {len(eager_frames)}" + (f" ({n} compiles)" if n != len(eager_frames) else "")
+        if isinstance(eager_frames, list)
+        else f"compiles that left a frame in eager: {n}"
+    )
     out.append(
         f"failures: {fl['total']}"
         + (f" ({types})" if types else "")
-        + f"; recompile-limit hits: {facts['recompile_limit_hits']}; frames left in eager: {facts['eager_fallbacks']}"
+        + f"; recompile-limit hits: {facts['recompile_limit_hits']}; {in_eager}"
     )
     rt = facts.get("runtime") or {}
     if rt.get("records"):
         out.append(f"after their compiles (autotuning, cudagraph set-up): {rt['records']} records, {rt['total_s']:.3f} s")
-    out.extend(frame_lines(facts.get("recompiling_frames") or [], w, MAX_LINES - len(out), _where))
+    out.extend(frame_lines(facts.get("recompiling_frames") or [], w, MAX_LINES - len(out), _row_where))
     return "\n".join(out) + "\n"
 
 
@@ -550,20 +594,23 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
 
 
 def _frame_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (r.get("function"), basename(r.get("file")), r.get("line"))
+    return (r.get("function"), basename(r.get("file")), r.get("line"), r.get("call_site"))
 
 
 def _recompiling_frames(values: list[Any]) -> list[dict[str, Any]]:
-    frames = rows(_frame_key, ("recompiles", "compiles", "limit_hits"))(values)
+    frames = rows(_frame_key, ("recompiles", "compiles", "limit_hits", "cost_s"))(values)
     by_cat: dict[tuple[Any, ...], dict[str, int]] = {}
     for part in values:
         for f in part or []:
             k = _frame_key(f)
             for c, n in (f.get("by_category") or {}).items():
                 by_cat.setdefault(k, {})[c] = by_cat.setdefault(k, {}).get(c, 0) + int(num(n))
+    keeps = {_frame_key(f) for part in values for f in part or [] if f.get("keeps_recompiling")}
     for f in frames:
         f["by_category"] = by_cat.get(_frame_key(f), {})
-    return frames
+        if "keeps_recompiling" in f:  # on any rank
+            f["keeps_recompiling"] = _frame_key(f) in keeps
+    return sorted(frames, key=lambda f: -num(f.get("cost_s")))
 
 
 def _slowest(values: list[Any]) -> list[dict[str, Any]]:
@@ -595,8 +642,13 @@ MERGE: dict[str, Merge] = {
         section={
             "total": Merge(sum_int),
             "unhandled": Merge(sum_int),
+            "ends_frame": Merge(sum_int),
             "by_code": Merge(rows(lambda r: (r.get("code"), r.get("type")), ("count",))),
             "by_location": Merge(
+                rows(lambda r: (r.get("code"), basename(r.get("file")), r.get("line"), r.get("frame")), ("count",)),
+                when_all=True,
+            ),
+            "ends_frame_by_location": Merge(
                 rows(lambda r: (r.get("code"), basename(r.get("file")), r.get("line"), r.get("frame")), ("count",)),
                 when_all=True,
             ),
@@ -608,13 +660,17 @@ MERGE: dict[str, Merge] = {
             "total": Merge(sum_int),
             "by_type": Merge(counts),
             "by_frame": Merge(
-                rows(lambda r: (r.get("type"), r.get("function"), basename(r.get("file")), r.get("line")), ("count",)),
+                rows(
+                    lambda r: (r.get("type"), r.get("function"), basename(r.get("file")), r.get("line"), r.get("call_site")),
+                    ("count",),
+                ),
                 when_all=True,
             ),
         }
     ),
     "recompile_limit_hits": Merge(sum_int),
     "eager_fallbacks": Merge(sum_int),
+    "eager_frames": Merge(rows(_frame_key, ("compiles",)), when_all=True),
     "runtime": Merge(section={"records": Merge(sum_int), "total_s": Merge(sum_s)}),
     "tree": Merge(why="the picture of one run's slowest compiles"),
     "recompiling_frames": Merge(_recompiling_frames, when_all=True),
@@ -643,7 +699,9 @@ class _Extra:
     def __init__(self, capture_payloads: bool, live: bool) -> None:
         self.live = live
         self.breaks: Counter[tuple[str, str, str | None, int | None, str]] = Counter()  # code, type, file, line, frame
-        self.failed: Counter[tuple[str, str, str | None, int | None]] = Counter()  # type, function, file, line
+        self.ending: Counter[tuple[str, str, str | None, int | None, str]] = Counter()  # the same, of frame-ending ones
+        self.eager = EagerFrames()
+        self.failed: Counter[tuple[str, str, str | None, int | None, str | None]] = Counter()  # type and the frame
         self.recompiling = RecompilingFrames(capture_payloads)
         self.ranks: set[int] = set()
         self.versions: set[str] = set()
@@ -653,6 +711,11 @@ class _Extra:
             k = (graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "", gb.filename, gb.lineno, key[0])
             if k in self.breaks or len(self.breaks) < MAX_LOCATIONS:
                 self.breaks[k] += 1
+        for gb in rec.frame_ending_graph_breaks:
+            k = (graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "", gb.filename, gb.lineno, key[0])
+            if k in self.ending or len(self.ending) < MAX_LOCATIONS:
+                self.ending[k] += 1
+        self.eager.add(rec, key)
         if failed:
             f = (failed, *key)
             if f in self.failed or len(self.failed) < MAX_LOCATIONS:
@@ -669,9 +732,14 @@ class _Extra:
             {"code": c, "type": t, "file": f, "line": ln, "frame": fr, "count": n}
             for (c, t, f, ln, fr), n in sorted(self.breaks.items(), key=lambda kv: (-kv[1], str(kv[0])))
         ]
+        d["graph_breaks"]["ends_frame_by_location"] = [
+            {"code": c, "type": t, "file": f, "line": ln, "frame": fr, "count": n}
+            for (c, t, f, ln, fr), n in sorted(self.ending.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        ]
+        d["eager_frames"] = self.eager.to_dict()
         d["failures"]["by_frame"] = [
-            {"type": t, "function": fn, "file": f, "line": ln, "count": n}
-            for (t, fn, f, ln), n in sorted(self.failed.items(), key=lambda kv: (-kv[1], str(kv[0])))
+            {"type": t, "function": fn, "file": f, "line": ln, "call_site": site, "count": n}
+            for (t, fn, f, ln, site), n in sorted(self.failed.items(), key=lambda kv: (-kv[1], str(kv[0])))
         ]
         d["recompiling_frames"] = self.recompiling.to_dict()
         d["ranks"] = sorted(self.ranks)

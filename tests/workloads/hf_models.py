@@ -1,0 +1,100 @@
+"""Real-world model code: tiny Hugging Face ``transformers`` models built from configs (random weights, no hub).
+
+``python hf_models.py OUT MODE``, with the bridge on (``torch_otel.auto``); ``HF_HUB_OFFLINE=1``. Backend ``eager``:
+dynamo's work (graph breaks, guards, recompiles) is the model's, at a fraction of a compiler's time.
+
+- ``gpt2``: a GPT-2 trained four steps, its sequence length changing every step (8, 12, 16, 20), compiled as users
+  compile it (``torch.compile(model)``: automatic dynamic shapes on). Its loss calls ``logger.warning_once``: a graph
+  break torch cannot resume from, which ends the frame of ``forward``;
+- ``gpt2_static``: the same with ``torch.compile(model, dynamic=False)``: every frame recompiles at every step;
+- ``gpt2_static_marked``: the same, with the fix the run summary names for the frame the user's call enters:
+  ``torch._dynamo.maybe_mark_dynamic(input_ids, 1)`` on the tensor passed as ``input_ids``, before the call;
+- ``generate_static``, ``generate_dynamic``: a Llama's ``generate`` with a static cache and a dynamic cache, its
+  ``forward`` compiled;
+- ``two_models``: two GPT-2s compiled through the same library code, one with ``dynamic=False`` (called from one line)
+  and one with ``dynamic=True`` (from another), each trained on the same lengths.
+
+It writes ``OUT/counters.json`` (torch's own ``counters``: graph breaks, unimplemented, recompiles by frame) and
+``OUT/metrics.txt`` (this process's /metrics exposition) once the bridge processed every compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+import torch_otel.auto  # noqa: F401, E402  (the bridge, as torch-otel run turns it on)
+
+out = Path(sys.argv[1])
+mode = sys.argv[2]
+
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.set_verbosity_error()
+torch.manual_seed(0)
+LENGTHS = (8, 12, 16, 20)
+
+
+def gpt2() -> GPT2LMHeadModel:
+    return GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128, n_positions=64))
+
+
+def train(model: torch.nn.Module, mark: bool = False) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for seq in LENGTHS:
+        ids = torch.randint(0, 128, (2, seq))
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(ids, 1)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
+if mode.startswith("gpt2"):
+    compiled = torch.compile(gpt2(), backend="eager", dynamic=False if mode.startswith("gpt2_static") else None)
+    train(compiled, mark=mode == "gpt2_static_marked")
+elif mode.startswith("generate"):
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+        )
+    ).eval()
+    llama.forward = torch.compile(llama.forward, backend="eager")
+    prompt = torch.randint(0, 256, (1, 8))
+    cache = "static" if mode == "generate_static" else None
+    with torch.no_grad():
+        llama.generate(prompt, max_new_tokens=6, do_sample=False, cache_implementation=cache, pad_token_id=0)
+elif mode == "two_models":
+    static = torch.compile(gpt2(), backend="eager", dynamic=False)
+    dynamic = torch.compile(gpt2(), backend="eager", dynamic=True)
+    for seq in LENGTHS:
+        ids = torch.randint(0, 128, (2, seq))
+        static(input_ids=ids, labels=ids).loss.backward()
+        dynamic(input_ids=ids, labels=ids).loss.backward()
+else:
+    raise SystemExit(f"unknown mode {mode!r}")
+
+from prometheus_client import REGISTRY, generate_latest  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
+
+import torch_otel  # noqa: E402
+
+torch_otel.force_flush()
+out.mkdir(parents=True, exist_ok=True)
+(out / "counters.json").write_text(
+    json.dumps({k: {str(m)[:300]: n for m, n in counters[k].items()} for k in ("graph_break", "unimplemented", "stats")})
+)
+(out / "metrics.txt").write_bytes(generate_latest(REGISTRY))
