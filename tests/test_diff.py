@@ -242,9 +242,10 @@ def test_a_new_shape_per_step_is_named_with_its_category_and_the_fix_that_stops_
     assert len(near) == 2  # one event per frame, not one per compile
     # the summary names the fix; the run that applies it recompiles no more
     summary = json.loads(runs["shapes"]["forms"]["summary"].read_text())
-    assert [f["fixes"][0]["fix"] for f in summary["recompiling_frames"]] == [
-        "torch._dynamo.maybe_mark_dynamic(x, 0)",
+    # (the frames come costliest first; these two cost about the same, so their order is the run's)
+    assert sorted(f["fixes"][0]["fix"] for f in summary["recompiling_frames"]) == [
         "torch._dynamo.maybe_mark_dynamic(out, 0)",
+        "torch._dynamo.maybe_mark_dynamic(x, 0)",
     ]
     fixed = _same_verdicts(_every_form(runs, "shapes", "shapes_fixed", GATE_NO_TIME))
     assert fixed["recompiles_gone"] == [
