@@ -16,7 +16,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import run_cli
 
 from torch_otel._sinks.html import render_html
 
@@ -327,23 +327,7 @@ def test_five_thousand_nodes_render(tmp_path: Path) -> None:
 def test_a_replayed_gpu_logs_page_renders_its_chart(tmp_path: Path) -> None:
     """``torch-otel replay LOG --html``: tlparse's real CUDA log (Triton builds, autotuning, cudagraphs) as a page."""
     log = Path(__file__).parent / "data" / "tlparse-corpus" / "inductor_provenance_jit_cuda_log.txt.gz"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch_otel",
-            "replay",
-            str(log),
-            "-o",
-            str(tmp_path / "s.jsonl"),
-            "--html",
-            str(tmp_path / "r.html"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run_cli("replay", str(log), "-o", str(tmp_path / "s.jsonl"), "--html", str(tmp_path / "r.html"))
     assert res.returncode == 0, res.stderr
     assert f"compile time report written to {tmp_path / 'r.html'}" in res.stderr
     page = _open(tmp_path, (tmp_path / "r.html").read_text())
@@ -538,23 +522,7 @@ def test_a_real_inductor_logs_page_leads_with_its_caches_and_says_why_its_shares
     """A real cold inductor run (tests/data/cache-baseline-2.13: C++ builds on a CPU, 57 phases, its self times 106 %
     of its compile time), replayed to JSON by the command as a user runs it, then rendered as the page."""
     log = Path(__file__).parent / "data" / "cache-baseline-2.13" / "rank_0.log.gz"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch_otel",
-            "replay",
-            str(log),
-            "-o",
-            str(tmp_path / "s.jsonl"),
-            "--json",
-            str(tmp_path / "s.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run_cli("replay", str(log), "-o", str(tmp_path / "s.jsonl"), "--json", str(tmp_path / "s.json"))
     assert res.returncode == 0, res.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
     wall, phases = summary["wall_s"], summary["phases"]
