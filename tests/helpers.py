@@ -15,6 +15,11 @@ from typing import Any
 HERE = Path(__file__).parent
 WORKLOADS = HERE / "workloads"
 _GLOG = re.compile(r"^([VIWEC])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+# A line torch-otel itself writes on stderr (docs/guarantees.md, "The bridge's own lines"): "torch-otel: ...", or a
+# command's own "torch-otel replay: ...". Told apart by this prefix at the start of the line, never by the text
+# "torch-otel" anywhere in it: a clone's folder, a user's name or a temporary path can hold that text, and torch's own
+# tracebacks and warnings print paths.
+OWN_LINE = re.compile(r"^torch-otel(?: (?:demo|replay|diff|doctor|run))?: ")
 
 
 def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -158,6 +163,20 @@ def recompile_limit_fail_type() -> str:
     return "RecompileLimitExceeded" if torch_release() < (2, 11) else "Unsupported"
 
 
+def own_lines(stderr: str) -> list[str]:
+    """The lines of a process's stderr that torch-otel wrote (:data:`OWN_LINE`), in order."""
+    return [line for line in stderr.splitlines() if OWN_LINE.match(line)]
+
+
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][^\s\"'\\/:,()]+)+[\\/]?")
+
+
+def without_paths(text: str) -> str:
+    """``text`` with every file path in it (``/home/u/torch-otel/train.py``, ``C:\\x\\y``) as ``<path>``: a word looked
+    for in a process's output is then never found in the name of a folder, a user or a temporary directory."""
+    return _PATH.sub("<path>", text)
+
+
 def bridge_lines(stderr: str) -> list[str]:
     """The bridge's own lines in a process's stderr, less the one line a tested release that lacks a documented
     record or hook is meant to print (torch_otel._capture.sources rows whose ``releases`` leave this release out), and less
@@ -171,8 +190,8 @@ def bridge_lines(stderr: str) -> list[str]:
     # (a variant row, one release range's way to what another row reaches on the others, is never said to be lacking)
     lacking = [s.name for s in SOURCES if not s.variant and not _in_releases(str(torch.__version__), s.releases)]
     out = []
-    for line in stderr.splitlines():
-        if "torch-otel" not in line or NEAR_LIMIT_WORDS in line:
+    for line in own_lines(stderr):
+        if NEAR_LIMIT_WORDS in line:
             continue
         if lacking and "lacks what torch-otel attaches to for:" in line and all(f"({n})" in line for n in lacking):
             continue

@@ -11,7 +11,7 @@ import string
 
 import pytest
 import torch
-from helpers import run_cli, run_python
+from helpers import own_lines, run_cli, run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -105,7 +105,7 @@ def test_every_bad_variable_at_import_is_one_line_and_tracing_goes_on(tmp_path):
     )
     assert r.returncode == 0 and "tensor([2.])" in r.stdout, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
-    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = own_lines(r.stderr)
     # The bad port falls back to 9464, which another test's run may hold at this moment (tests run two at a time):
     # then the bridge rightly says so in one more line, which is not about a bad variable.
     ours = [ln for ln in ours if "cannot serve metrics on 127.0.0.1:9464 (Address already in use)" not in ln]

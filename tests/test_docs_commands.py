@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import clean_env
+from helpers import clean_env, own_lines
 from servers import http_get, require, wait_until
 
 from torch_otel._core.ports import free_port
@@ -98,7 +98,7 @@ def test_the_caches_walkthrough_runs_as_written_and_prints_the_lines_the_doc_sho
     shown = [b.strip().splitlines() for b in _blocks(section, "text")[:3]]  # the cold, warm and config runs' lines
     for doc_lines, run in zip(shown, runs, strict=True):
         assert _no_times(_cache_lines(run)) == _no_times(doc_lines), (doc_lines, run)
-    closing = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    closing = own_lines(r.stderr)
     assert len(closing) == 3 and all(ln.startswith("torch-otel: traces of ") for ln in closing), closing
 
 

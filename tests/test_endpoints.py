@@ -12,7 +12,7 @@ import subprocess
 import uuid
 
 import pytest
-from helpers import run_python
+from helpers import own_lines, run_python
 from servers import Rotel, Tap, wait_until
 
 JOB = (
@@ -46,7 +46,7 @@ def _arrived(rotel: Rotel, service: str) -> int:
 
 
 def _ours(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.startswith("torch-otel")]
+    return own_lines(stderr)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

@@ -12,7 +12,7 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, run_python
+from helpers import WORKLOADS, own_lines, run_python
 from servers import Rotel, Tap, split_http_requests, wait_until
 
 TINY = (
@@ -103,7 +103,7 @@ def test_otlp_over_tls_with_a_private_ca(tmp_path, protocol):
         }
         trusted = run_python(script, {**env, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)})
         assert trusted.returncode == 0 and "done" in trusted.stdout, trusted.stderr[-3000:]
-        assert "torch-otel" not in trusted.stderr, trusted.stderr[-3000:]
+        assert not own_lines(trusted.stderr), trusted.stderr[-3000:]
         wait_until(lambda: "frame" in _names(rotel) and rotel.received()["points"], 30, "spans and metrics over TLS")
         sent = len(rotel.received()["spans"])
 
@@ -111,7 +111,7 @@ def test_otlp_over_tls_with_a_private_ca(tmp_path, protocol):
         tap.close()
         assert len(rotel.received()["spans"]) == sent  # nothing got through without the CA
     assert untrusted.returncode == 0 and "done" in untrusted.stdout, untrusted.stderr[-3000:]
-    ours = [ln for ln in untrusted.stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = own_lines(untrusted.stderr)
     assert len(ours) == 1 and f"https://127.0.0.1:{tap.port}" in ours[0] and "OTEL_EXPORTER_OTLP_CERTIFICATE" in ours[0], ours
     assert "Traceback" not in untrusted.stderr
 
