@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from collections import Counter
+
 import pytest
 from helpers import (
     WORKLOADS,
     normalize_stderr,
+    own_lines,
     read_otlp_json_spans,
     recompile_limit_fail_type,
     run_python,
@@ -34,6 +38,25 @@ def test_stderr_is_unchanged_by_the_bridge(tmp_path):
     assert bridged.stdout == plain.stdout
     assert "recompile_limit" in plain.stderr, "torch's own warning is still there"
     assert (tmp_path / "s.jsonl").stat().st_size > 0
+
+
+def test_the_bridges_own_lines_are_those_with_its_prefix_even_from_a_folder_named_torch_otel(tmp_path):
+    """Run from a folder named torch-otel (what `git clone` makes), torch's warnings and tracebacks hold that name in
+    their paths: the lines the bridge adds are exactly those that begin with its prefix (docs/guarantees.md), and no
+    line of torch's does (issue 49)."""
+    folder = tmp_path / "torch-otel"
+    folder.mkdir()
+    script = folder / "mixed.py"
+    shutil.copy(WORKLOADS / "mixed.py", script)
+    bad = {"TORCH_OTEL_CAPTURE_PAYLOADS": "maybe"}  # a setting the bridge warns about, in one line
+    plain = run_python(script, bad, cwd=folder)
+    bridged = run_python(script, {**BRIDGE_ENV, **bad, "TORCH_OTEL_TRACES_FILE": str(tmp_path / "s.jsonl")}, cwd=folder)
+    assert plain.returncode == 0 and bridged.returncode == 0, bridged.stderr[-2000:]
+    assert str(folder) in plain.stderr  # torch's own lines name the folder: what a substring test took for the bridge's
+    assert not own_lines(plain.stderr), plain.stderr[-3000:]
+    added = Counter(normalize_stderr(bridged.stderr)) - Counter(normalize_stderr(plain.stderr))
+    assert sorted(added.elements()) == sorted(own_lines(bridged.stderr)), (added, own_lines(bridged.stderr))
+    assert len(added) == 2, added  # the bad setting, and mixed.py's frame near the recompile limit
 
 
 def test_torch_logs_graph_breaks_still_printed(tmp_path):
