@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,13 +18,48 @@ from torch_otel import load_settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# .ci/run's one line before the README's command: from a checkout whose path lacks "torch-otel", a clone of its HEAD in
+# a temporary folder of that name (the name `git clone` gives a user's checkout; the suite must pass from it)
+CI_FROM_A_CLONE_NAMED_TORCH_OTEL = (
+    '[[ $PWD == *torch-otel* ]] || { clone=$(mktemp -d)/torch-otel && git clone --quiet "$PWD" "$clone" && cd "$clone"; }'
+)
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     blocks = [b.strip() for b in re.findall(r"```sh\n(.*?)\n\s*```", readme, re.S)]
     assert len(blocks) >= 2
     ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
-    assert ci == [blocks[1].strip()]
+    assert ci == [CI_FROM_A_CLONE_NAMED_TORCH_OTEL, blocks[1].strip()]
     assert "torch==2.13.0" in blocks[0] and "torch-otel demo" in blocks[0]
+
+
+def _where_ci_runs(checkout: Path, tmp: Path) -> list[str]:
+    """.ci/run as it stands in ``checkout``, its last line (the README's command) swapped for one that prints where it
+    would run and that folder's commit."""
+    lines = (checkout / ".ci" / "run").read_text().rstrip("\n").splitlines()
+    probe = checkout / ".ci" / "where"
+    probe.write_text("\n".join([*lines[:-1], 'echo "$PWD"; git rev-parse HEAD']) + "\n")
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp), "CI": "true"}
+    r = subprocess.run(["bash", str(probe)], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_ci_runs_from_a_checkout_whose_path_holds_torch_otel_as_a_users_clone_does(tmp_path):
+    """A user's `git clone` makes a folder named torch-otel, and paths holding that name are printed by torch into
+    the lines the tests read (issue 49). CI, given a checkout elsewhere, runs from a clone of it named so."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    plain = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(plain)], check=True, timeout=300)
+    assert "torch-otel" not in str(plain)
+    where, commit = _where_ci_runs(plain, tmp_path / "tmp")
+    assert Path(where).name == "torch-otel" and Path(where).parent.parent == tmp_path / "tmp", where
+    assert commit == head
+    named = tmp_path / "torch-otel"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(named)], check=True, timeout=300)
+    assert _where_ci_runs(named, tmp_path / "tmp") == [str(named), head]  # already such a path: run where it is
 
 
 def test_demo_shows_traces_and_serves_metrics(tmp_path):
