@@ -8,6 +8,15 @@ from dataclasses import dataclass
 
 import pytest
 
+# The environment the suite was started with, before the lines below change it: the user's, which the README's command
+# ran collector-config/build.sh with (the ``started_with`` fixture).
+STARTED_WITH = dict(os.environ)
+# collector-config/build.sh keeps what it builds under $XDG_CACHE_HOME/torch-otel (~/.cache without it), where the
+# README's command built the collector and Jaeger: pinned there before XDG_CACHE_HOME moves below, so that the suite
+# finds them rather than building them again (minutes: issue 49).
+os.environ.setdefault(
+    "TORCH_OTEL_BUILD_CACHE", os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch-otel")
+)
 # One warm inductor cache for the whole run (inductor tests are few and share it).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torch-otel-tests-inductor-cache"))
 # The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's
@@ -48,6 +57,12 @@ def restore_torch_logging() -> Iterator[None]:
         lg.setLevel(level)
         lg.propagate = propagate
     _internal.reset_for_tests()
+
+
+@pytest.fixture
+def started_with() -> dict[str, str]:
+    """A copy of the environment the suite was started with (the user's shell's), before conftest changed it."""
+    return dict(STARTED_WITH)
 
 
 @dataclass

@@ -742,6 +742,7 @@ class Tap:
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTOR_CONFIG = ROOT / "collector-config"
 BUILD_SH = COLLECTOR_CONFIG / "build.sh"
+BUILD = ["bash", str(BUILD_SH)]  # how the suite runs it: in the test process's environment (tests/conftest.py's)
 _LOG_LEVEL = re.compile(r"^\S+\t(warn|error|fatal|panic)\t")
 
 
@@ -754,9 +755,7 @@ def collector_binaries() -> tuple[str, str]:
     global _BINARIES
     if _BINARIES is None:
         try:
-            proc = subprocess.run(
-                ["bash", str(BUILD_SH)], capture_output=True, text=True, timeout=45 * 60, stdin=subprocess.DEVNULL
-            )
+            proc = subprocess.run(BUILD, capture_output=True, text=True, timeout=45 * 60, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             _BINARIES = ("", "collector-config/build.sh: did not finish within 45 minutes")
         else:
