@@ -7,6 +7,7 @@ through ``setpriv``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clean_env
+from helpers import clean_env, run_cli
 
 
 def _demo(args: list[str], cwd: Path, as_nobody: bool = False) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -78,3 +79,29 @@ def test_each_unwritable_demo_output_is_its_own_line_and_permission_denied_says_
     ], r.stderr[-3000:]
     assert "compiling a small workload" not in r.stdout
     assert took < 30, took  # no workload ran
+
+
+LOG = Path(__file__).parent / "data" / "tlparse-corpus" / "simple.log.gz"
+
+
+def test_replay_writes_json_and_html_into_folders_it_creates(tmp_path):
+    """``--json`` into a folder that does not exist yet: created, as ``--html``'s is (the JSON was not written, said
+    only after the replay, and the replay exited 0: issue 49)."""
+    json_path, page = tmp_path / "new" / "deeper" / "s.json", tmp_path / "other" / "p.html"
+    r = run_cli("replay", str(LOG), "--json", str(json_path), "--html", str(page), "--output", str(tmp_path / "spans.jsonl"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(json_path.read_text())["compiles"] > 0
+    assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()[:200]
+    assert not [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel replay: cannot write")], r.stderr
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--output"])
+def test_a_replay_output_that_cannot_be_written_is_one_line_and_exit_2_before_the_replay(tmp_path, option):
+    (tmp_path / "afile").write_text("")
+    path = tmp_path / "afile" / "new" / "out.x"
+    r = run_cli("replay", str(LOG), option, str(path))
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stderr.splitlines() == [
+        f"torch-otel replay: cannot write {option} {path} ({tmp_path}/afile is a file, not a directory); pass a writable path"
+    ], r.stderr[-3000:]
+    assert r.stdout == ""  # nothing replayed: no summary

@@ -10,6 +10,7 @@ read) to ``text``, the lines of the paths it could not use to ``err``, the diver
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import IO, Any
 
@@ -86,6 +87,7 @@ class ReplayReport(Sink):
         self.divergence = DivergenceReport()
         self.text, self.err = text, err
         self.json_path, self.html = json_path, html
+        self.unwritten: list[str] = []  # the options whose file could not be written (said in one line each)
         self._written = False
 
     def on_finish(self, record: CompileRecord) -> None:
@@ -114,16 +116,21 @@ class ReplayReport(Sink):
             sys.stdout.write("\n")
             return
         try:
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)  # missing parents are created, as --html's are
             with open(path, "w") as fh:
                 json.dump(doc, fh, indent=2, sort_keys=True)
                 fh.write("\n")
         except OSError as exc:
+            self.unwritten.append("--json")
             self.err.write(f"torch-otel replay: {write_error(path, '--json', exc)}\n")
 
     def _write_page(self, path: str) -> None:
         try:
             self.summary.write(path)
         except OSError as exc:
+            self.unwritten.append("--html")
             self.err.write(f"torch-otel replay: {write_error(path, '--html', exc)}\n")
             return
         self.err.write(f"compile time report written to {path}\n")
