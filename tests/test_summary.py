@@ -106,6 +106,30 @@ def test_a_summary_destination_that_cannot_be_written_is_one_line_and_the_run_su
     assert "torch.compile run summary (live): 1 compile (1 frame)" in res.stderr  # the destinations that work still do
 
 
+def test_a_summary_destination_that_cannot_be_written_is_said_as_the_bridge_arms_not_after_training(tmp_path):
+    """The line comes when the settings are read (the bridge arms at the first compile), before the training goes on,
+    once: not at exit, after hours of training (issue 49)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\nimport torch_otel.auto\nimport torch\n"
+        "torch.compile(lambda x: x + 1, backend='eager')(torch.ones(1))\n"
+        "print('TRAINING', file=sys.stderr, flush=True)\n"
+    )
+    res = run_python(script, {"TORCH_OTEL_SUMMARY": f"stderr,{blocker}/s-{{rank}}.json", **spans_to_file(tmp_path / "s.jsonl")})
+    assert res.returncode == 0, res.stderr[-3000:]
+    err = res.stderr.splitlines()
+    ours = [i for i, ln in enumerate(err) if "TORCH_OTEL_SUMMARY" in ln]
+    assert len(ours) == 1, res.stderr[-3000:]
+    assert err[ours[0]] == (
+        f"torch-otel: WARNING: TORCH_OTEL_SUMMARY: cannot write the run summary to {blocker}/s-0.json ({blocker} is a "
+        "file, not a directory); set TORCH_OTEL_SUMMARY to a writable path or to stderr (skipped)"
+    ), err[ours[0]]
+    assert ours[0] < err.index("TRAINING"), res.stderr[-3000:]  # said before the training, not after it
+    assert "torch.compile run summary (live): 1 compile (1 frame)" in res.stderr  # stderr, the destination that works
+
+
 def test_past_its_bounds_the_picture_folds_compiles_and_the_totals_stay_exact(tmp_path):
     """Only the slowest compiles keep their phase tree; the rest are folded into their frame, whatever the run's length."""
     full, small = RunSummary("replay"), RunSummary("replay", max_tree_compiles=3)

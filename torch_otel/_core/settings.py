@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .errors import warn_once
+from .paths import path_problem
 from .ranks import DEFAULT_DETAIL_RANKS, RankSet, env_rank
 
 CAPTURE_LEVELS = ("off", "default", "full")
@@ -139,7 +140,9 @@ def _ranks(env: Mapping[str, str], name: str, problems: list[str]) -> RankSet:
 
 def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
     """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit.
-    ``none``: nowhere (it turns off the summary a run with nothing configured prints)."""
+    ``none``: nowhere (it turns off the summary a run with nothing configured prints). A path this process could not
+    write (its ``{rank}`` and ``{pid}`` filled in now) is a line now, as the settings load, and skipped: not a line at
+    exit, after the training."""
     out = []
     for part in (env.get(name) or "").split(","):
         d = part.strip()
@@ -154,6 +157,13 @@ def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tup
             problems.append(
                 f"{name}={part.strip()!r}: a path may hold only {{rank}} and {{pid}} placeholders; "
                 "use e.g. stderr or summary-{rank}.html (skipped)"
+            )
+            continue
+        path = d.format(rank=env_rank(env), pid=os.getpid())
+        why = path_problem(path)
+        if why is not None:
+            problems.append(
+                f"{name}: cannot write the run summary to {path} ({why}); set {name} to a writable path or to stderr (skipped)"
             )
             continue
         out.append(d)
