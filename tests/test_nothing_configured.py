@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import own_lines, run_cli
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from servers import Rotel, wait_until
@@ -71,7 +71,7 @@ def test_a_script_with_nothing_configured_prints_its_summary_serves_metrics_and_
     err = r.stderr.splitlines()
     start = err.index(next(ln for ln in err if ln.startswith("torch.compile run summary (live): 3 compiles")))
     assert "recompiles: 1 (size_mismatch 1)" in err[start:]
-    ours = [ln for ln in err if ln.startswith("torch-otel")]
+    ours = own_lines(r.stderr)
     assert ours == [
         f"torch-otel: traces of 3 compiles not sent: no collector at {DEFAULT} (OTLP's default endpoint); metrics were "
         f"served on http://127.0.0.1:{port}/metrics while it ran; the run summary is above" + ELSEWHERE
@@ -98,7 +98,7 @@ def test_a_busy_default_port_and_no_summary_are_said_in_the_closing_line_not_war
         r = _train(tmp_path, {"TORCH_OTEL_SUMMARY": "none"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "torch.compile run summary" not in r.stderr
-    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = own_lines(r.stderr)
     assert ours == [
         f"torch-otel: traces of 3 compiles not sent: no collector at {DEFAULT} (OTLP's default endpoint); metrics were "
         "not served: cannot serve metrics on 127.0.0.1:9464 (Address already in use); set OTEL_EXPORTER_PROMETHEUS_PORT "
@@ -129,7 +129,7 @@ def test_forked_workers_print_no_summary_or_closing_line_of_their_own(tmp_path, 
     r = run_cli("run", "--", __import__("sys").executable, str(script), env={"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, cwd=tmp_path)
     assert r.returncode == 0 and "[0.0, 2.0, 4.0, 6.0]" in r.stdout, r.stderr[-3000:]
     assert r.stderr.count("torch.compile run summary") == 1, r.stderr[-5000:]
-    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel")]
+    ours = own_lines(r.stderr)
     assert len(ours) == 1 and ours[0].startswith("torch-otel: traces of 1 compile not sent"), ours
 
 
@@ -192,3 +192,57 @@ def test_the_default_endpoint_is_used_from_the_first_answer_and_a_loss_after_tha
             assert not_sent()["traces"] - before_unsent == 1
         finally:
             provider.shutdown()
+
+
+def test_a_summary_page_asked_for_is_said_written_and_no_longer_suggested(tmp_path, no_default_collector):
+    """TORCH_OTEL_SUMMARY=stderr,compile.html, as the closing line suggests: one line says where the page went, and the
+    closing line no longer suggests the variable the user set (issue 49)."""
+    page = tmp_path / "compile.html"
+    r = _train(tmp_path, {"TORCH_OTEL_SUMMARY": f"stderr,{page}", "OTEL_EXPORTER_PROMETHEUS_PORT": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert page.read_text().lstrip().lower().startswith("<!doctype html")
+    ours = own_lines(r.stderr)
+    assert ours[0] == f"torch-otel: the run summary's page written to {page}", ours
+    assert len(ours) == 2 and ours[1].startswith("torch-otel: traces of 3 compiles not sent"), ours
+    assert ours[1].endswith(
+        ". Elsewhere: OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4317 (a collector), TORCH_OTEL_TRACES_FILE=spans.jsonl "
+        "(a file); docs/configuration.md"
+    ), ours[1]
+    assert "torch.compile run summary (live): 3 compiles" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "typo",
+    [{"OTEL_TRACES_EXPORTER": "otpl"}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "htp://collector:4317"}],
+    ids=["exporter", "endpoint"],
+)
+def test_a_trace_destination_no_exporter_can_take_keeps_the_summary_with_its_warning(tmp_path, typo):
+    """A destination named with a typo: its warning, and the run summary at exit all the same (the traces went
+    nowhere, so the summary is all the run leaves). Before issue 49, naming one removed the summary: a warning only."""
+    r = _train(tmp_path, {**typo, "OTEL_METRICS_EXPORTER": "none"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    ours = own_lines(r.stderr)
+    assert len(ours) == 1 and ours[0].startswith("torch-otel: WARNING: ") and next(iter(typo)) in ours[0], ours
+    assert "torch.compile run summary (live): 3 compiles" in r.stderr, r.stderr[-3000:]
+
+
+def test_traces_turned_off_by_choice_print_no_summary(tmp_path):
+    """OTEL_TRACES_EXPORTER=none is the user's choice, not a typo: no summary unless TORCH_OTEL_SUMMARY asks."""
+    r = _train(tmp_path, {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "torch.compile run summary" not in r.stderr and not own_lines(r.stderr), r.stderr[-3000:]
+
+
+def test_replay_into_a_listening_collector_says_where_its_spans_went():
+    with Rotel() as rotel:
+        r = run_cli("replay", str(LOG), env={"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint})
+        assert r.returncode == 0, r.stderr[-3000:]
+        wait_until(lambda: len(_roots(rotel)) >= 12, 30, "the replay's traces")
+        roots = _roots(rotel)
+    # one trace per compile (4) and per runtime record (8: cudagraph set-up after the compiles), each with its root
+    assert len(roots) == 12, roots
+    assert f"spans sent to {rotel.grpc_endpoint}: 12 traces" in r.stdout.splitlines(), r.stdout[-3000:]
+
+
+def _roots(rotel: Rotel) -> list[str]:
+    return [s["attrs"]["torch.compile.id"] for s in rotel.received()["spans"] if "torch.compile.kind" in s["attrs"]]

@@ -49,6 +49,7 @@ class LocalResult:
         self.traces_endpoint = traces_endpoint  # the OTLP traces exporter's endpoint (OTLP's default), if it was built
         self.server = server  # the /metrics endpoint (LazyPrometheusServer), if one was to be served
         self.summary_on_stderr = summary_on_stderr
+        self.summary_files = False  # TORCH_OTEL_SUMMARY names a file: its page is not to be suggested
         self.pid = os.getpid()
         self.rank = env_rank(env)
         self._said = False
@@ -76,12 +77,13 @@ class LocalResult:
                 parts.append(f"metrics were not served: {self.server.problem}")
         if self.summary_on_stderr:
             parts.append("the run summary is above")
-        return (
-            "torch-otel: "
-            + "; ".join(parts)
-            + ". Elsewhere: OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4317 (a collector), TORCH_OTEL_TRACES_FILE=spans.jsonl "
-            "(a file), TORCH_OTEL_SUMMARY=stderr,compile.html (the summary and its page); docs/configuration.md"
-        )
+        elsewhere = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4317 (a collector)",
+            "TORCH_OTEL_TRACES_FILE=spans.jsonl (a file)",
+        ]
+        if not self.summary_files:  # already written to a file of the user's: its line above says where
+            elsewhere.append("TORCH_OTEL_SUMMARY=stderr,compile.html (the summary and its page)")
+        return "torch-otel: " + "; ".join(parts) + ". Elsewhere: " + ", ".join(elsewhere) + "; docs/configuration.md"
 
     def say(self, out: IO[str] | None = None) -> None:
         """Print :meth:`line` once, in the process that armed the bridge and on rank 0 only (never raises)."""

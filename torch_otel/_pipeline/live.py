@@ -23,6 +23,7 @@ from .._assemble.assembler import Assembler
 from .._capture.live import LiveCapture
 from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
+from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
 from .._kinds.graph_calls import GRAPHS
 from .._otel.exposition import set_before_scrape
@@ -441,6 +442,17 @@ def _register_multiprocessing_hook() -> None:
         record_error("multiprocessing hook", exc)
 
 
+def _no_trace_destination(env: Mapping[str, str], settings: Settings) -> bool:
+    """Whether no exporter could be built for the traces the user sent somewhere by name: no traces file, no tracer
+    provider (the bridge's or the application's), and ``OTEL_TRACES_EXPORTER`` is not ``none`` by choice."""
+    from .._otel.providers import global_provider_is_set
+
+    if settings.traces_file or global_provider_is_set():
+        return False
+    chosen = [v.strip().lower() for v in (env.get("OTEL_TRACES_EXPORTER") or "").split(",") if v.strip()]
+    return not (chosen and all(v == "none" for v in chosen))
+
+
 def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None.
 
@@ -456,10 +468,16 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
     if settings.capture == "off":
         return None
     c = configure_providers(env, settings)
+    summary_unset = not (env.get("TORCH_OTEL_SUMMARY") or "").strip()
     if c.local is not None:
-        if not (env.get("TORCH_OTEL_SUMMARY") or "").strip() and c.local.rank == 0:
+        if summary_unset and c.local.rank == 0:
             settings = dataclasses.replace(settings, summary=("stderr",))  # nothing configured: the summary at exit
         c.local.summary_on_stderr = "stderr" in settings.summary  # the closing line points at it, whoever asked
+        c.local.summary_files = any(d not in ("stderr", "stdout") for d in settings.summary)
+    elif summary_unset and env_rank(env) == 0 and tracer_provider is None and _no_trace_destination(env, settings):
+        # traces were sent somewhere by name, and no destination named can take them (an unknown exporter, an OTLP
+        # endpoint that is no URL, each its own line): the run summary at exit is then all the run leaves; keep it
+        settings = dataclasses.replace(settings, summary=("stderr",))
     bridge = instrument(
         tracer_provider or c.tracer_provider,
         meter_provider or c.meter_provider,

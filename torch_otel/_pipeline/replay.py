@@ -221,7 +221,7 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     from opentelemetry.trace import NoOpTracer
 
     from .._core.arm import sdk_disabled
-    from .._otel.delivery import GOES_ON, dropped, explained, targets
+    from .._otel.delivery import GOES_ON, compile_traces, dropped, explained, targets
     from .._otel.otlp_json import OTLPJsonFileSpanExporter
     from .._otel.providers import build_span_processors
     from .._otel.replay_tracers import ReplayTracers
@@ -281,6 +281,8 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     )
     code = replay_paths(opts.paths, pipeline, stats, keep_all_payloads=opts.payloads, artifacts=opts.capture == "full")
     pipeline.shutdown()
+    if pipeline.report is not None and pipeline.report.unwritten and code == EXIT_OK:
+        code = EXIT_MISSING_PATH  # a path checked writable that could not be written all the same (a full disk, a race)
     lost = dropped()["traces"] - lost_before
     if lost and code == EXIT_OK:
         made = pipeline.spans.spans if pipeline.spans is not None else lost
@@ -299,6 +301,11 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
         code = EXIT_NOT_EXPORTED
     if opts.output and code == EXIT_OK:
         print(f"spans written to {opts.output}", file=text)
+    elif code == EXIT_OK and tracers is not None:  # where they went, said as for a file
+        for endpoint in sorted(targets()):
+            sent, _ = compile_traces(endpoint)
+            if sent:
+                print(f"spans sent to {endpoint}: {sent} trace{'' if sent == 1 else 's'}", file=text)
     if absent and code == EXIT_OK:
         print(
             f"torch-otel replay: spans not sent: no collector at {absent} (OTLP's default endpoint; nothing named one). "

@@ -183,6 +183,10 @@ class RunSummary(Sink):
             path = d if d in ("stderr", "stdout") else d.format(rank=rank, pid=os.getpid())
             try:
                 self.write(path)
+                if d not in ("stderr", "stdout"):  # where it went, said: a file is not seen as it is written
+                    what = "the run summary's page" if path.endswith((".html", ".htm")) else "the run summary"
+                    sys.stderr.write(f"torch-otel: {what} written to {path}\n")
+                    sys.stderr.flush()
             except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
                 warn_once(
                     f"summary:{path}",
