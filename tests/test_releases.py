@@ -6,7 +6,9 @@ activation tests.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +37,43 @@ def test_this_release_has_every_attach_point_its_row_promises():
     r = subprocess.run([str(BIN / "torch-otel"), "doctor"], capture_output=True, text=True, env=clean_env(), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "a tested release" in r.stdout and "MISSING" not in r.stdout
+
+
+def test_doctor_says_in_a_users_words_what_works_on_this_torch_and_what_does_not(tmp_path):
+    """Each row of ``torch-otel doctor`` is what the user gets and whether this torch gives it: no internal row id
+    (``graph_calls_lazy_backward_2_10  not in this release`` was the row a user could not read: issue 49). ``--json``
+    keeps the ids for the release matrix, beside the same words."""
+    r = subprocess.run(
+        [str(BIN / "torch-otel"), "doctor", "--json", str(tmp_path / "d.json")],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    table = lines[lines.index("What torch-otel captures on this torch:") + 1 :]
+    ids = [s.name for s in _sources.SOURCES if "_" in s.name]  # an id that is also a plain word (export) aside
+    assert not [i for i in ids if re.search(rf"\b{i}\b", r.stdout)], r.stdout
+    assert "not in this release" not in r.stdout
+    doc = json.loads((tmp_path / "d.json").read_text())
+    by_words = {row["says"]: row for row in doc["sources"]}
+    assert {row["name"] for row in doc["sources"]} == {s.name for s in _sources.SOURCES}  # the ids stay in the JSON
+    shown = []
+    for line in table:
+        m = re.fullmatch(r"  (yes|no|MISSING) +(\S.*)", line)
+        assert m is not None, line
+        row = by_words[m.group(2)]
+        assert row["status"] == m.group(1) and m.group(2).startswith(row["gives"]), (line, row)
+        assert (m.group(1) == "yes") == (row["expected"] and row["present"]), (line, row)
+        if m.group(1) == "no":  # by design: the releases that have it are named
+            assert not row["expected"] and re.search(r"only on torch 2\.\d+", m.group(2)), line
+        shown.append(row["name"])
+    # every row is shown, but a variant whose work a row shown here does on this torch (one line per thing a user gets)
+    hidden = [row for row in doc["sources"] if row["name"] not in shown]
+    assert all(row["status"] == "covered" and row["variant"] for row in hidden), hidden
+    assert all(any(s["gives"] == row["gives"] and s["name"] in shown for s in doc["sources"]) for row in hidden), hidden
+    assert len(set(m.split("  ", 2)[-1] for m in table)) == len(table)  # no two lines alike
 
 
 @pytest.mark.parametrize(

@@ -239,19 +239,19 @@ def _doctor(json_path: str | None) -> int:
         print(f"torch-otel doctor: torch cannot be imported ({exc}); install the torch you run", file=sys.stderr)
         return 2
 
-    from ._capture.sources import release_line, survey
+    from ._capture.sources import doctor_rows, release_line
     from ._version import SUPPORTED_TORCH, __version__
 
-    rows = survey(str(torch.__version__))
+    rows = doctor_rows(str(torch.__version__))
     status = _tested_status(str(torch.__version__))
     print(version_line())
     line = release_line(str(torch.__version__))
     if line:
         print(line)
-    width = max(len(r["name"]) for r in rows)
+    print("What torch-otel captures on this torch:")
     for r in rows:
-        mark = "ok" if r["present"] else ("MISSING" if r["expected"] else "not in this release")
-        print(f"  {r['name']:<{width}}  {mark:<7}  {r['gives']}")
+        if r["status"] != "covered":  # another release's way to a row shown: nothing for this torch
+            print(f"  {r['status']:<7}  {r['says']}")
     if json_path:
         doc: dict[str, object] = {"torch": str(torch.__version__), "torch_otel": __version__, "status": status}
         doc.update(supported=SUPPORTED_TORCH, sources=rows)

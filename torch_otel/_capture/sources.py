@@ -827,6 +827,37 @@ def survey(version: str | None = None) -> list[dict[str, Any]]:
                 "releases": src.releases,
                 "expected": _in_releases(version, src.releases),
                 "present": src.present(),
+                "variant": src.variant,
             }
         )
+    return rows
+
+
+def _range_words(releases: tuple[str | None, str | None]) -> str:
+    first, last = releases
+    if first and last:
+        return f"torch {first}" if first == last else f"torch {first} to {last}"
+    if first:
+        return f"torch {first} and later"
+    return f"torch {last} and earlier" if last else "every torch"
+
+
+def doctor_rows(version: str | None = None) -> list[dict[str, Any]]:
+    """:func:`survey`'s rows, each with what ``torch-otel doctor`` says of it in a user's words, without the row's
+    id: ``status`` (``yes``: it works on this torch; ``no``: this torch has not what it reads, by design; ``MISSING``:
+    this torch should have it and does not; ``covered``: another release range's way to what a row that works here
+    gives, not shown) and ``says`` (what it gives, and why not where it does not work)."""
+    rows = survey(version)
+    for r in rows:
+        full_only = "default" not in r["levels"] and "full capture" not in r["gives"]
+        what = r["gives"] + (" (with TORCH_OTEL_CAPTURE=full)" if full_only else "")
+        if r["expected"] and r["present"]:
+            r["status"], r["says"] = "yes", what
+        elif r["expected"]:
+            r["status"] = "MISSING"
+            r["says"] = f"{what}: this torch should have what it reads and does not; the rest is captured (please report it)"
+        elif r["variant"] and any(o is not r and o["gives"] == r["gives"] and o["expected"] for o in rows):
+            r["status"], r["says"] = "covered", f"{what}, as {_range_words(r['releases'])} gives it"
+        else:
+            r["status"], r["says"] = "no", f"{what}: not on this torch (only on {_range_words(r['releases'])})"
     return rows
