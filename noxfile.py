@@ -5,10 +5,10 @@
     nox -s other_releases               # every release but the one the whole suite runs on (what CI runs)
     nox -s compat                       # docs/compatibility.md, from the reports the runs above left
 
-Each release gets its own virtual environment with ``torch==X`` from the registry (CUDA builds of every
-release but the local 2.13.0 CPU wheel; they import and compile on a machine with no GPU), the package and its
-test dependencies. It runs ``torch-otel doctor`` (which of torch's hooks this release has) and the tests marked
-``release``: live capture, replay, the three ways of turning the bridge on, and torch's own logs replayed
+Each release gets its own virtual environment with ``torch==X`` from the registry (on Linux, pip downloads
+its CUDA build with NVIDIA's runtime packages, 2.13.0 included: about 5-6 GB and 2 minutes each; they import and
+compile on a machine with no GPU), the package and its test dependencies. It runs ``torch-otel doctor`` (which
+of torch's hooks this release has) and the tests marked ``release``: live capture, replay, the three ways of turning the bridge on, and torch's own logs replayed
 against tlparse. Each leaves ``build/matrix/torch-X.json`` (doctor) and ``build/matrix/torch-X.xml`` (JUnit).
 With ``CI`` or ``TORCH_OTEL_MATRIX_CLEAN`` set, a release's environment is removed after its run, so the
 disk one matrix run uses stays near one environment's size.
@@ -39,7 +39,7 @@ nox.options.reuse_existing_virtualenvs = True
 @nox.parametrize("torch", RELEASES)
 def release(session: nox.Session, torch: str) -> None:
     """The release tests on one torch release."""
-    # This machine's pip caps torch at the releases kept on local disk: lifted for this install only.
+    # A pip configuration may cap torch's version (PIP_CONSTRAINT): lifted for this install only.
     session.install(f"torch=={torch}", "-e", ".[test]", env={"PIP_CONSTRAINT": "/dev/null"})
     REPORTS.mkdir(parents=True, exist_ok=True)
     stem = REPORTS / f"torch-{torch}"
@@ -174,8 +174,9 @@ def render(reports: list[tuple[str, dict, dict[str, int]]], gpu: str = "") -> st
         "  skips an instrumentor whose library is outside its `instruments` range with a debug message only;",
         "  torch-otel's `opentelemetry_post_instrument` hook then instruments anyway, so that way is never silent.",
         "- **Older** than the supported range: one line names the range; what the release has is still captured.",
-        "- `torch-otel --version` says whether the installed torch is a tested release; `torch-otel doctor` lists",
-        "  each attach point and whether the installed torch has it (exit 1 if one its row promises is missing).",
+        "- `torch-otel --version` says whether the installed torch is a tested release; `torch-otel doctor` says",
+        "  what torch-otel captures on the installed torch and what it does not, one line each (exit 1 if one its row",
+        "  promises is missing); `--json` keeps the rows' ids.",
         "",
         "## Adding a release",
         "",
