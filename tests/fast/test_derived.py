@@ -208,3 +208,47 @@ def test_torchs_cudagraph_skip_reason_is_on_the_root_without_the_users_source():
         got = _root(exporter, "1/0").attributes["torch.compile.cudagraph_skip_reason"]
         assert got == want
         assert ("secret_scale" in got) == settings.capture_payloads
+
+
+def test_a_frame_is_named_by_the_class_of_its_own_objects_as_the_user_wrote_it():
+    """The rules of docs/span-model.md, "Which frame": a method by its object's class; torch's wrapper by the class of
+    what it wraps (a module, a bound method's object), at the user's line that called it; a function as torch names it."""
+    from torch_otel._model.record import frame_name
+
+    wrapper = CodeLocation("inner", "/v/site-packages/torch/_dynamo/external_utils.py", 67)
+    site = CodeLocation("<module>", "/w/train.py", 40)
+    seq = "torch.nn.modules.container.Sequential"
+    assert frame_name(wrapper, {"fn": seq}, site) == (CodeLocation("Sequential", "/w/train.py", 40), seq)
+    assert frame_name(wrapper, {"fn": seq}, None) == (CodeLocation("Sequential", wrapper.file, 67), seq)  # no user line
+    bound = {"fn": "method", "fn.__self__": "__main__.Trainer"}
+    assert frame_name(wrapper, bound, site) == (CodeLocation("Trainer", "/w/train.py", 40), "__main__.Trainer")
+    assert frame_name(wrapper, {"fn": "function"}, site) == (wrapper, None)  # a function: torch's name stays
+    forward = CodeLocation("forward", "/w/model.py", 12)
+    assert frame_name(forward, {"self": "model.MyModel"}, site) == (
+        CodeLocation("MyModel.forward", "/w/model.py", 12),
+        "model.MyModel",
+    )
+    assert frame_name(forward, {"fn": seq}, site) == (forward, None)  # a user's function holding an ``fn``: not torch's
+    assert frame_name(forward, {}, site) == (forward, None)
+
+
+def test_live_and_replay_name_a_method_by_its_class_and_keep_torchs_code_on_the_span():
+    from torch_otel._core.compile_id import parse_compile_id
+    from torch_otel._model.events import FrameObjectsEvent
+
+    tracing, exporter = _tracing()
+    _, sink = _run(
+        frame("0/0", 0, 100),
+        FrameObjectsEvent(parse_compile_id("0/0"), {"self": "__main__.Encoder"}),
+        metrics("0/0", **CODE),
+        tracing=tracing,
+    )
+    rec = sink.only()
+    assert rec.code == CodeLocation("Encoder.forward", "/src/model.py", 12)
+    assert rec.torch_code == CodeLocation("forward", "/src/model.py", 12) and rec.frame_class == "__main__.Encoder"
+    a = _root(exporter, "0/0").attributes
+    assert (a["code.function.name"], a["torch.compile.code.function.name"], a["torch.compile.frame.class"]) == (
+        "Encoder.forward",
+        "forward",
+        "__main__.Encoder",
+    )

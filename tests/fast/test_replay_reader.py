@@ -329,3 +329,52 @@ def test_a_baselines_keys_know_their_release_from_the_first_lookup_on():
     keys, problems = baseline_keys(str(log))
     assert keys and not problems
     assert {k.torch_version for k in keys} == {"2.13.0+cpu"}, [(k.compile_id, k.torch_version) for k in keys]
+
+
+WRAPPER = "/venv/lib/python3.11/site-packages/torch/_dynamo/external_utils.py"
+GUARDS = """\
+TREE_GUARD_MANAGER:
++- RootGuardManager
+| +- GuardManager: source=L['args'], accessed_by=FrameLocalsGuardAccessor(key='args', framelocals_idx=0), type=<class 'tuple'>
+| +- GuardManager: source=L['fn'], accessed_by=FrameLocalsGuardAccessor(key='fn', framelocals_idx=2), type=<class '__main__.MyStack'>, tag_safe=(False, False)
+| | +- TYPE_MATCH: ___check_type_id(L['fn'], 94742649066896), type=<class '__main__.MyStack'> (HINT: type MyStack)
+| | | +- GuardManager: source=L['fn']._modules['0'], accessed_by=DictGetItemGuardAccessor('0'), type=<class 'torch.nn.modules.linear.Linear'>
+| | | | +- TYPE_MATCH: ___check_type_id(L['fn']._modules['0'], 1), type=<class 'torch.nn.modules.linear.Linear'>  # input = module(input)  # secret/model.py:12 in forward"""
+
+
+def wrapped_module_compile() -> list[list[bytes]]:
+    """Compile 0/0 of a module torch compiled through its wrapper (``inner``), called at /w/train.py:105."""
+    ids = {"frame_id": 0, "frame_compile_id": 0, "attempt": 0}
+    stack = [{"line": 105, "name": "<module>", "filename": 1}, {"line": 67, "name": "inner", "filename": 2}]
+    metrics_ = {"compile_id": "0/0", "co_name": "inner", "co_filename": WRAPPER, "co_firstlineno": 67}
+    return [
+        chromium("dynamo", "B", 1_000_000.0),
+        record({"str": ["/w/train.py", 1]}),
+        record({"str": [WRAPPER, 2]}),
+        record({"dynamo_start": {"stack": stack}, **ids}),
+        record({"dynamo_cpp_guards_str": {}, **ids, "has_payload": "9f0e"}, GUARDS),
+        chromium("dynamo", "E", 2_000_000.0, clock="0101 00:00:02.000000"),
+        record({"compilation_metrics": metrics_, **ids}),
+    ]
+
+
+def test_the_reader_keeps_of_the_guards_only_the_lines_on_the_frames_own_objects():
+    """A guards record's payload is measured, not kept: only its lines on the frame's ``self``, ``fn`` and
+    ``fn.__self__`` are, for the frame's name (never the rest, which holds the user's source lines)."""
+    records, _ = read(log(*wrapped_module_compile()))
+    (md, payload, size) = next(r for r in records if "dynamo_cpp_guards_str" in r[0])
+    assert payload is None and size == len(GUARDS)
+    (kept,) = md["_torch_otel_frame_object_lines"]
+    assert kept.startswith("| +- GuardManager: source=L['fn'], ") and "secret" not in kept
+
+
+def test_a_module_torch_compiled_through_its_wrapper_is_named_by_its_class_at_the_users_call(tmp_path):
+    path = tmp_path / "trace.log"
+    path.write_bytes(log(*wrapped_module_compile()))
+    sink, stats = Collect(), ReplayStats()
+    replay_file(path, [sink], stats)
+    rec = sink.only()
+    assert (rec.code.function, rec.code.file, rec.code.line) == ("MyStack", "/w/train.py", 105)
+    assert rec.torch_code is not None and tuple(rec.torch_code) == ("inner", WRAPPER, 67)
+    assert rec.frame_class == "__main__.MyStack"
+    assert stats.skipped == Counter()

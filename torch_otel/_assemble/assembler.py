@@ -32,6 +32,7 @@ from .._model.events import (
     ArtifactEvent,
     DebugDirEvent,
     Event,
+    FrameObjectsEvent,
     GraphBreakEvent,
     GraphScheduleEvent,
     LogEvent,
@@ -54,6 +55,7 @@ MAX_ARTIFACTS = 512
 MAX_LOGS = 32
 MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
+MAX_FRAME_OBJECTS = 8  # guard dumps per compile naming the frame's objects (one per attempt)
 MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
 # on a phase with no compile id (inductor's compile workers) given to the only compile in flight
 ATTRIBUTED = {"attributed": "the only compile in flight"}
@@ -81,6 +83,7 @@ ATTACH: dict[type, Attach] = {
     LogEvent: Attach("logs", MAX_LOGS, prefer="frame"),
     GraphScheduleEvent: Attach("schedules", MAX_SCHEDULES, merge=_merge_schedule),
     DebugDirEvent: Attach("debug_dirs", MAX_SCHEDULES, value=_debug_dir_path),
+    FrameObjectsEvent: Attach("frame_objects", MAX_FRAME_OBJECTS, prefer="frame"),
 }
 
 

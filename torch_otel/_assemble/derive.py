@@ -19,7 +19,7 @@ from .._analysis.recompiles import NEAR, recompile_limit_of
 from .._core.errors import record_error
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
-from .._model.record import CodeLocation, CompileRecord, Linked, Recent
+from .._model.record import CodeLocation, CompileRecord, Linked, Recent, frame_name
 
 __all__ = ["RECENT", "CacheLoads", "Derive", "Tracing", "guard"]
 
@@ -71,7 +71,8 @@ class Derive:
         self.recompile_limit = recompile_limit
         # What later compiles inherit: a frame's code by (autograd id, frame id); forwards by compile id (a lazy
         # backward's); compiled-autograd graphs by their id
-        self._frame_code: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
+        # (torch's code, the frame as named, the class that names it)
+        self._frame_code: Recent[tuple[int | None, int | None], tuple[CodeLocation, CodeLocation, str | None]] = Recent(recent)
         self._forwards: Recent[str, Linked] = Recent(recent)
         self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
         # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
@@ -80,23 +81,27 @@ class Derive:
 
     def __call__(self, rec: CompileRecord) -> None:
         cid = rec.compile_id
-        code = rec.own_code()
+        torch_code = rec.own_code()
+        rec.call_site, rec.called_directly = rec.user_call_site()
+        code, frame_class = frame_name(torch_code, rec.object_classes(), rec.call_site)
         if rec.kind == "frame" and cid is not None:
             # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
             key = (cid.compiled_autograd_id, cid.frame_id)
-            if code.function and code.file:
-                self._frame_code.remember(key, code)
+            if torch_code.function and torch_code.file:
+                self._frame_code.remember(key, (torch_code, code, frame_class))
             else:
-                code = self._frame_code.get(key, code)
+                torch_code, code, frame_class = self._frame_code.get(key, (torch_code, code, frame_class))
             self._recompile_facts(rec, key)
-        rec.call_site, rec.called_directly = rec.user_call_site()
         if rec.kind == "backward":
             rec.forward = self._forwards.get(rec.id_str)
-            if rec.forward is not None and not code.function:
-                code = rec.forward.code
+            if rec.forward is not None and not torch_code.function:
+                code, frame_class = rec.forward.code, rec.forward.frame_class
+                torch_code = rec.forward.torch_code or code
             if rec.forward is not None:
                 rec.call_site = rec.forward.call_site
         rec.code = code
+        rec.torch_code = torch_code if torch_code != code else None
+        rec.frame_class = frame_class
         if cid is not None and cid.compiled_autograd_id is not None and rec.kind != "compiled_autograd":
             rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
         if self.cache_loads is not None:
@@ -110,7 +115,10 @@ class Derive:
                 rec.trace_id, rec.span_id = ids
         if rec.kind == "frame":
             self._forwards.remember(
-                rec.id_str, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code, rec.call_site)
+                rec.id_str,
+                Linked(
+                    rec.id_str, rec.trace_id, rec.span_id, rec.attempt, rec.code, rec.call_site, rec.torch_code, rec.frame_class
+                ),
             )
         elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
             self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))

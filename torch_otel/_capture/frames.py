@@ -15,7 +15,7 @@ from types import FrameType
 
 from .._model.events import Origin
 
-__all__ = ["MAX_STACK", "capture_kind", "find_code_and_caller", "skip_dirs"]
+__all__ = ["MAX_STACK", "capture_kind", "class_name", "find_code_and_caller", "object_classes", "skip_dirs"]
 
 MAX_STACK = 8  # frames kept in ``code.stacktrace``: from the compiled call out to the user's line
 
@@ -60,11 +60,13 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
         co = f.f_code
         fn = co.co_filename
         if origin.code_name is None and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
-            code = f.f_locals.get("code")
+            here = f.f_locals
+            code = here.get("code")
             if code is not None and hasattr(code, "co_name"):
                 origin.code_name = code.co_name
                 origin.code_file = code.co_filename
                 origin.code_line = code.co_firstlineno
+                origin.classes = object_classes(here.get("locals"), here.get("frame"))
         elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
             if len(stack) < MAX_STACK:
                 stack.append((fn, f.f_lineno, co.co_name))
@@ -81,6 +83,34 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
         origin.caller_line = fallback.f_lineno
         origin.caller_function = fallback.f_code.co_name
     origin.stack = stack
+
+
+def class_name(obj: object) -> str:
+    """An object's class as a dotted name, as torch's guards print it (``torch.nn.modules.container.Sequential``; a
+    builtin's bare: ``method``)."""
+    cls = type(obj)
+    module = getattr(cls, "__module__", None)
+    name = getattr(cls, "__qualname__", None) or cls.__name__
+    return name if module in (None, "builtins") else f"{module}.{name}"
+
+
+def object_classes(frame_locals: object, frame: object = None) -> dict[str, str]:
+    """The classes of the compiled frame's objects that name it (torch_otel._model.events.FrameObjectsEvent): its
+    ``self``, torch's wrapper's ``fn``, a bound method's ``fn.__self__``. ``frame_locals`` is the locals dict dynamo's
+    ``_compile`` was given; else ``frame``'s own."""
+    if not isinstance(frame_locals, dict):
+        frame_locals = getattr(frame, "f_locals", None)
+        if not isinstance(frame_locals, dict):
+            return {}
+    out: dict[str, str] = {}
+    for key in ("self", "fn"):
+        if key in frame_locals:
+            out[key] = class_name(frame_locals[key])
+    if out.get("fn") == "method":
+        owner = getattr(frame_locals["fn"], "__self__", None)
+        if owner is not None:
+            out["fn.__self__"] = class_name(owner)
+    return out
 
 
 def capture_kind() -> str:

@@ -34,6 +34,8 @@ class Origin:
     child_cpu_ns: int | None = None
     # The CUDA device current on the compiling thread, when CUDA is initialised there (named on the root span)
     cuda_device: int | None = None
+    # The classes of the compiled frame's objects that name it (FrameObjectsEvent's, as live capture sees them)
+    classes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -133,6 +135,20 @@ class StartEvent:
 
     compile_id: CompileId | None
     stack: list[dict[str, Any]]
+    attempt: int = 0
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class FrameObjectsEvent:
+    """The classes of the compiled frame's objects that name it, as dotted names (``torch.nn.modules.container.
+    Sequential``; a builtin's bare, ``method``): its ``self``; torch's wrapper's ``fn`` (the module ``torch.compile``
+    wrapped, or a bound method); a bound method's ``fn.__self__``. Replay reads them from the guards torch logged on
+    them (``dynamo_cpp_guards_str``: ``source=L['fn'] ... type=<class '...'>``); live capture from the frame's own
+    locals (its ``Origin.classes``)."""
+
+    compile_id: CompileId | None
+    classes: dict[str, str]
     attempt: int = 0
     rank: int | None = None
 

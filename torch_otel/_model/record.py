@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 from .._core.categories import is_recompile_limit_hit
 from .._core.compile_id import CompileId
 from .._core.paths import in_installed_package
-from .events import ArtifactEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
+from .events import ArtifactEvent, FrameObjectsEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
 
 __all__ = [
     "BYPASS_PHASES",
@@ -40,6 +40,8 @@ __all__ = [
     "PhaseNode",
     "Recent",
     "Sink",
+    "frame_name",
+    "short_class",
 ]
 
 # torch's root chromium events -> the kind of compile each begins
@@ -89,6 +91,40 @@ def _in_torch(path: str) -> bool:
     return _TORCH_FRAME.search(path) is not None or _INSTALLED_TORCH.search(path) is not None
 
 
+# What torch's wrapper may hold that is no object of the user's: a function names no class (torch's code name stays)
+_NOT_A_CLASS = frozenset({"function", "builtin_function_or_method", "functools.partial", "method-wrapper", "NoneType"})
+
+
+def short_class(dotted: str) -> str:
+    """A class's own name from its dotted name: ``torch.nn.modules.container.Sequential`` -> ``Sequential``."""
+    return dotted.rsplit(".", 1)[-1]
+
+
+def frame_name(code: CodeLocation, classes: dict[str, str], call_site: CodeLocation | None) -> tuple[CodeLocation, str | None]:
+    """The compiled frame as the user wrote it, and the class that names it (docs/span-model.md, "Which frame").
+
+    - torch's own code holding the callable ``torch.compile`` wrapped (``fn``: wrap_inline's ``inner``, where a
+      module whose ``forward`` is torch's own is compiled): the module's class (a bound method's object's), at the
+      user's line that called it, else at torch's code;
+    - a method (its frame has a ``self``): ``Class.name``, the class of its object, at the method's own file and line;
+    - else torch's code object as it is.
+    Live and replay name a frame alike: both read the classes of the same objects (the frame's locals; the guards
+    torch logged on them).
+    """
+    if not code.function:
+        return code, None
+    wrapped = classes.get("fn")
+    if wrapped == "method":
+        wrapped = classes.get("fn.__self__")
+    if wrapped and wrapped not in _NOT_A_CLASS and code.file and _in_torch(code.file):
+        where = call_site if call_site is not None and call_site.file else code
+        return CodeLocation(short_class(wrapped), where.file, where.line), wrapped
+    own = classes.get("self")
+    if own and own not in _NOT_A_CLASS and "." not in code.function:
+        return CodeLocation(f"{short_class(own)}.{code.function}", code.file, code.line), own
+    return code, None
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -125,6 +161,8 @@ class Linked:
     attempt: int = 0
     code: CodeLocation = CodeLocation()
     call_site: CodeLocation | None = None  # the user's line that called it (CompileRecord.call_site)
+    torch_code: CodeLocation | None = None  # torch's code object, where it differs from ``code`` (CompileRecord's)
+    frame_class: str | None = None  # the class that names the frame (CompileRecord's)
 
 
 @dataclass(slots=True)
@@ -158,6 +196,9 @@ class CompileRecord:
     logs: list[LogEvent] = field(default_factory=list)
     artifacts: list[ArtifactEvent] = field(default_factory=list)
     start_stack: list[dict[str, Any]] | None = None
+    # replay: the classes of the compiled frame's objects that name it, from the guards torch logged (live: the
+    # origin's classes)
+    frame_objects: list[FrameObjectsEvent] = field(default_factory=list)
     recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
     # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
@@ -182,9 +223,16 @@ class CompileRecord:
     cpu_ns: int | None = None
     child_cpu_ns: int | None = None
     # -- Derived by the assembler, once, before any sink sees the record (torch_otel._assemble.derive) --
-    # the compiled code: its own, else its frame's earlier compile's (a compile that stops before dynamo reports
-    # its code: the recompile-limit check), else (a lazy backward) its forward's
+    # the compiled frame as the user wrote it (docs/span-model.md, "Which frame"): a method by its object's class
+    # (``MyModel.forward``), a module torch compiled through its own wrapper by the module's class at the user's line
+    # that called it (``Sequential``); else torch's code object. Its own, else its frame's earlier compile's (a
+    # compile that stops before dynamo reports its code: the recompile-limit check), else (a lazy backward) its
+    # forward's
     code: CodeLocation = CodeLocation()
+    # torch's code object (co_name, co_filename, co_firstlineno: what tlparse and torch's logs name), where it differs
+    # from ``code``; and the class that names the frame (a dotted name), if one does
+    torch_code: CodeLocation | None = None
+    frame_class: str | None = None
     # the user's line that called the compiled code: the nearest frame outside torch and installed packages (live:
     # the stack at the compile's start; replay: the stack torch logged with dynamo_start); a lazy backward's is its
     # forward's. None: unknown
@@ -290,6 +338,16 @@ class CompileRecord:
             path if isinstance(path, str) and path else None,
             line if isinstance(line, int) and not isinstance(line, bool) else None,
         )
+
+    def object_classes(self) -> dict[str, str]:
+        """The classes of the compiled frame's objects that name it (:class:`FrameObjectsEvent`): live capture's, else
+        the guards torch logged (its last attempt's)."""
+        if self.origin is not None and self.origin.classes:
+            return self.origin.classes
+        for ev in reversed(self.frame_objects):
+            if ev.classes:
+                return ev.classes
+        return {}
 
     def caller(self) -> CodeLocation:
         """The user's line that called the compiled code: the live origin's, else the frame below it in dynamo_start."""

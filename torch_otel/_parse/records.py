@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._core.compile_id import CompileId, compile_id_from_metadata, parse_compile_id
@@ -19,6 +19,7 @@ from .._kinds import cache_lookups
 from .._model.events import (
     ArtifactEvent,
     Event,
+    FrameObjectsEvent,
     GraphBreakEvent,
     GraphScheduleEvent,
     MetricsEvent,
@@ -261,6 +262,41 @@ def _ignore(
     return []
 
 
+# The guards torch logs on the compiled frame's objects that name it, with the class it printed for each (2.13:
+# "| +- GuardManager: source=L['fn'], accessed_by=FrameLocalsGuardAccessor(key='fn', ...), type=<class
+# 'torch.nn.modules.container.Sequential'>, tag_safe=..."): its ``self``, torch's wrapper's ``fn`` and a bound
+# method's ``fn.__self__``. The replay reader keeps only the lines that hold one of these marks
+# (:data:`FRAME_OBJECT_MARKS`), never the rest of the guards' text.
+FRAME_OBJECT_MARKS = (b"source=L['self'], ", b"source=L['fn'], ", b"source=L['fn'].__self__, ")
+FRAME_OBJECT_LINES = "_torch_otel_frame_object_lines"  # where the reader puts those lines, in the record's metadata
+_OBJECT_GUARD = re.compile(r"source=L\['(self|fn)'\](\.__self__)?, .*?\btype=<class '([^']+)'>")
+
+
+def guard_classes(lines: Iterable[str]) -> dict[str, str]:
+    """The classes torch's guards name for the frame's ``self``, ``fn`` and ``fn.__self__`` (the first of each)."""
+    out: dict[str, str] = {}
+    for line in lines:
+        m = _OBJECT_GUARD.search(line)
+        if m:
+            out.setdefault(m.group(1) + (m.group(2) or ""), m.group(3))
+    return out
+
+
+_guards_artifact = _generic("dynamo_cpp_guards_str")
+
+
+def _guards(
+    value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
+) -> list[Event]:
+    """``dynamo_cpp_guards_str``: its artifact, and the classes of the frame's objects its guards name."""
+    events = _guards_artifact(value, md, payload, cid, attempt, rank)
+    lines = md.get(FRAME_OBJECT_LINES)
+    classes = guard_classes(lines if isinstance(lines, list) else (payload or "").splitlines())
+    if classes:
+        events.append(FrameObjectsEvent(cid, classes, attempt, rank))
+    return events
+
+
 GENERIC_KINDS = (
     "dynamo_output_graph",
     "optimize_ddp_split_graph",
@@ -317,6 +353,7 @@ HANDLERS: dict[str, Handler] = {
     "dynamo_start": _dynamo_start,
     "str": _ignore,
     **{k: _generic(k) for k in GENERIC_KINDS},
+    "dynamo_cpp_guards_str": _guards,
 }
 
 

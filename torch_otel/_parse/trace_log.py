@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .records import ARTIFACTS, RecordError, parse_record
+from .records import ARTIFACTS, FRAME_OBJECT_LINES, FRAME_OBJECT_MARKS, RecordError, parse_record
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
 _GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] ")
@@ -127,10 +127,14 @@ def iter_records(
     md: dict[str, Any] | None = None
     chunks: list[bytes] = []
     keep = False
+    sniff = False  # a guards record not kept: only its lines on the frame's own objects are (FRAME_OBJECT_MARKS)
+    sniffed: list[str] = []
     size = lines = 0
 
     def finish() -> tuple[dict[str, Any], str | None, int]:
         assert md is not None
+        if sniffed:
+            md[FRAME_OBJECT_LINES] = list(sniffed)
         if keep:
             payload = b"\n".join(chunks).decode("utf-8", "replace") if (chunks or md.get("has_payload")) else None
             return md, payload, len(payload or "")
@@ -149,6 +153,8 @@ def iter_records(
                 else:
                     size += len(raw) - (2 if raw[-1:] == b"\n" else 1)
                     lines += 1
+                    if sniff and len(sniffed) < 8 and any(mark in raw for mark in FRAME_OBJECT_MARKS):
+                        sniffed.append(raw[1:].decode("utf-8", "replace").rstrip("\n"))
                 continue
             line = raw.decode("utf-8", "replace").rstrip("\n")
             if not line.strip():
@@ -179,7 +185,8 @@ def iter_records(
                 or kind in _KEEP_PAYLOAD
                 or (kind == "artifact" and isinstance(art, dict) and art.get("name") in ARTIFACTS)
             )
-            chunks, size, lines = [], 0, 0
+            sniff = not keep and kind == "dynamo_cpp_guards_str"
+            chunks, sniffed, size, lines = [], [], 0, 0
         if md is not None:
             yield finish()
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:

@@ -64,9 +64,17 @@ class Root:
     ATTEMPT = "torch.compile.attempt"
     DURATION = "torch.compile.duration_s"
     RANK = "torch.distributed.rank"  # also a replayed span's resource's
+    # the compiled frame as the user wrote it (CompileRecord.code: docs/span-model.md, "Which frame")
     CODE_FUNCTION = "code.function.name"
     CODE_FILE = "code.file.path"
     CODE_LINE = "code.line.number"
+    # torch's code object, where it is not that (a module compiled through torch's wrapper, a method named by its
+    # class): ``<TORCH_CODE>.function.name`` (co_name), ``.file.path`` (co_filename), ``.line.number`` (co_firstlineno)
+    TORCH_CODE = "torch.compile.code"
+    TORCH_CODE_FUNCTION = "torch.compile.code.function.name"
+    TORCH_CODE_FILE = "torch.compile.code.file.path"
+    TORCH_CODE_LINE = "torch.compile.code.line.number"
+    FRAME_CLASS = "torch.compile.frame.class"  # the class that names the frame, dotted (torch.nn.modules.container.Sequential)
     # the user's line that called the compiled code (CompileRecord.call_site; else the frame below the compiled one)
     CALLER_FUNCTION = "torch.compile.caller.function.name"
     CALLER_FILE = "torch.compile.caller.file.path"
@@ -200,6 +208,11 @@ def record_of_spans(
     if isinstance(reasons, list):
         rec.recompile_reasons = [str(r) for r in reasons]
     rec.code = CodeLocation(_str(a.get(Root.CODE_FUNCTION)), _str(a.get(Root.CODE_FILE)), _int(a.get(Root.CODE_LINE)))
+    if Root.TORCH_CODE_FUNCTION in a:
+        rec.torch_code = CodeLocation(
+            _str(a.get(Root.TORCH_CODE_FUNCTION)), _str(a.get(Root.TORCH_CODE_FILE)), _int(a.get(Root.TORCH_CODE_LINE))
+        )
+    rec.frame_class = _str(a.get(Root.FRAME_CLASS))
     caller_file = _str(a.get(Root.CALLER_FILE))
     if caller_file and not in_installed_package(caller_file):
         rec.call_site = CodeLocation(_str(a.get(Root.CALLER_FUNCTION)), caller_file, _int(a.get(Root.CALLER_LINE)))

@@ -135,6 +135,10 @@ class SpanMapper:
         if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
             a[Root.ATTEMPT] = rec.forward.attempt
         self._code_attributes(rec.code, a, "code")
+        if rec.torch_code is not None:  # torch's code object, where the frame is named otherwise (its class)
+            self._code_attributes(rec.torch_code, a, Root.TORCH_CODE)
+        if rec.frame_class:
+            a[Root.FRAME_CLASS] = self._str(rec.frame_class)
         self._code_attributes(rec.call_site or rec.caller(), a, "torch.compile.caller")
         if origin is not None and origin.stack:  # Python's traceback form, most recent call last
             lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
