@@ -240,12 +240,21 @@ def test_live_and_replay_name_a_method_by_its_class_and_keep_torchs_code_on_the_
     _, sink = _run(
         frame("0/0", 0, 100),
         FrameObjectsEvent(parse_compile_id("0/0"), {"self": "__main__.Encoder"}),
-        metrics("0/0", **CODE),
+        metrics("0/0", guard_count=3, **CODE),
+        # a recompile that fails before torch builds its guards: named as its frame's earlier compile
+        frame("0/1", 200, 210),
+        FrameObjectsEvent(parse_compile_id("0/1"), {"self": "__main__.Other"}),  # no guards: not read
+        metrics("0/1", fail_type="Unsupported", fail_reason="Dynamo recompile limit exceeded", **CODE),
+        # a frame torch skipped before any guard: no class to name it by, live or on replay
+        frame("1/0", 300, 310),
+        metrics("1/0", has_guarded_code=False, co_name="step", co_filename="/src/model.py", co_firstlineno=40),
         tracing=tracing,
     )
-    rec = sink.only()
+    rec, limited, skipped = sink.finished
     assert rec.code == CodeLocation("Encoder.forward", "/src/model.py", 12)
     assert rec.torch_code == CodeLocation("forward", "/src/model.py", 12) and rec.frame_class == "__main__.Encoder"
+    assert (limited.code, limited.torch_code, limited.frame_class) == (rec.code, rec.torch_code, rec.frame_class)
+    assert (skipped.code, skipped.torch_code, skipped.frame_class) == (CodeLocation("step", "/src/model.py", 40), None, None)
     a = _root(exporter, "0/0").attributes
     assert (a["code.function.name"], a["torch.compile.code.function.name"], a["torch.compile.frame.class"]) == (
         "Encoder.forward",

@@ -346,7 +346,7 @@ def wrapped_module_compile() -> list[list[bytes]]:
     """Compile 0/0 of a module torch compiled through its wrapper (``inner``), called at /w/train.py:105."""
     ids = {"frame_id": 0, "frame_compile_id": 0, "attempt": 0}
     stack = [{"line": 105, "name": "<module>", "filename": 1}, {"line": 67, "name": "inner", "filename": 2}]
-    metrics_ = {"compile_id": "0/0", "co_name": "inner", "co_filename": WRAPPER, "co_firstlineno": 67}
+    metrics_ = {"compile_id": "0/0", "co_name": "inner", "co_filename": WRAPPER, "co_firstlineno": 67, "guard_count": 9}
     return [
         chromium("dynamo", "B", 1_000_000.0),
         record({"str": ["/w/train.py", 1]}),

@@ -83,14 +83,19 @@ class Derive:
         cid = rec.compile_id
         torch_code = rec.own_code()
         rec.call_site, rec.called_directly = rec.user_call_site()
-        code, frame_class = frame_name(torch_code, rec.object_classes(), rec.call_site)
+        classes = rec.object_classes()
+        code, frame_class = frame_name(torch_code, classes, rec.call_site)
         if rec.kind == "frame" and cid is not None:
-            # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
             key = (cid.compiled_autograd_id, cid.frame_id)
-            if torch_code.function and torch_code.file:
-                self._frame_code.remember(key, (torch_code, code, frame_class))
+            before = self._frame_code.get(key)
+            if not (torch_code.function and torch_code.file):
+                # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
+                if before is not None:
+                    torch_code, code, frame_class = before
+            elif not classes and before is not None and before[0] == torch_code:
+                _, code, frame_class = before  # no guards of its own to name it by: as its frame's earlier compile
             else:
-                torch_code, code, frame_class = self._frame_code.get(key, (torch_code, code, frame_class))
+                self._frame_code.remember(key, (torch_code, code, frame_class))
             self._recompile_facts(rec, key)
         if rec.kind == "backward":
             rec.forward = self._forwards.get(rec.id_str)

@@ -341,7 +341,12 @@ class CompileRecord:
 
     def object_classes(self) -> dict[str, str]:
         """The classes of the compiled frame's objects that name it (:class:`FrameObjectsEvent`): live capture's, else
-        the guards torch logged (its last attempt's)."""
+        the guards torch logged (its last attempt's). Only for a compile torch built guards for (its metrics'
+        ``guard_count``): replay reads the classes from those guards, so live and replay name a frame alike; a compile
+        without (a frame skipped before any guard, the recompile-limit check) is named as its frame's earlier one."""
+        count = (self.metrics or {}).get("guard_count")
+        if not (isinstance(count, int) and count > 0):
+            return {}
         if self.origin is not None and self.origin.classes:
             return self.origin.classes
         for ev in reversed(self.frame_objects):
