@@ -216,19 +216,19 @@ def test_a_new_shape_per_step_is_named_with_its_category_and_the_fix_that_stops_
     diffs = _every_form(runs, "base1", "shapes", GATE_NO_TIME)
     v = _same_verdicts(diffs)
     assert v["recompiles_new"] == [
-        ("size_mismatch", "forward (diff_pair.py:30)", 6),
+        ("size_mismatch", "Model.forward (diff_pair.py:30)", 6),
         ("size_mismatch", "loss_fn (diff_pair.py:34)", 6),
     ]
     d = diffs[("log", "log")]
     frames = {f["function"]: f for f in d["recompiling_frames"]}
-    assert frames["forward"]["guards"][0]["line"] == "dim 0 of input 'x' took 7 values: 8, 16, 24, 32, 40, 48, 56"
-    assert frames["forward"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(x, 0)"
+    assert frames["Model.forward"]["guards"][0]["line"] == "dim 0 of input 'x' took 7 values: 8, 16, 24, 32, 40, 48, 56"
+    assert frames["Model.forward"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(x, 0)"
     assert frames["loss_fn"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(out, 0)"
     # torch's limit, 8, is in each compile's record: 7 compiles, one more before eager; the live run warned once each
-    assert (frames["forward"]["limit"], frames["forward"]["cache_entries"], frames["forward"]["left_before_limit"]) == (8, 7, 1)
+    assert (frames["Model.forward"]["limit"], frames["Model.forward"]["cache_entries"], frames["Model.forward"]["left_before_limit"]) == (8, 7, 1)
     for traces in (diffs[("log", "traces")], diffs[("summary", "summary")]):
         assert {f["function"]: f["fixes"][0]["fix"] for f in traces["recompiling_frames"]} == {
-            "forward": "torch._dynamo.maybe_mark_dynamic(x, 0)",
+            "Model.forward": "torch._dynamo.maybe_mark_dynamic(x, 0)",
             "loss_fn": "torch._dynamo.maybe_mark_dynamic(out, 0)",
         }
     warned = [x for x in runs["shapes"]["stderr"].splitlines() if "torch._dynamo.config.recompile_limit" in x]
@@ -249,7 +249,7 @@ def test_a_new_shape_per_step_is_named_with_its_category_and_the_fix_that_stops_
     ]
     fixed = _same_verdicts(_every_form(runs, "shapes", "shapes_fixed", GATE_NO_TIME))
     assert fixed["recompiles_gone"] == [
-        ("size_mismatch", "forward (diff_pair.py:30)"),
+        ("size_mismatch", "Model.forward (diff_pair.py:30)"),
         ("size_mismatch", "loss_fn (diff_pair.py:34)"),
     ]
     assert fixed["recompiles_new"] == [] and fixed["gate"] == []
