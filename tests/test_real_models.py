@@ -117,7 +117,10 @@ def test_gpt2s_graph_breaks_agree_with_torchs_counters_and_those_that_end_a_fram
         f"graph breaks: {torch_breaks} (GB0291 {torch_breaks}); {cannot_resume} more ended their frame (the rest of the function ran in eager)"
         in text
     )
-    assert f"{cannot_resume:>7}  GB0291 at modeling_utils.py:" in text and "ended forward: the rest of it ran in eager" in text
+    assert (
+        f"{cannot_resume:>7}  GB0291 at modeling_utils.py:" in text
+        and "ended GPT2LMHeadModel.forward: the rest of it ran in eager" in text
+    )
     # tlparse, on the same log, lists both kinds as graph-break records: torch's count plus those that ended a frame
     (log,) = (run["out"] / "trace").iterdir()
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
@@ -148,7 +151,7 @@ def test_the_hint_for_the_frame_the_user_calls_applied_to_gpt2_stops_its_recompi
     static = _frames(runs["gpt2_static"]["summary"])
     assert static and all(f["keeps_recompiling"] for f in static.values())
     marks = {k: h for k, f in static.items() for h in f["hints"] if h["fix"] and "mark_dynamic" in h["fix"]}
-    assert list(marks) == [("wrapper", TRAIN)], marks  # the frame the call enters, called from the test's line
+    assert list(marks) == [("GPT2LMHeadModel.wrapper", TRAIN)], marks  # the frame the call enters, from the test's line
     (hint,) = marks.values()
     assert hint["fix"] == "torch._dynamo.maybe_mark_dynamic(input_ids, 1)" and hint["where"] == "call_site"
     assert hint["guard"] == "dim 1 of input 'kwargs['input_ids']' took 4 values: 8, 12, 16, 20"
@@ -208,11 +211,12 @@ def test_two_models_compiled_through_one_library_wrapper_are_two_frames(runs):
     by_fn: dict[str, set[str]] = {}
     for f in frames:
         by_fn.setdefault(f["function"], set()).add(f["call_site"])
-    assert by_fn["forward"] == sites  # GPT2Model.forward: one code object, two frames
+    assert by_fn["GPT2LMHeadModel.forward"] == sites  # one code object, two frames
     static = {f["function"]: f for f in frames if f["call_site"] == STATIC}
     dynamic = {f["function"]: f for f in frames if f["call_site"] == DYNAMIC}
-    assert static["forward"]["recompiles"] > dynamic["forward"]["recompiles"]
-    assert static["forward"]["keeps_recompiling"] and not dynamic["forward"]["keeps_recompiling"]
+    forward = "GPT2LMHeadModel.forward"
+    assert static[forward]["recompiles"] > dynamic[forward]["recompiles"]
+    assert static[forward]["keeps_recompiling"] and not dynamic[forward]["keeps_recompiling"]
 
 
 @pytest.mark.parametrize("mode", HINTS)
@@ -252,7 +256,8 @@ def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_f
         for r in roots
     } == {("hf_models.py", int(TRAIN.split(":")[1]))}
     text = format_text(summary, WIDTH).splitlines()
-    assert any(ln.startswith("  wrapper (generic.py:") and f" from {TRAIN} " in ln for ln in text), text
+    # transformers' decorator, named by the class of the model it wraps (its ``self``)
+    assert any(ln.startswith("  GPT2LMHeadModel.wrapper (generic.py:") and f" from {TRAIN} " in ln for ln in text), text
     # the recompile block: the costliest first, as the JSON orders them
     rec = summary["recompiling_frames"]
     costs = [f["cost_s"] for f in rec]
@@ -272,7 +277,7 @@ def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_f
         str(tmp_path / "d.json"),
     )
     assert res.returncode in (0, 4), res.stderr[-3000:]
-    assert re.search(rf"^  wrapper \(generic\.py:\d+\) from {re.escape(TRAIN)} ", res.stdout, re.M), res.stdout
+    assert re.search(rf"^  GPT2LMHeadModel\.wrapper \(generic\.py:\d+\) from {re.escape(TRAIN)} ", res.stdout, re.M), res.stdout
     doc = json.loads((tmp_path / "d.json").read_text())
     assert all(f["call_site"] == TRAIN for f in doc["frames"]), doc["frames"]
     listed = [f["cost_s"] for f in doc["recompiling_frames"]]

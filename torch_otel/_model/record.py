@@ -106,7 +106,7 @@ def frame_name(code: CodeLocation, classes: dict[str, str], call_site: CodeLocat
     - torch's own code holding the callable ``torch.compile`` wrapped (``fn``: wrap_inline's ``inner``, where a
       module whose ``forward`` is torch's own is compiled): the module's class (a bound method's object's), at the
       user's line that called it, else at torch's code;
-    - a method (its frame has a ``self``): ``Class.name``, the class of its object, at the method's own file and line;
+    - a method (its frame has a ``self``) in a file: ``Class.name``, the class of its object, at its own file and line;
     - else torch's code object as it is.
     Live and replay name a frame alike: both read the classes of the same objects (the frame's locals; the guards
     torch logged on them).
@@ -120,7 +120,8 @@ def frame_name(code: CodeLocation, classes: dict[str, str], call_site: CodeLocat
         where = call_site if call_site is not None and call_site.file else code
         return CodeLocation(short_class(wrapped), where.file, where.line), wrapped
     own = classes.get("self")
-    if own and own not in _NOT_A_CLASS and "." not in code.function:
+    # (code torch generated, such as a compiled-autograd graph's ``<eval_with_key>.3``, guards no ``self``: its name stays)
+    if own and own not in _NOT_A_CLASS and "." not in code.function and code.file and not code.file.startswith("<"):
         return CodeLocation(f"{short_class(own)}.{code.function}", code.file, code.line), own
     return code, None
 
