@@ -240,10 +240,15 @@ def test_your_own_script_with_nothing_configured_runs_as_written(tmp_path):
     assert len(commands) == 2, commands
     curl = re.search(r"`(curl -s http://127\.0\.0\.1:9464/metrics)`", section)
     assert curl is not None, section
-    shown = next(ln for ln in _blocks(section, "text")[0].splitlines() if ln.startswith("torch-otel: traces of 3 compiles"))
+    # the closing line of each command, as the doc shows it; the second's with the line that says where its page went
+    shown = [
+        next(ln for ln in b.splitlines() if ln.startswith("torch-otel: traces of 3 compiles")) for b in _blocks(section, "text")
+    ]
+    assert len(shown) == 2 and "TORCH_OTEL_SUMMARY=" not in shown[1], shown
+    page_line = next(ln for ln in _blocks(section, "text")[1].splitlines() if "page written to" in ln)
     checkout = _checkout(tmp_path)
     (checkout / "train.py").write_text(HOLD)
-    for command in commands:
+    for command, closing in zip(commands, shown, strict=True):
         port = free_port()
         proc = _start(command, checkout, {"OTEL_EXPORTER_PROMETHEUS_PORT": str(port)})
         try:
@@ -259,7 +264,9 @@ def test_your_own_script_with_nothing_configured_runs_as_written(tmp_path):
         assert len(runs) == 1 and runs[0][0].startswith("torch.compile run summary (live): 3 compiles (1 backward, 2 frame)"), (
             err[-3000:]
         )
-        assert err.splitlines()[-1] == shown.replace("9464", str(port)), err[-3000:]  # the doc's closing line, as printed
+        assert err.splitlines()[-1] == closing.replace("9464", str(port)), err[-3000:]  # the doc's closing line, as printed
+        if "compile.html" in command:
+            assert err.splitlines()[-2] == page_line, err[-3000:]
     page = (checkout / "compile.html").read_text()
     assert "<html" in page[:500].lower() and "torch.compile run summary" in page
 

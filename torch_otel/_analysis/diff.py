@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.paths import in_installed_package
-from .._core.text import cut_middle, wrap
+from .._core.text import cut_middle, cut_where, wrap
 from .recompiles import hint_lines, keeps_recompiling, limit_words
 
 __all__ = [
@@ -829,7 +829,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>6}"
         nums = f"{f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
         room = w - 3 - len(nums)  # the numbers are whole: the name takes what is left
-        label = cut_middle(row_where(f), room - len(tag), 24) + tag  # the file:line (and call site) kept
+        label = cut_where(row_where(f), room - len(tag)) + tag  # the file:line (and call site) kept
         lines.append(f"  {label:<{room}} {nums}")
     if len(lines) == 1:
         lines.append("  no frame changed")
@@ -903,7 +903,7 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
             continue
         cost = f" ({x['cost_s']:.2f} s)" if isinstance(x.get("cost_s"), (int, float)) else ""
         tail = f": {x['base_recompiles']} -> {x['recompiles']} recompiles{cost}, {limit_words(x, short=True)}"
-        lines.append(f"  {cut_middle(row_where(x), max(20, w - 2 - len(tail)), 24)}{tail}")
+        lines.append(f"  {cut_where(row_where(x), max(20, w - 2 - len(tail)))}{tail}")
         lines.extend(hint_lines(x, w))
     if lines:
         secs.append(_sec("recompiling", ["frames that keep recompiling (new side, the costliest first):", *lines], 3))

@@ -25,7 +25,7 @@ from typing import Any
 from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import logger
 from .._core.paths import in_installed_package
-from .._core.text import cut, cut_middle, wrap
+from .._core.text import cut, cut_middle, cut_where, wrap
 from .._model.record import CompileRecord, Sink
 
 __all__ = [
@@ -725,7 +725,7 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
     for i, f in enumerate(shown):
         cost = f" ({f['cost_s']:.2f} s)" if isinstance(f.get("cost_s"), (int, float)) else ""
         head = f": {f['recompiles']} recompiles{cost}, {limit_words(f, short=True)}"
-        block = [f"  {cut_middle(where(f), max(20, width - 2 - len(head)), 24)}{head}", *hint_lines(f, width)]
+        block = [f"  {cut_where(where(f), max(20, width - 2 - len(head)))}{head}", *hint_lines(f, width)]
         block = [cut(b, width) for b in block]
         if f.get("evidence"):  # whole: its last words are the fix it names
             block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))

@@ -20,6 +20,18 @@ def cut_middle(text: str, n: int, keep_end: int = 36) -> str:
     return text[:head] + "…" + (text[len(text) - end :] if end else "")
 
 
+def cut_where(text: str, n: int) -> str:
+    """A frame as the summary names it (``MyModel.forward (train.py:12)``, ``GPT2LMHeadModel.wrapper (generic.py:1030)
+    from train.py:42``) in at most ``n`` characters: its name is cut in the middle, its file:line and call site kept
+    whole while they fit (they are what a user looks for, and hold the numbers); else the whole, as :func:`cut_middle`."""
+    if len(text) <= n:
+        return text
+    at = text.find(" (")
+    if at > 0 and len(text) - at <= n - 8:  # a name of at least 8 characters beside it
+        return cut_middle(text[:at], n - (len(text) - at), (n - (len(text) - at)) // 2) + text[at:]
+    return cut_middle(text, n, 24)
+
+
 def wrap(text: str, n: int, lines: int, indent: str = "") -> list[str]:
     """``text`` as at most ``lines`` lines of at most ``n`` characters, broken at spaces: the first keeps ``text``'s
     own leading spaces, the later ones start with ``indent``; where it does not fit, the last line ends in "…"."""

@@ -27,7 +27,7 @@ from .._core.graph_breaks import graph_break_code
 from .._core.merge import Merge, basename, counts, first, merge_with, num, rows, sum_int, sum_known_s, sum_s, union
 from .._core.paths import in_installed_package, path_problem
 from .._core.ranks import env_rank
-from .._core.text import cut_middle
+from .._core.text import cut_middle, cut_where
 from .._kinds.graph_calls import compile_calls
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
@@ -526,16 +526,17 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     if wall and self_sum > wall * 1.005:  # parallel builds each count their own time: say so where the % stand
         out.append(f"  (self % adds up to {100 * self_sum / wall:.0f}%: builds that ran in parallel each count their time)")
     out.append("")
-    out.append(f"{'frames that cost most (compiles: with their backwards)':<{name_w}} {'compiles':>8} {'total s':>10}")
+    frame_w = w - 22  # two columns beside it: a frame's name, file:line and call site get the rest of the width
+    out.append(f"{'frames that cost most (compiles: with their backwards)':<{frame_w}} {'compiles':>8} {'total s':>10}")
     for f in facts["frames"][:5]:
-        out.append(f"  {cut_middle(_row_where(f), name_w - 2, 24):<{name_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}")
+        out.append(f"  {cut_where(_row_where(f), frame_w - 2):<{frame_w - 2}} {f['compiles']:>8} {f['total_s']:>10.3f}")
     out.append("")
     out.append("slowest compiles")
     for c in facts["slowest"][:5]:
         mark = "  FAILED" if c["status"] == "error" else ""
         rank = f" rank {c['rank']}" if "rank" in c else ""
         out.append(
-            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {cut_middle(_row_where(c), w - 34 - len(rank) - len(mark), 24)}{rank}{mark}"
+            f"  {c['duration_s']:>8.3f} s  {c['id']:<8} {c['kind']:<9} {cut_where(_row_where(c), w - 34 - len(rank) - len(mark))}{rank}{mark}"
         )
     rc = facts["recompiles"]
     out.append("")
