@@ -73,6 +73,10 @@ _GUARDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # an int argument specialised to its value: "n == 3" (dynamo appends "  # source line  # file:line in f")
     ("int", re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == (?P<exp>-?\d+)\s*(?:#.*)?$")),
 )
+# Guards whose failure names only the value the cache entry was compiled for ("n == 3", "len(kwargs) == 6"), not the
+# new one. A recompile's reason names the newest entry's value, so each new value is named by the next recompile, and
+# the value the last recompile compiled for by none: it is counted as one more ("took 6 values", not 5).
+EXPECTED_ONLY = frozenset({"int", "kwargs"})
 _LIMIT_RE = re.compile(r'"(?:recompile_limit|cache_size_limit)": (\d+)')
 _AUTO_DYNAMIC_RE = re.compile(r'"automatic_dynamic_shapes": (true|false)')
 _PLAIN_NAME = re.compile(r"^[A-Za-z_]\w*$")
@@ -152,13 +156,15 @@ class _GuardValues:
     values: list[str] = field(default_factory=list)  # distinct, in the order seen
     more: int = 0  # distinct values past MAX_VALUES
     failures: int = 0  # reasons that named this guard
+    unnamed: int = 0  # values no reason names: the one the latest recompile compiled for (see EXPECTED_ONLY)
 
 
 def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     """A guard's values in words: "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"."""
     kind, name, dim = g.get("kind"), g.get("input"), g.get("dim")
     values = [str(v) for v in g.get("values") or []]
-    n = len(values) + int(g.get("more_values") or 0)
+    unnamed = int(g.get("unnamed_values") or 0)
+    n = len(values) + int(g.get("more_values") or 0) + unnamed
     what = {
         "size": f"dim {dim} of input '{name}'",
         "stride": f"the stride of dim {dim} of input '{name}'",
@@ -176,7 +182,10 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     if kind == "requires_grad":
         values = ["True" if v == "1" else "False" for v in values]
     shown = values[:SHOWN_VALUES]
-    listed = ", ".join(shown) + (f", ... ({n - len(shown)} more)" if n > len(shown) else "")
+    left = n - len(shown) - unnamed
+    listed = ", ".join(shown) + (f", ... ({left} more)" if left > 0 else "")
+    if unnamed:  # torch's reasons name a value once a later call replaces it: the newest is named by none
+        listed += ", and the newest, which no reason names"
     if not show_values or not values:
         return f"{what} took {n} values (not shown: they may be data; capture payloads to see them)"
     return f"{what} took {n} values: {listed}"
@@ -253,7 +262,7 @@ def _reachable(name: str, ctx: FrameContext) -> str | None:
 
 
 def _n(g: Mapping[str, Any]) -> int:
-    return len(g.get("values") or []) + int(g.get("more_values") or 0)
+    return len(g.get("values") or []) + int(g.get("more_values") or 0) + int(g.get("unnamed_values") or 0)
 
 
 def _at(ctx: FrameContext) -> str:
@@ -261,6 +270,14 @@ def _at(ctx: FrameContext) -> str:
 
 
 _NO_HINT = "; no hint is given"
+
+
+def _numbers(values: list[str], g: Mapping[str, Any]) -> str:
+    """``6 and 2``; where no reason names the newest, ``6 and another number of``."""
+    named = " and ".join(values)
+    if not named:
+        return "different numbers of"
+    return f"{', '.join(values)} and another number of" if g.get("unnamed_values") else named
 
 
 def _compile_hint(line: str, what: str) -> Hint:
@@ -411,7 +428,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
             Hint(
                 line,
                 None,
-                f"the function was called with {' and '.join(values) or 'different numbers of'} keyword arguments: each "
+                f"the function was called with {_numbers(values, g)} keyword arguments: each "
                 f"set compiles its own graph; {who}" + _NO_HINT,
                 "call_site",
                 RECOMPILATION_URL,
@@ -544,6 +561,8 @@ class RecompilingFrames:
                 return
             gv = f.guards[gk] = _GuardValues(g.kind, g.name, g.dim)
         gv.failures += 1
+        if g.kind in EXPECTED_ONLY:
+            gv.unnamed = 1  # until a later failure names it, the value this recompile compiled for is unnamed
         for v in g.values:
             if v in gv.values:
                 continue
@@ -566,6 +585,7 @@ class RecompilingFrames:
                     "dim": g.dim,
                     "values": _sort_values(list(g.values)) if shown else [],
                     "more_values": g.more + (0 if shown else len(g.values)),
+                    "unnamed_values": g.unnamed,
                     "failures": g.failures,
                 }
                 d["line"] = guard_line(d, shown)

@@ -298,7 +298,7 @@ class RunSummary(Sink):
         while stack:
             node, tree, is_root = stack.pop()
             dur = duration_ns if is_root else _dur(node)
-            own = max(0, dur - sum(_dur(c) for c in node.children))
+            own = node.self_ns(dur)  # less its sub-phases on its own thread (a compile worker's build ran beside it)
             name = ROOT_NAMES.get(rec.kind, "torch.compile") if is_root else node.name
             if name not in names and len(names) >= MAX_PHASE_NAMES:
                 name = "(other phases)"
