@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import logger
 from .._core.paths import in_installed_package
-from .._core.text import cut, cut_middle, wrap
+from .._core.text import cut, cut_middle, shorten_reason, wrap
 from .._model.record import CompileRecord, Sink
 
 __all__ = [
@@ -175,8 +175,8 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
         "kwargs": "the number of keyword arguments",
         "global_state": "torch's global state",
     }.get(str(kind), f"input '{name}'")
-    if kind == "dispatch":
-        return f"the device or dispatch keys of input '{name}' changed"
+    if kind == "dispatch":  # torch's words kept: a device, or grad mode (no_grad against inference_mode), changed
+        return f"input '{name}': dispatch key set mismatch (its device or grad mode changed)"
     if kind == "global_state":
         return f"torch's global state changed: {', '.join(values) or '?'}"
     if kind == "requires_grad":
@@ -296,7 +296,8 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
     """The hints for one guard torch reported as failing (``guards`` of :meth:`RecompilingFrames.to_dict`).
 
     ``repeated``: the frame keeps recompiling (this guard failed more than once, or the frame is near or at its
-    recompile limit). A hint never marks a dimension torch specializes (a size of 0 or 1), names only what the caller
+    recompile limit). A hint never marks a dimension torch specializes (a size of 0 or 1: where automatic dynamic
+    shapes were off, it turns them back on, which shares one graph among the other sizes), names only what the caller
     passes (else says the fix belongs at the call site), and where no change is known to be safe says so.
     """
     kind, name, dim = g.get("kind"), str(g.get("input")), g.get("dim")
@@ -307,11 +308,20 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
     at = _at(ctx)
     if kind == "size":
         if any(v in ("0", "1") for v in values):
+            special = "0" if "0" in values else "1"
+            if auto is False:  # the rule is mark_dynamic's: automatic dynamic shapes never raise, and share the rest
+                comp = _compile_hint(line, "size")
+                why = (
+                    f"{comp.why}. Sizes 0 and 1 still compile a graph each (torch specializes them: dim {dim} of "
+                    f"'{name}' took {special}), so the recompiles fall but do not stop; marking the dimension dynamic "
+                    "instead would raise ConstraintViolationError"
+                )
+                return [Hint(comp.guard, comp.fix, why, comp.where, comp.link)]
             return [
                 Hint(
                     line,
                     None,
-                    f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {'0' if '0' in values else '1'}): a call "
+                    f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {special}): a call "
                     "with that size compiles its own graph; marking the dimension dynamic would raise "
                     "ConstraintViolationError" + _NO_HINT,
                     "none",
@@ -547,7 +557,7 @@ class RecompilingFrames:
         category = recompile_category(reason)
         f.by_category[category] = f.by_category.get(category, 0) + 1
         text = strip_recompile_prefix(reason)
-        text = (text if self.capture_payloads else scrub_guard_text(text))[:200]
+        text = (text if self.capture_payloads else scrub_guard_text(text))[:REASON_CHARS]  # whole in the JSON
         if (category, text) in f.reasons or len(f.reasons) < 20:
             f.reasons[(category, text)] = f.reasons.get((category, text), 0) + 1
         g = parse_guard(reason)
@@ -721,7 +731,8 @@ def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[s
     first = hints[0] if hints else None
     line = (first or {}).get("guard") or (guards[0]["line"] if guards else None)
     if line:
-        out.append(cut_middle(f"{indent}torch's reason: {line}", width))
+        lead = f"{indent}torch's reason: "
+        out.append(lead + shorten_reason(line, max(20, width - len(lead))))
     if first is None:
         return out
     if first.get("fix"):
@@ -735,11 +746,13 @@ def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[s
     return out
 
 
-def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: Any) -> list[str]:
-    """The frames that keep recompiling, the costliest first, in at most ``room`` lines: each frame, the guard torch
-    reported, and its fix and torch's page, or why no hint is given. ``where(row)`` names a frame."""
+def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: Any, most: int | None = None) -> list[str]:
+    """The frames that keep recompiling, the costliest first, in at most ``room`` lines (``most`` frames at most): each
+    frame, the guard torch reported, and its fix and torch's page, or why no hint is given. ``where(row)`` names a
+    frame. Frames left out are counted on a line of their own ("(2 more: ...)"), and the costliest frame is never
+    left out: past ``room`` if it must."""
     shown = [f for f in frames if keeps_recompiling(f)]
-    if not shown or room < 2:
+    if not shown:
         return []
     out = [f"frames that keep recompiling: {len(shown)} (the costliest first)"]
     for i, f in enumerate(shown):
@@ -749,12 +762,12 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
         block = [cut(b, width) for b in block]
         if f.get("evidence"):  # whole: its last words are the fix it names
             block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))
-        if len(out) + len(block) > room:
-            if len(out) + 1 <= room and i:
-                out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
+        pointer = 0 if i == len(shown) - 1 else 1  # room for the line that counts the frames after it
+        if i and ((most is not None and i >= most) or len(out) + len(block) + pointer > room):
+            out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
             break
         out.extend(block)
-    return out if len(out) > 1 else []
+    return out
 
 
 class NearLimitWarning(Sink):
@@ -769,7 +782,7 @@ class NearLimitWarning(Sink):
         left = (record.recompile_limit or 0) - (record.frame_recompiles or 0) - 1
         reason = record.recompile_reason or (record.recompile_reasons[0] if record.recompile_reasons else "")
         g = parse_guard(reason) if reason else None
-        why = f"; last reason: {scrub_guard_text(strip_recompile_prefix(reason))[:160]}" if reason else ""
+        why = f"; last reason: {shorten_reason(scrub_guard_text(strip_recompile_prefix(reason)), 160)}" if reason else ""
         fix = ""
         if g is not None:
             d: dict[str, Any] = {"kind": g.kind, "input": g.name, "dim": g.dim, "values": list(g.values), "failures": 2}
