@@ -119,9 +119,9 @@ def shorten_reason(text: str, n: int) -> str:
     ("dispatch key set mismatch", "size mismatch at index 0", "== <value>") and the end of the path it names (the
     attribute that changed), each whole. Where it is longer: module members are written as the user writes them
     (``.layers[1]`` for ``._modules['layers']._modules['1']``), two dispatch key sets as what one lacks, a path loses
-    whole parts from its middle (its last two kept), what follows torch's words is cut in its middle (its end,
-    "expected 8, actual 16", kept), and only then a path keeps no more than its root and its last part. The whole
-    reason is in the JSON."""
+    whole parts from its middle (its last two kept), torch's advice after the facts goes ("Guard failed on a
+    parameter, consider ..."), what follows torch's words loses its start (its end, "expected 8, actual 16", kept),
+    and only then a path keeps no more than its root and its last part. The whole reason is in the JSON."""
     if len(text) <= n:
         return text
     base = _KEYSETS.sub(_keysets, _MEMBER.sub(_member, text))
