@@ -225,7 +225,11 @@ def test_a_new_shape_per_step_is_named_with_its_category_and_the_fix_that_stops_
     assert frames["Model.forward"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(x, 0)"
     assert frames["loss_fn"]["fixes"][0]["fix"] == "torch._dynamo.maybe_mark_dynamic(out, 0)"
     # torch's limit, 8, is in each compile's record: 7 compiles, one more before eager; the live run warned once each
-    assert (frames["Model.forward"]["limit"], frames["Model.forward"]["cache_entries"], frames["Model.forward"]["left_before_limit"]) == (8, 7, 1)
+    assert (
+        frames["Model.forward"]["limit"],
+        frames["Model.forward"]["cache_entries"],
+        frames["Model.forward"]["left_before_limit"],
+    ) == (8, 7, 1)
     for traces in (diffs[("log", "traces")], diffs[("summary", "summary")]):
         assert {f["function"]: f["fixes"][0]["fix"] for f in traces["recompiling_frames"]} == {
             "Model.forward": "torch._dynamo.maybe_mark_dynamic(x, 0)",
