@@ -600,7 +600,9 @@ def _new_misses_by_key(
                 for r in cn.get("top_reasons") or []
                 if r.get("cache") == cache and (r.get("cache"), r.get("reason")) not in reasons_b
             ]
-            why = [str(r.get("reason")) for r in sorted(own, key=lambda r: _reason_cause(r) != cause)][:3]
+            why = [str(r.get("reason")) for r in sorted(own, key=lambda r: _reason_cause(r) != cause)][:3] or [
+                f"its {cause} parts differ from the base run's key of this graph"
+            ]
         out.append({"cache": cache, "cause": cause, "base": base, "new": len(idx), "reasons": why})
     return out
 
