@@ -811,8 +811,8 @@ def flags(facts: Mapping[str, Any], gate: Gate) -> list[dict[str, str]]:
                 out.append(
                     {
                         "kind": "cache",
-                        "text": f"{cache} now bypassed: {r['base_hits']} hits -> {r['new_bypasses']} bypassed"
-                        + (f" (torch: {why})" if why else ""),
+                        "text": f"{cache} bypassed: hit {r['base_hits']} -> bypassed {r['new_bypasses']}"
+                        + (f": {why}" if why else ""),
                     }
                 )
     return out
