@@ -688,9 +688,17 @@ def test_a_bypass_is_a_cause_in_the_summary_the_diff_and_the_gate(runs, tmp_path
     replayed = _replay(frozen["out"] / "trace", tmp_path, frozen["out"] / "baseline")
     assert replayed["json"]["caches"]["bypasses"] == rows
     assert "aot_autograd Cannot cache a graph with freezing enabled" in replayed["out"]
-    # the page: the same rows, drawn from the summary's JSON
-    res = run_cli("replay", str(frozen["out"] / "trace"), "--html", str(tmp_path / "page.html"), "-o", str(tmp_path / "s.jsonl"))
-    assert res.returncode == 0 and "Cannot cache a graph with freezing enabled" in (tmp_path / "page.html").read_text()
+    # the page: the same rows, drawn by its script (headless chromium, as tests/test_report_html.py renders pages)
+    import test_report_html as chrome
+
+    from torch_otel._sinks.diff_html import render_diff_html
+    from torch_otel._sinks.html import render_html
+
+    if chrome.CHROMIUM:
+        page = chrome._open(tmp_path, render_html(frozen["summary"]), "frozen.html")
+        chrome._assert_clean(page)
+        assert "Bypassed: compiled afresh on every run (" in page.dom
+        assert re.search(r"<td[^>]*>Cannot cache a graph with freezing enabled</td>", page.dom), page.dom[-3000:]
     # the diff and the gate, from each form
     for form in ("log", "summary", "traces"):
         b, n = _forms(warm, runs["tmp"])[form], _forms(frozen, runs["tmp"])[form]
@@ -705,6 +713,10 @@ def test_a_bypass_is_a_cause_in_the_summary_the_diff_and_the_gate(runs, tmp_path
         )
         assert "  new bypass  aot_autograd 0 -> 1: Cannot cache a graph with freezing enabled" in res.stdout, res.stdout
         assert "aot_autograd 100% -> bypassed" in res.stdout, res.stdout
+        if chrome.CHROMIUM and form == "summary":
+            page = chrome._open(tmp_path, render_diff_html(doc), "diff.html")
+            chrome._assert_clean(page)
+            assert "New bypasses: compiled afresh on every run" in page.dom and ">bypassed<" in page.dom
 
 
 def test_a_graph_break_that_shortens_the_graph_leads_with_its_code_live_and_on_replay(runs, tmp_path):
