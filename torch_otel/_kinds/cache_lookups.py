@@ -322,7 +322,13 @@ def derive(rec: CompileRecord, keys: Explainer | None) -> None:
         return
     explained = keys.explain(rec, events) if keys is not None else [None] * len(events)
     rec.derived[NAME] = [
-        Lookup(lk, _phase_ns(rec, lk), e if lk.result == "miss" else None, e if lk.result == "hit" else None)
+        Lookup(
+            lk,
+            _phase_ns(rec, lk),
+            e if lk.result == "miss" else None,
+            e if lk.result == "hit" else None,
+            part_digests(lk.components),  # once: the spans and the summary both write them
+        )
         for lk, e in zip(events, explained, strict=True)
     ]
 
