@@ -791,13 +791,14 @@ def test_each_kernel_names_the_users_line_and_no_source_text(runs):
     source text stays in the process."""
     job = runs["job3"]["out"]
     log = next((job / "trace").glob("*rank_0*.log")).read_text()
-    recorded = [
-        json.loads(line.split("] ", 1)[1])["compilation_metrics"] for line in log.splitlines() if '"compilation_metrics"' in line
-    ]
+    records = [json.loads(line.split("] ", 1)[1]) for line in log.splitlines() if 'compilation_metrics"' in line]
+    recorded = [r.get("compilation_metrics") or r.get("bwd_compilation_metrics") or {} for r in records]  # backwards' too
     kernels = {k for m in recorded for text in m.get("inductor_provenance") or [] for k in json.loads(text)}
     assert kernels, "torch recorded no provenance"
     roots = [s for s in read_otlp_json_spans(job / "spans-0.jsonl") if "torch.compile.kind" in s["attrs"]]
-    named = [v for r in roots for v in r["attrs"].get("torch.compile.inductor.kernel_sources") or []]
+    named = [
+        v["stringValue"] for r in roots for v in (r["attrs"].get("torch.compile.inductor.kernel_sources") or {}).get("values", [])
+    ]
     line = next(i for i, text in enumerate((WORKLOADS / "caches.py").read_text().splitlines(), 1) if "act(self.lin(x))" in text)
     assert {v.split(" ", 1)[0] for v in named} == kernels
     assert all(re.search(r"/caches\.py:\d+ \(\w+\)$", v) for v in named), named
