@@ -1,4 +1,4 @@
-"""A job compiled on one rank (torch 2.15's ``torch.compiler.config.compile_on_one_rank``), live and replayed.
+"""A job compiled on one rank (``torch.compiler.config.compile_on_one_rank``, torch 2.14 and later), live and replayed.
 
 A real 3-rank torchrun job on gloo (tests/workloads/one_rank.py), with ``TORCH_COMPILE_ON_ONE_RANK=1`` and one
 inductor cache directory: rank 0 compiles, ranks 1 and 2 wait for its compile and hit what it wrote. Each rank says
@@ -29,7 +29,7 @@ def _has_setting() -> str | None:
 
     config = getattr(torch.compiler, "config", None)
     if config is None or not hasattr(config, "compile_on_one_rank"):
-        return f"torch {torch.__version__} has no torch.compiler.config.compile_on_one_rank (it came with torch 2.15)"
+        return f"torch {torch.__version__} has no torch.compiler.config.compile_on_one_rank (it came with torch 2.14)"
     return None
 
 

@@ -1,4 +1,4 @@
-"""A job compiled on one rank (torch 2.15's ``torch.compiler.config.compile_on_one_rank``), served to every rank
+"""A job compiled on one rank (``torch.compiler.config.compile_on_one_rank``, torch 2.14 and later), served to every rank
 through the inductor cache they share.
 
     TORCH_COMPILE_ON_ONE_RANK=1 python -m torch.distributed.run --nproc-per-node 3 one_rank.py OUT_DIR

@@ -87,7 +87,7 @@ class Facts:
 def facts(rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = None) -> Facts:
     """``lookups``: the record's :meth:`~CompileRecord.cache_counts`, when the caller has them already.
 
-    A compile under torch 2.15's ``compile_on_one_rank`` made a graph of no rank: one rank compiles it (a miss, and
+    A compile under torch 2.14's ``compile_on_one_rank`` made a graph of no rank: one rank compiles it (a miss, and
     the schedule torch logs while compiling) and the others are served it (a hit, no schedule). That is the design,
     not a rank out of step: its cache outcome counts as ``one_rank`` on every rank, and its collectives are not
     compared (all ranks run the one graph)."""

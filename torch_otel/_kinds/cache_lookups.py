@@ -628,7 +628,7 @@ class CachesPart:
         self.keys_left_out = 0
         # (cache, torch's bypass reason) -> lookups bypassed for it
         self.bypasses: Counter[tuple[str, str]] = Counter()
-        # compiles under torch 2.15's compile_on_one_rank, and their lookups: compiled on this rank (a miss), served
+        # compiles under torch 2.14's compile_on_one_rank, and their lookups: compiled on this rank (a miss), served
         # from an entry another rank wrote (a hit of a key it had not looked up before), or from its own entry
         self.one_rank_compiles = 0
         self.one_rank: dict[str, Counter[str]] = {"compiled": Counter(), "served_by_another": Counter(), "served_own": Counter()}

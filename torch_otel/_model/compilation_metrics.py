@@ -59,7 +59,7 @@ READ: dict[str, str] = {
     "aotautograd_remote_cache_hit_count": "torch.compile.cache.aot_autograd.remote.hits; the same",
     "aotautograd_remote_cache_miss_count": "torch.compile.cache.aot_autograd.remote.misses; the same",
     "dynamo_config": "automatic dynamic shapes on or off, for the recompile hints",
-    "compiler_config": "torch.compile.compile_on_one_rank (torch 2.15's torch.compiler.config.compile_on_one_rank)",
+    "compiler_config": "torch.compile.compile_on_one_rank (torch 2.14's torch.compiler.config.compile_on_one_rank)",
     "functorch_config": "a hash of it, kept with AOTAutograd keys: whether it changed, for a miss whose FX graphs hit",
     "is_forward": "a lazy backward's record from its forward's",
     "is_runtime": "a runtime record (cudagraph set-up, autotuning), not a compile",
@@ -79,7 +79,7 @@ MAX_KERNELS = 64  # kernels whose source line is kept per compile
 
 
 def compile_on_one_rank(metrics: Mapping[str, Any] | None) -> bool:
-    """Whether the compile ran with ``torch.compiler.config.compile_on_one_rank`` (torch 2.15), as its
+    """Whether the compile ran with ``torch.compiler.config.compile_on_one_rank`` (torch 2.14 and later), as its
     ``compiler_config`` says: its graphs hold no device or process group of their own rank."""
     text = (metrics or {}).get("compiler_config")
     return isinstance(text, str) and '"compile_on_one_rank": true' in text

@@ -83,7 +83,7 @@ class Root:
     ERROR_TYPE = "error.type"
     TORCH_VERSION = "torch.version"  # of the resource
     INCOMPLETE = "Incomplete"  # the error.type of a compile that did not finish
-    # torch 2.15's torch.compiler.config.compile_on_one_rank was on: the graph is the same on every rank
+    # torch 2.14's torch.compiler.config.compile_on_one_rank was on: the graph is the same on every rank
     COMPILE_ON_ONE_RANK = "torch.compile.compile_on_one_rank"
     USER_CONTEXTS = "torch.compile.recompile_user_contexts"  # what the user's recompile hooks said
     KERNEL_SOURCES = "torch.compile.inductor.kernel_sources"  # each kernel's user line (inductor's provenance)
