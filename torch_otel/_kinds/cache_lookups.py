@@ -520,7 +520,8 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
             caches.setdefault(c["cache"], []).append(f"{c['result']} {c['count']}")
     out = ["cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups")]
     c = facts.get("caches") or {}
-    return out + _one_rank_lines(c, width) + _cache_lines(c, width) + _bypass_lines(c, width)
+    # a bypass first: no cache serves it on any run; then what compile_on_one_rank did, then cold and warm
+    return out + _bypass_lines(c, width) + _one_rank_lines(c, width) + _cache_lines(c, width)
 
 
 def _one_rank_lines(c: Mapping[str, Any], width: int) -> list[str]:
