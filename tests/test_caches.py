@@ -27,7 +27,10 @@ from torch_otel._analysis.cache_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, Ke
 from torch_otel._analysis.caches import KeySeen
 from torch_otel._kinds.cache_lookups import Component
 
-SCENARIOS = ("cold", "warm", "shape", "config", "bypass")
+SCENARIOS = ("cold", "warm", "shape", "config", "bypass")  # then the 2-rank job
+LATER = ("code", "print_in_loop", "rename", "break", "infer", "infer_warm", "frozen")  # then the directory wiped
+# Every run, in the order it ran, each with the run before it on its cache directory: what `torch-otel diff` is given
+ORDER = (*SCENARIOS, "job", *LATER, "wiped", "autocast_base", "bf16", "job3")
 
 
 def _value(v: dict[str, Any]) -> Any:
@@ -106,34 +109,43 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "stderr": res.stderr,
         }
 
+    def job(name: str, ranks: int, cache: Path = cache, xdg: Path = xdg, extra: dict[str, str] | None = None) -> None:
+        """A torchrun job of ``ranks`` processes on ``cache``; each rank writes its summary and spans."""
+        out = tmp / name
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port"]
+        env = {
+            "TORCHINDUCTOR_CACHE_DIR": str(cache),
+            "XDG_CACHE_HOME": str(xdg),
+            "TORCH_TRACE": str(out / "trace"),
+            "TORCH_OTEL_SUMMARY": str(out / "summary-{rank}.json"),
+            **spans_to_file(out / "spans.jsonl"),
+            "TORCH_OTEL_TRACES_FILE": str(out / "spans-{rank}.jsonl"),
+            **(extra or {}),
+        }
+        if (cache / "torch-otel").exists():  # the indexes each rank explains against: replay is given the same
+            shutil.copytree(cache / "torch-otel", out / "baseline")
+        out.mkdir(exist_ok=True)
+        res = subprocess.run(
+            [*argv, str(free_port()), str(WORKLOADS / "caches.py"), str(out), "warm"],
+            env=clean_env(env),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        got[name] = {"out": out, "stderr": res.stderr, "ranks": ranks}
+
     for name in SCENARIOS:
         scenario(name, name)
     # A 2-rank job on the warm directory: rank 1 alone runs with another config, so it misses what rank 0 hits.
-    job = tmp / "job"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port())]
-    env = {
-        "TORCHINDUCTOR_CACHE_DIR": str(cache),
-        "TORCH_TRACE": str(job / "trace"),
-        "TORCH_OTEL_SUMMARY": str(job / "summary-{rank}.json"),
-        "ODD_RANK": "1",
-        **spans_to_file(job / "spans.jsonl"),
-        "TORCH_OTEL_TRACES_FILE": str(job / "spans-{rank}.jsonl"),
-    }
-    job.mkdir()
-    res = subprocess.run(
-        [*argv, str(WORKLOADS / "caches.py"), str(job), "warm"],
-        env=clean_env(env),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    got["job"] = {"out": job, "stderr": res.stderr}
-    # After the job: the model's code changed (gelu for relu); a print in a loop sends forward to eager; then the
-    # cache directory wiped as users wipe it (rm -rf), and the workload run again as before the change.
-    scenario("code", "code")
-    scenario("print_in_loop", "print_in_loop")
+    job("job", 2, extra={"ODD_RANK": "1"})
+    # After the job: the model's code changed (gelu for relu); a print in a loop sends forward to eager; the layer
+    # renamed (the graph dynamo hands over changes, not the graphs inductor compiles); a graph break that shortens
+    # the graph; inference, twice (cold, then warm), then with inductor's freezing, which torch bypasses both caches
+    # for. Then the cache directory wiped as users wipe it (rm -rf), and the workload run again as before the change.
+    for name in LATER:
+        scenario(name, "infer" if name == "infer_warm" else name)
     shutil.rmtree(cache)
     scenario("wiped", "warm")
     # Autocast turned on (bf16), with torch's AOTAutograd key parts logged (its autograd_cache logger at DEBUG), on a
@@ -141,6 +153,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     parts = {"TORCH_LOGS": "+torch._functorch._aot_autograd.autograd_cache"}
     scenario("autocast_base", "warm", tmp / "autocast-cache", tmp / "autocast-xdg", parts)
     scenario("bf16", "bf16", tmp / "autocast-cache", tmp / "autocast-xdg", parts)
+    # A 3-rank job on a cache directory of its own, cold: each rank compiles graphs of its own (its batch is 4 plus its
+    # rank), with no key seen before, live or on replay.
+    job("job3", 3, tmp / "job3-cache", tmp / "job3-xdg", {"RANK_BATCH": "4", "PROVENANCE": "1"})
     return got
 
 
@@ -317,17 +332,25 @@ def test_a_rank_that_missed_what_the_others_hit_is_named_by_the_summary_replay_a
         }
     ]
     assert _metric((job / "metrics-0.txt").read_text(), "torch_compile_cache_last_miss") == []
-    # replay of the job's directory: which rank missed what the others hit, with the part that changed
+    # replay of the job's directory: which rank missed what the others hit, with the part that differs from the rank
+    # that hit; each rank's own misses explained against its own history, as live (here: none, so first seen)
     out = runs["tmp"] / "replay-job"
     out.mkdir()
     replayed = _replay(job / "trace", out, None)
     odd = replayed["json"]["caches"]["odd_ranks"]
     assert odd and {o["rank"] for o in odd} == {1} and all(o["hit_on"] == [0] for o in odd)
     assert {o["reason"] for o in odd} == {"inductor config max_fusion_size: 64 → 63"}, odd
-    assert any(
-        "max_fusion_size: 64 → 63, against 0/0 on rank 0" in r["reason"] for r in replayed["json"]["caches"]["top_reasons"]
-    )
+    assert replayed["json"]["caches"]["misses_by_cause"] == {"first_seen": rank1["misses"]}
     assert "rank 1 missed aot_autograd 0/0 (rank 0 hit it): inductor config max_fusion_size: 64 → 63" in replayed["out"]
+    # given the indexes the ranks read live (rank 1 had none, so it read rank 0's), the same causes as live
+    out = runs["tmp"] / "replay-job-baseline"
+    out.mkdir()
+    replayed = _replay(job / "trace", out, job / "baseline")
+    assert replayed["json"]["caches"]["misses_by_cause"] == rank1["misses_by_cause"]
+    assert any(
+        "max_fusion_size: 64 → 63, against 0/0 in the baseline run on rank 0" in r["reason"]
+        for r in replayed["json"]["caches"]["top_reasons"]
+    ), replayed["json"]["caches"]["top_reasons"]
 
 
 def test_the_key_index_is_bounded_and_keeps_only_hashes_of_the_graph(runs, tmp_path):
@@ -404,6 +427,14 @@ def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     misses = [lk for lk in _lookups(read_otlp_json_spans(out / "spans.jsonl")) if lk["result"] == "miss"]
     assert misses
+    # torch's per-layer counts (CompilationMetrics, 2.11 and later; 2.10 has none) against the lookups the bridge saw
+    summary = json.loads((out / "summary.json").read_text())
+    counted = Counter({(r["cache"], r["location"], r["result"]): r["count"] for r in summary["cache"]})
+    seen = Counter({(r["cache"], "local", r["result"]): r["count"] for r in summary["caches"]["lookups"]})
+    if torch.__version__.startswith("2.10."):
+        assert not [k for k in counted if k[2] in ("hit", "miss")], counted  # the release records no counts
+    else:
+        assert counted == seen and seen[("fx_graph", "local", "miss")] == 2, (counted, seen)
     if torch.__version__ == BASELINE_TORCH:  # the same build: anything else (2.13.0+cu130 too) is another binary
         assert {lk["miss_cause"] for lk in misses} == {"not_in_cache"}, misses
         assert all("0/0 in the baseline run" in lk["miss_reason"] for lk in misses)
@@ -567,3 +598,241 @@ def test_autocast_leads_where_torchs_key_records_it_live_and_on_replay(runs, tmp
     assert run["summary"]["caches"]["misses_by_cause"] == {"config": 3}
     replayed = _replay(run["out"] / "trace", tmp_path, runs["autocast_base"]["out"] / "trace")
     assert _causes(_lookups(replayed["spans"])) == _causes(misses)
+
+
+# -- issue 52: one verdict whichever form; a bypass as a cause; the changed graph leads; each rank its own history ----
+
+
+def _forms(run: dict[str, Any], tmp: Path) -> dict[str, Path]:
+    """The three forms a run leaves: its TORCH_TRACE directory, its summaries' JSON, its spans (a job: a directory of
+    one file per rank)."""
+    out = run["out"]
+    if not run.get("ranks"):
+        return {"log": out / "trace", "summary": out / "summary.json", "traces": out / "spans.jsonl"}
+    forms = {"log": out / "trace"}
+    for form, pattern in (("summary", "summary-*.json"), ("traces", "spans-*.jsonl")):
+        d = tmp / f"{out.name}-{form}"
+        if not d.exists():
+            d.mkdir()
+            for f in out.glob(pattern):
+                shutil.copy(f, d / f.name)
+        forms[form] = d
+    return forms
+
+
+def _verdict(doc: dict[str, Any]) -> dict[str, Any]:
+    """What a diff of two runs concludes about their caches: each new miss (cache, cause against the base, counts;
+    the reason where the diff words it itself), the hit rates, new bypasses with torch's reason, and the gate."""
+    c = doc["cache"]
+    mine = {"not_in_cache", "first_seen"}
+    return {
+        "new_misses": [
+            (r["cache"], r["cause"], r["base"], r["new"], r["reasons"] if r["cause"] in mine else ()) for r in c["new_misses"]
+        ],
+        "by": c["new_misses_by"],
+        "misses": c["misses"],
+        "hit_rate": c["hit_rate"],
+        "new_bypasses": [(r["cache"], r["reason"], r["base"], r["new"]) for r in c["new_bypasses"]],
+        "gate": [f["text"] for f in doc["gate"]["failed"] if f["kind"] == "cache"],
+        "ranks": [(r["rank"], r["cache"]["new_misses"]) for r in (doc.get("ranks") or {}).get("per_rank", [])],
+    }
+
+
+PAIRS = [(ORDER[i - 1], ORDER[i]) for i in range(1, len(ORDER))] + [("cold", "wiped"), ("infer_warm", "frozen")]
+
+
+@pytest.mark.parametrize(("base", "new"), PAIRS, ids=[f"{b}-{n}" for b, n in PAIRS])
+def test_the_diff_of_two_runs_is_one_verdict_whichever_form_is_compared(runs, tmp_path, base, new):
+    """Every run against the run before it (and the two cold runs of the issue: a fresh directory, and one after
+    rm -rf): the diff of their TORCH_TRACE logs, of their summaries' JSON and of their span files reach the same
+    verdict on the caches: the same new misses, by key, with the same cause against the base; the gate the same."""
+    got = {}
+    for form in ("log", "summary", "traces"):
+        b, n = _forms(runs[base], runs["tmp"])[form], _forms(runs[new], runs["tmp"])[form]
+        res = run_cli("diff", str(b), str(n), "--fail-on", "cache", "--json", str(tmp_path / f"{form}.json"))
+        assert res.returncode in (0, 4), (form, res.stderr[-3000:])
+        doc = json.loads((tmp_path / f"{form}.json").read_text())
+        got[form] = _verdict(doc)
+        assert res.returncode == (4 if got[form]["gate"] else 0), (form, res.stdout)
+        assert got[form]["by"] == "key", form  # every form holds the lookups' keys
+    assert got["summary"] == got["log"], (got["log"], got["summary"])
+    assert got["traces"] == got["log"], (got["log"], got["traces"])
+    if (base, new) == ("cold", "wiped"):  # the issue's example: both cold, the same keys missed: nothing new
+        assert got["log"]["new_misses"] == [] and got["log"]["misses"] == {"base": 3, "new": 3}
+
+
+def test_a_bypass_is_a_cause_in_the_summary_the_diff_and_the_gate(runs, tmp_path):
+    """inductor's freezing (inference, on the warm directory): torch bypasses both caches, on every run. The summary
+    says so with torch's reasons (text, JSON, page), live and on replay; the diff against the warm inference run names
+    the new bypasses, and `--fail-on cache` fails: a cache the base hit is now bypassed."""
+    frozen, warm = runs["frozen"], runs["infer_warm"]
+    c = frozen["counters"]
+    assert c["inductor"]["fxgraph_cache_bypass"] == 1 and c["aot_autograd"]["autograd_cache_bypass"] == 1
+    assert warm["summary"]["caches"]["hit_rate"] == {
+        "aot_autograd": {"hits": 1, "misses": 0, "rate": 1.0},
+        "fx_graph": {"hits": 1, "misses": 0, "rate": 1.0},
+    }
+    rows = frozen["summary"]["caches"]["bypasses"]
+    reasons = {r["cache"]: r["reason"] for r in rows}
+    assert reasons["aot_autograd"] == "Cannot cache a graph with freezing enabled"
+    assert all(r["count"] == 1 for r in rows)
+    # torch's own words, from its bypass exceptions, as its log records them
+    log = next((frozen["out"] / "trace").glob("*.log")).read_text()
+    assert set(reasons.values()) == set(re.findall(r'"cache_bypass_reason": "([^"]*)"', log)), reasons
+    assert frozen["summary"]["caches"]["bypass_cost_s"] > 0
+    from torch_otel._sinks.summary import format_text
+
+    text = format_text(frozen["summary"])
+    assert "  bypassed: 2 lookups, compiled afresh on every run, " in text
+    assert "      1  aot_autograd Cannot cache a graph with freezing enabled" in text
+    replayed = _replay(frozen["out"] / "trace", tmp_path, frozen["out"] / "baseline")
+    assert replayed["json"]["caches"]["bypasses"] == rows
+    assert "aot_autograd Cannot cache a graph with freezing enabled" in replayed["out"]
+    # the page: the same rows, drawn by its script (headless chromium, as tests/test_report_html.py renders pages)
+    import test_report_html as chrome
+
+    from torch_otel._sinks.diff_html import render_diff_html
+    from torch_otel._sinks.html import render_html
+
+    if chrome.CHROMIUM:
+        page = chrome._open(tmp_path, render_html(frozen["summary"]), "frozen.html")
+        chrome._assert_clean(page)
+        assert "Bypassed: compiled afresh on every run (" in page.dom
+        assert re.search(r"<td[^>]*>Cannot cache a graph with freezing enabled</td>", page.dom), page.dom[-3000:]
+    # the diff and the gate, from each form
+    for form in ("log", "summary", "traces"):
+        b, n = _forms(warm, runs["tmp"])[form], _forms(frozen, runs["tmp"])[form]
+        res = run_cli("diff", str(b), str(n), "--fail-on", "cache", "--json", str(tmp_path / f"{form}.json"))
+        assert res.returncode == 4, (form, res.stdout, res.stderr[-2000:])
+        doc = json.loads((tmp_path / f"{form}.json").read_text())
+        assert {(r["cache"], r["reason"]) for r in doc["cache"]["new_bypasses"]} == set(reasons.items()), form
+        failed = [f["text"] for f in doc["gate"]["failed"]]
+        assert "aot_autograd bypassed: hit 1 -> bypassed 1: Cannot cache a graph with freezing enabled" in failed, (
+            form,
+            failed,
+        )
+        assert "  new bypass  aot_autograd 0 -> 1: Cannot cache a graph with freezing enabled" in res.stdout, res.stdout
+        assert "aot_autograd 100% -> bypassed" in res.stdout, res.stdout
+        if chrome.CHROMIUM and form == "summary":
+            page = chrome._open(tmp_path, render_diff_html(doc), "diff.html")
+            chrome._assert_clean(page)
+            assert "New bypasses: compiled afresh on every run" in page.dom and ">bypassed<" in page.dom
+
+
+def test_a_graph_break_that_shortens_the_graph_leads_with_its_code_live_and_on_replay(runs, tmp_path):
+    """A graph break before the layer: the graph before it takes x alone, not the weights. Its miss is the graph's
+    code first, with how many tensors it takes, not the inputs compared by position."""
+    run = runs["break"]
+    misses = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    short = [lk for lk in misses if lk["id"] == "0/0" and lk["name"] == "fx_graph"]
+    assert short and all(lk["miss_cause"] == "graph" for lk in short), short
+    for lk in short:
+        assert re.fullmatch(r"graph code changed \(and with it its inputs: \d tensors → 1\)", lk["miss_changes"][0]), lk
+        assert not any(c.startswith(("input ", "example_inputs[")) for c in lk["miss_changes"]), lk
+    (aot,) = [lk for lk in misses if lk["id"] == "0/0" and lk["name"] == "aot_autograd"]
+    assert aot["miss_changes"][0].startswith("graph code changed (and with it its inputs: "), aot
+    replayed = _replay(run["out"] / "trace", tmp_path, run["out"] / "baseline")
+    assert _causes(_lookups(replayed["spans"])) == _causes(misses)
+
+
+def test_an_aotautograd_miss_whose_graphs_hit_blames_the_graph_dynamo_handed_over_live_and_on_replay(runs, tmp_path):
+    """The layer renamed: the graph dynamo hands over names it (`l_self_modules_proj_...`), the graphs inductor
+    compiles do not. The FX graphs hit, the AOTAutograd key missed: its miss names the graph dynamo handed over,
+    not grad mode, autocast or the inductor config (which would have changed the FX graphs), and says that torch's
+    TORCH_LOGS names the part only if the run compared with was logged the same way."""
+    run = runs["rename"]
+    c = run["counters"]
+    assert c["aot_autograd"]["autograd_cache_miss"] == 1 and c["inductor"]["fxgraph_cache_hit"] == 2
+    assert not c["inductor"].get("fxgraph_cache_miss")
+    (aot,) = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    assert aot["name"] == "aot_autograd" and aot["miss_cause"] == "graph", aot
+    words, advice = aot["miss_changes"]
+    assert words.startswith("the graph dynamo handed over changed in what the compiled graphs do not keep (a module")
+    assert "FX graph hit" in words and "functorch" not in words  # torch 2.13+ records the functorch config: unchanged
+    for unchanged in ("grad mode", "autocast", "inductor config"):
+        assert unchanged not in aot["miss_reason"], aot
+    assert advice.endswith("names the one that changed if the run compared with was logged the same way"), advice
+    replayed = _replay(run["out"] / "trace", tmp_path, run["out"] / "baseline")
+    assert _causes(_lookups(replayed["spans"])) == _causes([aot])
+
+
+def test_replay_of_a_job_explains_each_ranks_lookups_against_its_own_history_as_live(runs, tmp_path):
+    """A 3-rank torchrun job, cold, each rank compiling graphs of its own (another batch size). Live, each rank
+    explains its misses against its own history: none, so first seen. Replay of the job's directory does the same
+    per rank, not against rank 0's keys (which would read 'input 0: shape [4, 8] → [5, 8]')."""
+    job = runs["job3"]["out"]
+    live: dict[int, list[Any]] = {}
+    # (the job also records inductor's provenance: test_each_kernel_names_the_users_line_and_no_source_text)
+    for rank in range(3):
+        spans = read_otlp_json_spans(job / f"spans-{rank}.jsonl")
+        live[rank] = _causes(_lookups(spans))
+        summary = json.loads((job / f"summary-{rank}.json").read_text())
+        assert live[rank] and summary["caches"]["misses_by_cause"] == {"first_seen": len(live[rank])}, (rank, summary)
+    replayed = _replay(job / "trace", tmp_path, None)
+    back: dict[int, list[Any]] = {}
+    for s in replayed["spans"]:
+        if "torch.compile.kind" in s["attrs"]:
+            rank = int(s["attrs"]["torch.distributed.rank"])
+            back[rank] = sorted(back.get(rank, []) + _causes(_lookups([s])))
+    assert back == live
+    assert replayed["json"]["caches"]["misses_by_cause"] == {"first_seen": sum(len(v) for v in live.values())}
+    # the diff of the job against itself, per rank, from each form: no new miss on any rank
+    for form in ("log", "summary", "traces"):
+        d = _forms(runs["job3"], runs["tmp"])[form]
+        res = run_cli("diff", str(d), str(d), "--json", str(tmp_path / f"{form}.json"))
+        assert res.returncode == 0, res.stderr[-2000:]
+        doc = json.loads((tmp_path / f"{form}.json").read_text())
+        assert doc["ranks"]["compared"] == [0, 1, 2] and all(r["cache"]["new_misses"] == [] for r in doc["ranks"]["per_rank"])
+
+
+def test_each_kernel_names_the_users_line_and_no_source_text(runs):
+    """inductor's provenance tracking on (the 3-rank job): torch's CompilationMetrics.inductor_provenance maps each
+    kernel to the user's stack, source text included. The root span names each kernel with its file and line; the
+    source text stays in the process."""
+    job = runs["job3"]["out"]
+    log = next((job / "trace").glob("*rank_0*.log")).read_text()
+    records = [json.loads(line.split("] ", 1)[1]) for line in log.splitlines() if 'compilation_metrics"' in line]
+    recorded = [r.get("compilation_metrics") or r.get("bwd_compilation_metrics") or {} for r in records]  # backwards' too
+    kernels = {k for m in recorded for text in m.get("inductor_provenance") or [] for k in json.loads(text)}
+    assert kernels, "torch recorded no provenance"
+    roots = [s for s in read_otlp_json_spans(job / "spans-0.jsonl") if "torch.compile.kind" in s["attrs"]]
+    named = [
+        v["stringValue"] for r in roots for v in (r["attrs"].get("torch.compile.inductor.kernel_sources") or {}).get("values", [])
+    ]
+    line = next(i for i, text in enumerate((WORKLOADS / "caches.py").read_text().splitlines(), 1) if "act(self.lin(x))" in text)
+    assert {v.split(" ", 1)[0] for v in named} == kernels
+    assert all(re.search(r"/caches\.py:\d+ \(\w+\)$", v) for v in named), named
+    assert any(v.endswith(f"/caches.py:{line} (forward)") for v in named), (line, named)
+    assert not any("self.lin" in v or "act(" in v for v in named)  # the line's text, which torch keeps, is not here
+
+
+SINGLE = [name for name in ORDER if not name.startswith("job")]
+
+
+@pytest.mark.parametrize("scenario", SINGLE)
+def test_torchs_per_layer_counts_agree_with_the_lookups_the_bridge_saw(runs, scenario):
+    """torch's CompilationMetrics counts each cache's hits and misses per layer (local, remote); the bridge counts the
+    lookups torch logged an event for. They agree, and with torch's own counters, but for one thing: torch logs no
+    event for the FX graphs an AOTAutograd hit loads, which its FX graph hits include. No remote cache here: its
+    layer counts nothing."""
+    run = runs[scenario]
+    torch_counts: Counter[tuple[str, str]] = Counter()
+    for row in run["summary"]["cache"]:
+        torch_counts[(row["cache"], row["result"])] += row["count"]
+        assert row["location"] == "local", row  # no remote cache configured
+    seen = Counter({(r["cache"], r["result"]): r["count"] for r in run["summary"]["caches"]["lookups"]})
+    c = run["counters"]
+    own = {
+        ("aot_autograd", "hit"): c["aot_autograd"].get("autograd_cache_hit", 0),
+        ("aot_autograd", "miss"): c["aot_autograd"].get("autograd_cache_miss", 0),
+        ("aot_autograd", "bypass"): c["aot_autograd"].get("autograd_cache_bypass", 0),
+        ("fx_graph", "hit"): c["inductor"].get("fxgraph_cache_hit", 0),
+        ("fx_graph", "miss"): c["inductor"].get("fxgraph_cache_miss", 0),
+        ("fx_graph", "bypass"): c["inductor"].get("fxgraph_cache_bypass", 0),
+    }
+    for key, n in own.items():
+        assert torch_counts[key] == n, (scenario, key, torch_counts, own)
+        if key != ("fx_graph", "hit"):
+            assert seen[key] == n, (scenario, key, seen, own)
+    loaded = own[("fx_graph", "hit")] - seen[("fx_graph", "hit")]  # inside AOTAutograd hits: no event of their own
+    assert loaded >= 0 and (loaded == 0 or own[("aot_autograd", "hit")] > 0), (scenario, seen, own)

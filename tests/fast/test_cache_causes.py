@@ -12,30 +12,74 @@ from torch_otel._kinds.cache_lookups import CacheLookupEvent, Component
 from torch_otel._model.record import CompileRecord, PhaseNode
 
 
-def _rec(compile_id: str) -> CompileRecord:
-    return CompileRecord("frame", cid(compile_id), PhaseNode("dynamo", 0, 1))
+def _rec(compile_id: str, functorch: str | None = None) -> CompileRecord:
+    rec = CompileRecord("frame", cid(compile_id), PhaseNode("dynamo", 0, 1))
+    if functorch is not None:  # torch 2.13 and later record the functorch config in CompilationMetrics
+        rec.metrics = {"functorch_config": functorch}
+    return rec
 
 
-def test_an_aotautograd_miss_with_no_parts_whose_fx_graphs_hit_says_the_graphs_did_not_change() -> None:
-    """torch lists no parts for the AOTAutograd key (its logger is not at DEBUG); both FX graphs inside it hit: the
-    graphs did not change, another part of the AOTAutograd key did. Not a bare "the key changed"."""
+def _aot_miss_after_hits(first: str | None, second: str | None) -> tuple[str, tuple[str, ...]]:
+    """An AOTAutograd key missed (its parts not logged) while both FX graphs it compiles hit; each compile's
+    functorch config as its metrics say (None: a torch before 2.13)."""
     history = KeyHistory()
-    first = [
-        CacheLookupEvent(cid("0/0"), "aot_autograd", "miss", key="a1"),
-        CacheLookupEvent(cid("0/0"), "fx_graph", "miss", key="f1", backward=False),
-        CacheLookupEvent(cid("0/0"), "fx_graph", "miss", key="b1", backward=True),
-    ]
-    history.explain(_rec("0/0"), first)
+    history.explain(
+        _rec("0/0", first),
+        [
+            CacheLookupEvent(cid("0/0"), "aot_autograd", "miss", key="a1"),
+            CacheLookupEvent(cid("0/0"), "fx_graph", "miss", key="f1", backward=False),
+            CacheLookupEvent(cid("0/0"), "fx_graph", "miss", key="b1", backward=True),
+        ],
+    )
     again = [
         CacheLookupEvent(cid("0/1"), "aot_autograd", "miss", key="a2"),
         CacheLookupEvent(cid("0/1"), "fx_graph", "hit", key="f1", backward=False),
         CacheLookupEvent(cid("0/1"), "fx_graph", "hit", key="b1", backward=True),
     ]
-    (aot, _, _) = history.explain(_rec("0/1"), again)
-    assert aot is not None and aot.cause == "other"
-    (words,) = aot.changes
-    assert words.startswith("its 2 FX graphs hit, so the graphs it compiles did not change: another part of its key did")
-    assert "TORCH_LOGS=+torch._functorch._aot_autograd.autograd_cache" in words
+    (aot, _, _) = history.explain(_rec("0/1", second), again)
+    assert aot is not None
+    return aot.cause, aot.changes
+
+
+def test_an_aotautograd_miss_whose_fx_graphs_hit_blames_the_graph_dynamo_handed_over() -> None:
+    """Both FX graphs hit: what inductor compiles is unchanged, so grad mode, autocast and the inductor config (which
+    change those graphs) did not change either, and are not named. The functorch config is the same (the compile's
+    metrics say so): the graph dynamo handed over is what changed (a renamed module: tests/test_caches.py, rename)."""
+    cause, (words, advice) = _aot_miss_after_hits('{"a": 1}', '{"a": 1}')
+    assert cause == "graph"
+    assert words.startswith("the graph dynamo handed over changed in what the compiled graphs do not keep")
+    assert "its 2 FX graphs hit" in words and "functorch" not in words
+    for unchanged in ("grad mode", "autocast", "inductor config"):
+        assert unchanged not in words and unchanged not in advice
+    # the way to name the part, and its condition: the run compared with must have been logged the same way
+    assert advice.startswith("TORCH_LOGS=+torch._functorch._aot_autograd.autograd_cache lists the key's parts")
+    assert advice.endswith("if the run compared with was logged the same way")
+
+
+def test_an_aotautograd_miss_whose_fx_graphs_hit_names_a_changed_functorch_config() -> None:
+    cause, (words, _) = _aot_miss_after_hits('{"a": 1}', '{"a": 2}')
+    assert (
+        cause == "config" and words == "functorch config changed (its 2 FX graphs hit, so the graphs inductor compiles did not)"
+    )
+
+
+def test_before_2_13_the_functorch_config_stays_a_suspect_beside_the_graph() -> None:
+    cause, (words, _) = _aot_miss_after_hits(None, None)
+    assert cause == "graph" and words.startswith("the graph dynamo handed over changed")
+    assert words.endswith("; or a functorch config changed (torch before 2.13 does not record it)")
+
+
+def test_a_graph_with_fewer_tensor_inputs_leads_with_its_code() -> None:
+    """A graph break shortened the graph: it takes fewer tensors. The code leads; the inputs follow from it, and are
+    not listed one by one (compared by position, "input 0: shape [8, 8] → [4, 8]" compares the weight with x)."""
+    t = "TensorMetadata(dtype=torch.float32, shape=torch.Size([{}, 8]), stride=(8, 1))"
+    old = [Component("gm", "g1"), *(Component(f"example_inputs[{i}]", f"i{i}", t.format(8)) for i in range(3))]
+    new = [Component("gm", "g2"), Component("example_inputs[0]", "x", t.format(4))]
+    assert compare(new, old) == [("graph code changed (and with it its inputs: 3 tensors → 1)", "graph", "gm")]
+    # a size made dynamic adds a symbolic int, not a tensor: the inputs' change leads, as before
+    sym = [Component("gm", "g2"), Component("example_inputs[0]", "s", "s77"), Component("example_inputs[1]", "x", t.format(4))]
+    grown = compare(sym, old[:2])
+    assert grown[0][1] == "inputs", grown
 
 
 def test_autocast_in_an_aotautograd_key_is_named_as_autocast() -> None:

@@ -32,7 +32,7 @@ from .._core.settings import Settings
 from .._kinds.cache_lookups import Component, key_of_artifact
 from .._model.events import ArtifactEvent, MetricsEvent
 from .._parse.trace_log import ReplayStats, log_events, log_files, not_a_trace_log, torch_version_of
-from .caches import KeyHistory, KeySeen
+from .caches import KeyHistory, KeySeen, functorch_digest
 
 __all__ = ["KeyIndex", "baseline_keys", "index_document", "keys_of_logs", "live_key_history", "read_index"]
 
@@ -299,6 +299,8 @@ def _index(keep: Sequence[KeySeen], torch_version: str | None, rank: int | None)
             entry["torch"] = s.torch_version
         if s.loads:
             entry["loads"] = list(s.loads)
+        if s.functorch:
+            entry["functorch"] = s.functorch
         entries.append(entry)
     return {
         "format": INDEX_FORMAT,
@@ -345,6 +347,7 @@ def read_index(doc: Any, where: str, path: str, problems: list[str]) -> list[Key
                     doc.get("rank"),
                     e.get("torch") or doc.get("torch"),
                     tuple(str(k) for k in e.get("loads", ())),
+                    str(e["functorch"]) if e.get("functorch") else None,
                 )
             )
         except (KeyError, TypeError, ValueError, IndexError):
@@ -382,6 +385,7 @@ def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
                 if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
                     v = ev.fields.get("pytorch_version")
                     version = v if isinstance(v, str) and v else version
+                    history.note_functorch(ev.compile_id, ev.rank, functorch_digest(ev.fields))
                 elif isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
                     # written before the first compile: the first lookups' keys know their release
                     version = torch_version_of(ev.payload) or version

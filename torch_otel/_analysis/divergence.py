@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .._model.compilation_metrics import compile_on_one_rank
 from .._model.record import CACHE_METRIC_PREFIXES, RUNTIME, CompileRecord, Sink
 
 ASPECTS: tuple[str, ...] = ("compiles", "cache", "collectives", "graphs")
@@ -84,9 +85,16 @@ class Facts:
 
 
 def facts(rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = None) -> Facts:
-    """``lookups``: the record's :meth:`~CompileRecord.cache_counts`, when the caller has them already."""
+    """``lookups``: the record's :meth:`~CompileRecord.cache_counts`, when the caller has them already.
+
+    A compile under torch 2.14's ``compile_on_one_rank`` made a graph of no rank: one rank compiles it (a miss, and
+    the schedule torch logs while compiling) and the others are served it (a hit, no schedule). That is the design,
+    not a rank out of step: its cache outcome counts as ``one_rank`` on every rank, and its collectives are not
+    compared (all ranks run the one graph)."""
     key = rec.id_str if rec.kind == "frame" else f"{rec.kind} {rec.id_str}"
     cache = cache_outcome(rec.cache_counts() if lookups is None else lookups)
+    if compile_on_one_rank(rec.metrics):
+        return Facts(key, "one_rank" if cache is not None else None, [], graph_count(rec))
     return Facts(key, cache, collective_schedule(rec), graph_count(rec))
 
 

@@ -170,11 +170,21 @@
     if (!names.length) return none(s, "no lookups on either side");
     s.appendChild(table(names.map(function (k) { return { name: k, r: obj(rates[k]) }; }), [
       ["cache", function (x) { return x.name; }],
-      ["base hit rate", function (x) { return rate(x.r.base); }, true],
-      ["new hit rate", function (x) { return rate(x.r["new"]); }, true],
+      ["base hit rate", function (x) { return x.r.base === null && num(x.r.base_bypasses) ? "bypassed" : rate(x.r.base); }, true],
+      ["new hit rate", function (x) { return x.r["new"] === null && num(x.r.new_bypasses) ? "bypassed" : rate(x.r["new"]); }, true],
       ["base lookups", function (x) { return num(x.r.base_lookups); }, true],
       ["new lookups", function (x) { return num(x.r.new_lookups); }, true]
     ]));
+    var byp = arr(c.new_bypasses);
+    if (byp.length) {
+      s.appendChild(el("h3", null, "New bypasses: compiled afresh on every run"));
+      s.appendChild(table(byp, [
+        ["cache", function (x) { return str(x.cache); }],
+        ["base", function (x) { return num(x.base); }, true],
+        ["new", function (x) { return num(x["new"]); }, true],
+        ["torch's reason", function (x) { return str(x.reason); }]
+      ], function () { return "err"; }));
+    }
     var miss = arr(c.new_misses);
     if (miss.length) {
       s.appendChild(el("h3", null, "New misses, and why"));

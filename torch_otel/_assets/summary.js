@@ -427,8 +427,8 @@
 
   function drawColdWarm() {
     var c = obj(S.caches);
-    var rates = obj(c.hit_rate), causes = countsOf(c.misses_by_cause);
-    if (!Object.keys(rates).length && !causes.length) return;
+    var rates = obj(c.hit_rate), causes = countsOf(c.misses_by_cause), byp = arr(c.bypasses);
+    if (!Object.keys(rates).length && !causes.length && !byp.length) return;
     var s = section("Cold and warm starts",
       "cold work (the compiles of the lookups that missed) " + fix3(c.miss_cost_s) + " s; loading from caches " +
       fix3(c.load_s) + " s; saved by hits " + fix3(c.saved_s) + " s (torch's remote_cache_time_saved_s).");
@@ -446,6 +446,16 @@
         ["reason", function (r) { return str(r.reason); }],
         ["count", function (r) { return num(r.count); }, true]
       ]));
+    }
+    if (byp.length) {
+      // a bypass compiles afresh on every run: torch's reason, in its words, is what to change
+      s.appendChild(el("h3", null, "Bypassed: compiled afresh on every run" +
+        (num(c.bypass_cost_s) > 0 ? " (" + fix3(c.bypass_cost_s) + " s here)" : "")));
+      s.appendChild(table(byp, [
+        ["cache", function (r) { return str(r.cache); }, false, null, "nw"],
+        ["torch's reason", function (r) { return str(r.reason); }],
+        ["count", function (r) { return num(r.count); }, true]
+      ], function () { return "err"; }));
     }
     var odd = arr(c.odd_ranks);
     if (odd.length) {

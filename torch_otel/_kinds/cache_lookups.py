@@ -16,6 +16,7 @@ and writes the same as an artifact. Here, once each:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 
 from .._core.compile_id import CompileId
 from .._core.merge import Merge, counts, num, rows, sum_int, sum_s
+from .._model.compilation_metrics import compile_on_one_rank
 from .._model.record import CompileRecord
 from .kind import Attach, Kind, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
 
@@ -257,10 +259,42 @@ class Lookup:
     event: CacheLookupEvent
     phase_ns: int | None = None
     explanation: Any = None
+    # a hit: whether this rank looked the key up before (``own``: its entry) or not (``other``: another rank, or a run
+    # of another rank, wrote it); compile_on_one_rank's compiled-here or served-from-another-rank
+    served: str | None = None
+    # a hash of its key's parts per class, as a trace carries them (:func:`part_digests`; else from the parts)
+    digests: tuple[str, ...] = ()
+
+
+def tensor_inputs(parts: Sequence[Component]) -> int:
+    """How many tensors a key lists as inputs (its ``example_inputs[i]`` parts; a size made dynamic adds a symbolic
+    int, which is no tensor)."""
+    return sum(1 for c in parts if c.name.startswith("example_inputs[") and (c.text is None or "TensorMetadata" in c.text))
+
+
+def part_digests(parts: Sequence[Component]) -> tuple[str, ...]:
+    """A key's parts, hashed per class (``config:1f3a09c2``), with its tensor inputs counted (``tensors:3``) and its
+    autocast parts apart (``autocast:...``): enough to say, against another key of the same graph, which class of
+    part changed, without the parts (torch-otel diff of summaries and traces). Empty for a key torch listed no parts
+    for."""
+    if not parts:
+        return ()
+    groups: dict[str, list[str]] = {}
+    for c in parts:
+        cls = "autocast" if c.name.split("[", 1)[0] == "autocast_state" else component_class(c.name)
+        groups.setdefault(cls, []).append(f"{c.name}={c.digest}")
+    out = [f"{k}:{hashlib.sha256(chr(10).join(sorted(v)).encode()).hexdigest()[:10]}" for k, v in sorted(groups.items())]
+    return (*out, f"tensors:{tensor_inputs(parts)}")
+
+
+def digests_of(x: Lookup) -> tuple[str, ...]:
+    """A lookup's :func:`part_digests`: as its trace carried them, else from its parts."""
+    return x.digests or part_digests(x.event.components)
 
 
 class Explainer(Protocol):
-    """Why each miss of a finished compile missed (None where it did not); remembers its keys (the key history)."""
+    """Why each miss of a finished compile missed, and where each hit's entry came from (``own`` or ``other``; None
+    where it cannot say); remembers its keys (the key history)."""
 
     def explain(self, record: CompileRecord, lookups: Sequence[CacheLookupEvent]) -> list[Any]: ...
 
@@ -287,7 +321,16 @@ def derive(rec: CompileRecord, keys: Explainer | None) -> None:
     if not events:
         return
     explained = keys.explain(rec, events) if keys is not None else [None] * len(events)
-    rec.derived[NAME] = [Lookup(lk, _phase_ns(rec, lk), e) for lk, e in zip(events, explained, strict=True)]
+    rec.derived[NAME] = [
+        Lookup(
+            lk,
+            _phase_ns(rec, lk),
+            e if lk.result == "miss" else None,
+            e if lk.result == "hit" else None,
+            part_digests(lk.components),  # once: the spans and the summary both write them
+        )
+        for lk, e in zip(events, explained, strict=True)
+    ]
 
 
 def lookups(rec: CompileRecord) -> list[Lookup]:
@@ -317,6 +360,9 @@ class Attributes:
     MISS_CAUSE = "torch.compile.cache.miss_cause"
     MISS_REASON = "torch.compile.cache.miss_reason"
     MISS_CHANGES = "torch.compile.cache.miss_changes"
+    # a hit: "own" where this rank looked the key up before, "other" where it had not (another rank wrote the entry)
+    HIT_ENTRY = "torch.compile.cache.hit_entry"
+    PART_DIGESTS = "torch.compile.cache.part_digests"  # the key's parts hashed per class (part_digests)
 
 
 def span_events(rec: CompileRecord, fmt: Text) -> list[SpanEvent]:
@@ -344,6 +390,11 @@ def span_events(rec: CompileRecord, fmt: Text) -> list[SpanEvent]:
         if lk.result == "bypass":
             a[a_.BYPASS_REASON] = fmt.text(lk.bypass_reason or "")
             a[a_.BYPASS_CATEGORY] = bypass_category(lk.bypass_reason)
+        if lk.result == "hit" and x.served in ("own", "other"):
+            a[a_.HIT_ENTRY] = x.served
+        digests = digests_of(x)
+        if digests and lk.result in ("hit", "miss"):
+            a[a_.PART_DIGESTS] = list(digests)
         e = x.explanation
         if e is not None:
             a[a_.MISS_CAUSE] = e.cause
@@ -376,7 +427,15 @@ def read_span_event(name: str, ea: Mapping[str, Any], rec: CompileRecord) -> boo
     if not isinstance(cache, str) or not isinstance(result, str):
         return True
     b = ea.get(a_.BACKWARD)
-    lk = CacheLookupEvent(rec.compile_id, cache, result, key=ea.get(a_.KEY), backward=b if isinstance(b, bool) else None)
+    why = ea.get(a_.BYPASS_REASON) if result == "bypass" else None
+    lk = CacheLookupEvent(
+        rec.compile_id,
+        cache,
+        result,
+        key=ea.get(a_.KEY),
+        backward=b if isinstance(b, bool) else None,
+        bypass_reason=why if isinstance(why, str) and why else None,
+    )
     t = ea.get(a_.TIME)
     explanation = None
     cause = ea.get(a_.MISS_CAUSE)
@@ -385,8 +444,18 @@ def read_span_event(name: str, ea: Mapping[str, Any], rec: CompileRecord) -> boo
         explanation = _Explained(
             cause, str(ea.get(a_.MISS_REASON) or cause), [str(c) for c in changes] if isinstance(changes, list) else []
         )
+    served = ea.get(a_.HIT_ENTRY) if result == "hit" else None
+    digests = ea.get(a_.PART_DIGESTS)
     rec.attached.setdefault(NAME, []).append(lk)
-    rec.derived.setdefault(NAME, []).append(Lookup(lk, int(t * 1e9) if isinstance(t, (int, float)) else None, explanation))
+    rec.derived.setdefault(NAME, []).append(
+        Lookup(
+            lk,
+            int(t * 1e9) if isinstance(t, (int, float)) else None,
+            explanation,
+            served if served in ("own", "other") else None,
+            tuple(str(d) for d in digests) if isinstance(digests, list) else (),
+        )
+    )
     return True
 
 
@@ -450,7 +519,53 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
         for c in (facts.get("caches") or {}).get("lookups") or []:
             caches.setdefault(c["cache"], []).append(f"{c['result']} {c['count']}")
     out = ["cache: " + ("; ".join(f"{k} {', '.join(v)}" for k, v in caches.items()) if caches else "no lookups")]
-    return out + _cache_lines(facts.get("caches") or {}, width)
+    c = facts.get("caches") or {}
+    # a bypass first: no cache serves it on any run; then what compile_on_one_rank did, then cold and warm
+    return out + _bypass_lines(c, width) + _one_rank_lines(c, width) + _cache_lines(c, width)
+
+
+def _one_rank_lines(c: Mapping[str, Any], width: int) -> list[str]:
+    """Under compile_on_one_rank: what this rank compiled, and what it was served from another rank's compile."""
+    one = c.get("one_rank") or {}
+    if not one.get("compiles"):
+        return []
+
+    def by_cache(d: Any) -> str:
+        return ", ".join(f"{k} {n}" for k, n in (d or {}).items()) or "none"
+
+    out = [
+        _cut(
+            f"  compile_on_one_rank ({one['compiles']} compile{'s' if one['compiles'] > 1 else ''}): "
+            f"compiled, for every rank (missed): {by_cache(one.get('compiled'))}",
+            width,
+        ),
+        _cut(
+            f"    served from what another rank wrote: {by_cache(one.get('served_by_another'))}"
+            + (f"; from its own entries: {by_cache(one.get('served_own'))}" if one.get("served_own") else ""),
+            width,
+        ),
+    ]
+    for g in (c.get("shared_graphs") or [])[:3]:
+        on = ", ".join(str(r) for r in g["compiled_on"]) or "none"
+        to = ", ".join(str(r) for r in g["served_to"]) or "none"
+        out.append(_cut(f"  {g['cache']} {g['graph']}: compiled on rank {on}, served to rank {to}", width))
+    return out
+
+
+def _bypass_lines(c: Mapping[str, Any], width: int) -> list[str]:
+    """The lookups torch bypassed, with its reason in its own words: each compiles afresh on every run."""
+    rows = [r for r in c.get("bypasses") or [] if isinstance(r, Mapping)]
+    if not rows:
+        return []
+    n = sum(int(num(r.get("count"))) for r in rows)
+    cost = c.get("bypass_cost_s")
+    spent = f", {cost:.2f} s compiling here" if isinstance(cost, (int, float)) and cost > 0 else ""
+    out = [f"  bypassed: {n} lookup{'s' if n > 1 else ''}, compiled afresh on every run{spent}; torch's reasons:"]
+    for r in rows[:3]:
+        out.append(f"  {int(num(r.get('count'))):>5}  {_cut(str(r.get('cache')) + ' ' + str(r.get('reason')), width - 9)}")
+    if len(rows) > 3:
+        out.append(f"         ({len(rows) - 3} more bypass reasons: --json or the HTML page lists them)")
+    return out
 
 
 def _cache_lines(c: dict[str, Any], width: int) -> list[str]:
@@ -479,6 +594,19 @@ def _cache_lines(c: dict[str, Any], width: int) -> list[str]:
 
 MAX_CACHE_SLOTS = 4096  # graphs whose lookups are compared across ranks
 MAX_CACHE_REASONS = 200
+MAX_KEY_ROWS = 2048  # lookups whose key the summary keeps (torch-otel diff compares runs by them)
+MAX_MERGED_KEY_ROWS = 65536  # and a job's summaries merged
+MAX_BYPASS_REASONS = 50  # distinct bypass reasons kept
+
+
+def pass_of(backward: bool | None) -> str:
+    """A lookup's pass as the summary and the metrics name it: ``backward``, ``forward`` or "" (torch did not say)."""
+    return "backward" if backward else "forward" if backward is False else ""
+
+
+def bypass_words(reason: str | None) -> str:
+    """torch's bypass reason, whole and on one line, as the summary and the diff show it."""
+    return " ".join(str(reason or "torch gave no reason").split())[:1000]
 
 
 class CachesPart:
@@ -487,6 +615,7 @@ class CachesPart:
     def __init__(self) -> None:
         self.load_ns = 0
         self.miss_cost_ns = 0
+        self.bypass_cost_ns = 0
         self.saved_s = 0.0
         self.lookups: Counter[tuple[str, str]] = Counter()  # (cache, result): the lookups torch logged events for
         self.causes: Counter[tuple[str, str]] = Counter()  # (cache, cause)
@@ -494,6 +623,17 @@ class CachesPart:
         self.reason_cause: dict[tuple[str, str], str] = {}  # its cause
         # (cache, compile id, pass) -> rank -> (result, cause text); compared across ranks
         self.slots: dict[tuple[str, str, str], dict[int, tuple[str, str]]] = {}
+        # each lookup's key (its first SHORT_KEY characters), as spans carry it: (rank, cache, id, pass, key, result,
+        # cause); torch-otel diff compares two runs by them, whichever form each run was read from
+        self.keys: list[tuple[int | None, str, str, str, str, str, str | None, tuple[str, ...]]] = []
+        self.keys_left_out = 0
+        # (cache, torch's bypass reason) -> lookups bypassed for it
+        self.bypasses: Counter[tuple[str, str]] = Counter()
+        # compiles under torch 2.14's compile_on_one_rank, and their lookups: compiled on this rank (a miss), served
+        # from an entry another rank wrote (a hit of a key it had not looked up before), or from its own entry
+        self.one_rank_compiles = 0
+        self.one_rank: dict[str, Counter[str]] = {"compiled": Counter(), "served_by_another": Counter(), "served_own": Counter()}
+        self.one_rank_slots: set[tuple[str, str, str]] = set()
 
     def add(self, rec: CompileRecord) -> None:
         saved = (rec.metrics or {}).get("remote_cache_time_saved_s")
@@ -502,7 +642,11 @@ class CachesPart:
         found = lookups(rec)
         if not found:
             return
+        one = compile_on_one_rank(rec.metrics)
+        if one:
+            self.one_rank_compiles += 1
         aot_miss = [x for x in found if x.event.cache == "aot_autograd" and x.event.result == "miss"]
+        aot_uncached = [x for x in found if x.event.cache == "aot_autograd" and x.event.result in ("miss", "bypass")]
         for x in found:
             lk = x.event
             self.lookups[(lk.cache, lk.result)] += 1
@@ -510,7 +654,27 @@ class CachesPart:
                 self.load_ns += x.phase_ns
             if lk.result == "miss" and x.phase_ns and (lk.cache == "aot_autograd" or not aot_miss):
                 self.miss_cost_ns += x.phase_ns  # an FX graph's compile is inside its AOTAutograd miss's
+            if lk.result == "bypass" and x.phase_ns and (lk.cache == "aot_autograd" or not aot_uncached):
+                self.bypass_cost_ns += x.phase_ns  # the same: counted once, where no cache could serve it
+            if one and lk.result == "miss":
+                self.one_rank["compiled"][lk.cache] += 1
+            elif one and lk.result == "hit":
+                self.one_rank["served_own" if x.served == "own" else "served_by_another"][lk.cache] += 1
             e = x.explanation
+            if lk.result == "bypass":
+                why = (lk.cache, bypass_words(lk.bypass_reason))
+                if why in self.bypasses or len(self.bypasses) < MAX_BYPASS_REASONS:
+                    self.bypasses[why] += 1
+                else:
+                    self.bypasses[(lk.cache, "(other reasons)")] += 1
+            if lk.key and lk.result in ("hit", "miss", "bypass"):
+                if len(self.keys) < MAX_KEY_ROWS:
+                    cause = e.cause if lk.result == "miss" and e is not None else None
+                    digests = digests_of(x) if lk.result != "bypass" else ()
+                    row = (rec.rank, lk.cache, rec.id_str, pass_of(lk.backward), lk.key[:SHORT_KEY], lk.result, cause, digests)
+                    self.keys.append(row)
+                else:
+                    self.keys_left_out += 1
             if lk.result == "miss" and e is not None:
                 self.causes[(lk.cache, e.cause)] += 1
                 key = (lk.cache, e.text()[:300])
@@ -518,13 +682,16 @@ class CachesPart:
                     self.reasons[key] += 1
                     self.reason_cause.setdefault(key, e.cause)
             if rec.rank is not None and lk.result in ("hit", "miss"):
-                pass_ = "backward" if lk.backward else "forward" if lk.backward is False else ""
-                slot = (lk.cache, rec.id_str, pass_)
+                slot = (lk.cache, rec.id_str, pass_of(lk.backward))
+                if one and len(self.one_rank_slots) < MAX_CACHE_SLOTS:
+                    self.one_rank_slots.add(slot)  # a graph of no rank: one rank compiles it for all
                 ranks = self.slots.get(slot)
                 if ranks is None and len(self.slots) < MAX_CACHE_SLOTS:
                     ranks = self.slots[slot] = {}
                 if ranks is not None:
-                    ranks.setdefault(rec.rank, (lk.result, e.short() if e is not None else ""))
+                    # against another rank that looked the graph up (replay of a job), else its own explanation
+                    said = (getattr(e, "across", None) or e.short()) if e is not None else ""
+                    ranks.setdefault(rec.rank, (lk.result, str(said)))
 
     def odd_ranks(self) -> list[dict[str, Any]]:
         """Per graph that some ranks hit and others missed: each rank that missed, with why."""
@@ -532,8 +699,8 @@ class CachesPart:
         for (cache, cid, pass_), ranks in sorted(self.slots.items()):
             hit = sorted(r for r, (res, _) in ranks.items() if res == "hit")
             missed = sorted(r for r, (res, _) in ranks.items() if res == "miss")
-            if not hit or not missed:
-                continue
+            if not hit or not missed or (cache, cid, pass_) in self.one_rank_slots:
+                continue  # under compile_on_one_rank the rank that missed compiled the graph for all: no odd rank
             graph = f"{cid} {pass_}".strip()
             others = ", ".join(str(r) for r in hit[:8]) + (" ..." if len(hit) > 8 else "")
             for r in missed:
@@ -548,6 +715,19 @@ class CachesPart:
                         "line": f"rank {r} missed {cache} {graph} (rank {others} hit it): {why}",
                     }
                 )
+        return out
+
+    def shared_graphs(self) -> list[dict[str, Any]]:
+        """Per graph compiled under compile_on_one_rank (replay of a job): the ranks that compiled it (their lookup
+        missed) and those it was served to (theirs hit)."""
+        out = []
+        for slot in sorted(self.one_rank_slots):
+            ranks = self.slots.get(slot) or {}
+            cache, cid, pass_ = slot
+            compiled = sorted(r for r, (res, _) in ranks.items() if res == "miss")
+            served = sorted(r for r, (res, _) in ranks.items() if res == "hit")
+            if len(ranks) > 1:
+                out.append({"cache": cache, "graph": f"{cid} {pass_}".strip(), "compiled_on": compiled, "served_to": served})
         return out
 
     def to_dict(self, facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -569,6 +749,7 @@ class CachesPart:
             by_cause[cause] += n
         return {
             "miss_cost_s": round(self.miss_cost_ns / 1e9, 6),
+            "bypass_cost_s": round(self.bypass_cost_ns / 1e9, 6),
             "load_s": round(self.load_ns / 1e9, 6),
             "saved_s": round(self.saved_s, 6),
             "hit_rate": rates,
@@ -581,7 +762,38 @@ class CachesPart:
                 for (c, t), n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
             ],
             "odd_ranks": self.odd_ranks(),
+            "bypasses": [
+                {"cache": c, "reason": r, "category": bypass_category(r), "count": n}
+                for (c, r), n in sorted(self.bypasses.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
+            "keys": sorted((_key_row(k) for k in self.keys), key=_key_order),
+            "keys_left_out": self.keys_left_out,
+            "one_rank": {"compiles": self.one_rank_compiles, **{k: dict(sorted(v.items())) for k, v in self.one_rank.items()}},
+            "shared_graphs": self.shared_graphs(),
         }
+
+
+def _key_row(k: tuple[int | None, str, str, str, str, str, str | None, tuple[str, ...]]) -> dict[str, Any]:
+    rank, cache, cid, pass_, key, result, cause, digests = k
+    row: dict[str, Any] = {"cache": cache, "id": cid, "pass": pass_, "key": key, "result": result}
+    if cause is not None:
+        row["cause"] = cause
+    if digests:
+        row["parts"] = dict(d.split(":", 1) for d in digests if ":" in d)
+    if rank is not None:
+        row["rank"] = rank
+    return row
+
+
+def _key_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    rank = r.get("rank")
+    return (rank if isinstance(rank, int) else -1, str(r.get("id")), str(r.get("cache")), str(r.get("pass")), str(r.get("key")))
+
+
+def _key_rows(values: list[Any]) -> list[dict[str, Any]]:
+    """Each summary's lookups' keys, one list (a job's ranks each looked up their own)."""
+    out = [dict(r) for v in values for r in v or [] if isinstance(r, Mapping)]
+    return sorted(out, key=_key_order)[:MAX_MERGED_KEY_ROWS]
 
 
 def _hit_rates(values: list[Any]) -> dict[str, dict[str, Any]]:
@@ -599,6 +811,7 @@ def _hit_rates(values: list[Any]) -> dict[str, dict[str, Any]]:
 MERGE = Merge(
     section={
         "miss_cost_s": Merge(sum_s),
+        "bypass_cost_s": Merge(sum_s),
         "load_s": Merge(sum_s),
         "saved_s": Merge(sum_s),
         "hit_rate": Merge(_hit_rates),
@@ -608,6 +821,18 @@ MERGE = Merge(
         "misses_by_cache_and_cause": Merge(rows(lambda r: (r.get("cache"), r.get("cause")), ("count",))),
         "top_reasons": Merge(rows(lambda r: (r.get("cache"), r.get("reason")), ("count",))),
         "odd_ranks": Merge(why="found by comparing ranks, which one rank's summary cannot"),
+        "bypasses": Merge(rows(lambda r: (r.get("cache"), r.get("reason")), ("count",))),
+        "keys": Merge(_key_rows),
+        "keys_left_out": Merge(sum_int),
+        "one_rank": Merge(
+            section={
+                "compiles": Merge(sum_int),
+                "compiled": Merge(counts),
+                "served_by_another": Merge(counts),
+                "served_own": Merge(counts),
+            }
+        ),
+        "shared_graphs": Merge(why="found by comparing ranks, which one rank's summary cannot"),
     }
 )
 

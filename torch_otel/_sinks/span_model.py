@@ -50,6 +50,9 @@ METRIC_ATTRIBUTES = {
     "aotautograd_remote_cache_hit_count": "torch.compile.cache.aot_autograd.remote.hits",
     "aotautograd_remote_cache_miss_count": "torch.compile.cache.aot_autograd.remote.misses",
     "param_count": "torch.compile.param_count",
+    "param_numel": "torch.compile.param_numel",
+    "param_bytes": "torch.compile.param_bytes",
+    "guard_latency_us": "torch.compile.guard_latency_us",
     "ir_count": "torch.compile.ir_count",
 }
 _METRIC_FIELDS = {attr: name for name, attr in METRIC_ATTRIBUTES.items()}
@@ -88,6 +91,10 @@ class Root:
     ERROR_TYPE = "error.type"
     TORCH_VERSION = "torch.version"  # of the resource
     INCOMPLETE = "Incomplete"  # the error.type of a compile that did not finish
+    # torch 2.14's torch.compiler.config.compile_on_one_rank was on: the graph is the same on every rank
+    COMPILE_ON_ONE_RANK = "torch.compile.compile_on_one_rank"
+    USER_CONTEXTS = "torch.compile.recompile_user_contexts"  # what the user's recompile hooks said
+    KERNEL_SOURCES = "torch.compile.inductor.kernel_sources"  # each kernel's user line (inductor's provenance)
 
 
 class Events:
@@ -189,6 +196,11 @@ def record_of_spans(
         metrics["recompile_reason"] = a[Root.RECOMPILE_REASON]
     if isinstance(a.get(Root.HAS_GUARDED_CODE), bool):
         metrics["has_guarded_code"] = a[Root.HAS_GUARDED_CODE]
+    if a.get(Root.COMPILE_ON_ONE_RANK) is True:  # as torch's compiler_config says it (compilation_metrics.py)
+        metrics["compiler_config"] = '{"compile_on_one_rank": true}'
+    contexts = a.get(Root.USER_CONTEXTS)
+    if isinstance(contexts, list):
+        metrics["recompile_user_contexts"] = [str(c) for c in contexts]
     error = a.get(Root.ERROR_TYPE)
     events = root.get("events") or []
     if isinstance(error, str) and error != Root.INCOMPLETE:

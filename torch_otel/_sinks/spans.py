@@ -21,6 +21,7 @@ from .._core.health import count_not_sampled
 from .._core.settings import Settings
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
+from .._model.compilation_metrics import compile_on_one_rank, kernel_sources, user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 from .._otel.ids import own_ids, private_random
 from .span_model import METRIC_ATTRIBUTES, Events, Root
@@ -165,6 +166,17 @@ class SpanMapper:
             a[Root.RECOMPILE_LIMIT] = rec.recompile_limit
         if isinstance(m.get("has_guarded_code"), bool):
             a[Root.HAS_GUARDED_CODE] = m["has_guarded_code"]
+        if compile_on_one_rank(m):
+            a[Root.COMPILE_ON_ONE_RANK] = True
+        contexts = user_contexts(m)
+        if contexts:  # the user's own words, from hooks they registered for this
+            a[Root.USER_CONTEXTS] = [self._str(c) for c in contexts]
+        kernels = kernel_sources(m)
+        if kernels:  # file and line only: the source text torch keeps beside them stays in the process
+            a[Root.KERNEL_SOURCES] = [
+                f"{k} {self._path(f) or '?'}:{n if n is not None else '?'}" + (f" ({fn})" if fn else "")
+                for k, f, n, fn in kernels
+            ]
         restarts = m.get("restart_reasons")
         if isinstance(restarts, (list, set, tuple)):
             a["torch.compile.restart_count"] = len(restarts)

@@ -27,10 +27,11 @@ from .._core.graph_breaks import graph_break_code
 from .._core.merge import Merge, basename, counts, first, merge_with, num, rows, sum_int, sum_known_s, sum_s, union
 from .._core.paths import in_installed_package, path_problem
 from .._core.ranks import env_rank
-from .._core.text import cut_where, shorten_reason
+from .._core.text import cut_middle, cut_where, shorten_reason
 from .._kinds.graph_calls import compile_calls
 from .._kinds.kind import Kind
 from .._kinds.registry import kinds_or_default
+from .._model.compilation_metrics import user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
 __all__ = ["MERGE", "Merge", "RunSummary", "SummariesByRank", "format_text", "merge_rules", "merge_summaries"]
@@ -147,6 +148,7 @@ class RunSummary(Sink):
         self.frames: dict[FrameKey, _Frame] = {}
         self.recompiles: Counter[str] = Counter()  # by category
         self.reasons: Counter[tuple[str, str]] = Counter()  # (category, text)
+        self.user_contexts: Counter[str] = Counter()  # what the user's recompile hooks said at each recompile
         self.graph_breaks: Counter[tuple[str, str]] = Counter()  # (code, type): torch's counters["graph_break"]
         self.unhandled_graph_breaks = 0  # graph breaks torch could not handle: each is its compile's failure
         self.frame_ending_graph_breaks = 0  # graph breaks torch could not resume after: the rest ran in eager
@@ -254,6 +256,9 @@ class RunSummary(Sink):
                 self.reasons[rkey] += 1
             else:
                 self.reasons[(category, "(other reasons)")] += 1
+            for c in user_contexts(rec.metrics):
+                if c in self.user_contexts or len(self.user_contexts) < MAX_REASONS:
+                    self.user_contexts[c] += 1
         for gb in rec.handled_graph_breaks:
             self.graph_breaks[(graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "")] += 1
         ends = len(rec.frame_ending_graph_breaks)
@@ -370,6 +375,9 @@ class RunSummary(Sink):
                 "total": sum(self.recompiles.values()),
                 "by_category": dict(self.recompiles.most_common()),
                 "top_reasons": [{"category": c, "reason": r, "count": n} for (c, r), n in reasons[:20]],
+                "user_contexts": [
+                    {"context": c, "count": n} for c, n in sorted(self.user_contexts.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
+                ],
             },
             "graph_breaks": {
                 "total": sum(self.graph_breaks.values()),
@@ -582,6 +590,10 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
         if rest:  # the reasons past those shown: how many, and how many recompiles they account for
             more = rc["total"] - sum(r["count"] for r in rc["top_reasons"][:n])
             out.append(f"  {more:>5}  ({len(rest)} more reason{'s' if len(rest) > 1 else ''}: {_MORE})")
+        said = rc.get("user_contexts") or []
+        if said:  # the user's own hooks (torch's recompile_user_contexts): when in their run the recompiles came
+            listed = ", ".join(f"{c['context']} ({c['count']})" for c in said[:5])
+            out.append(cut_middle(f"  your recompile hooks said: {listed}" + (" ..." if len(said) > 5 else ""), w))
         return out
 
     blocks.append(_Block(reason_lines, 3, 1, 8))
@@ -715,6 +727,7 @@ MERGE: dict[str, Merge] = {
             "total": Merge(sum_int),
             "by_category": Merge(counts),
             "top_reasons": Merge(rows(lambda r: (r.get("category"), r.get("reason")), ("count",))),
+            "user_contexts": Merge(rows(lambda r: r.get("context"), ("count",)), when_all=True),
         }
     ),
     "graph_breaks": Merge(
