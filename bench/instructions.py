@@ -16,21 +16,27 @@ rotated order: the two counts of a mode give the method's own spread.
 1. **The compile loop** (``loop``): fresh ``aot_eager`` recompiles of the small MLP of ``bench/zero_cost.py`` (a new
    batch size each, automatic dynamic shapes off), forward and backward. The region is the recompiles and, with the
    bridge on, ``torch_otel.force_flush()``: every compile's spans built and exported over OTLP/gRPC to a real rotel on
-   loopback, inside the region. Modes: ``none`` (no bridge), ``default`` and ``full`` capture and ``calls`` (default
-   capture with ``TORCH_OTEL_GRAPH_CALLS=on``), each turned on by ``import torch_otel.auto`` as a user would, and
-   ``trace`` (torch's own ``TORCH_TRACE`` alone, no bridge).
+   loopback, inside the region. Modes: ``none`` (no bridge); ``default`` and ``full`` capture, ``calls`` and
+   ``nocalls`` (default capture with ``TORCH_OTEL_GRAPH_CALLS=on``, ``off``), each turned on by
+   ``import torch_otel.auto`` as a user would; ``trace`` (torch's own ``TORCH_TRACE`` alone, no bridge).
 2. **The steady step** (``steady``): a small transformer training loop (a 2-layer ``TransformerEncoder``, d=64,
    batch 8 x 32 tokens, ``aot_eager``; SGD), compiled and warm; the region is ``--steps`` steps. Modes: ``none``,
-   ``default`` (graph calls off) and ``calls`` (graph calls on). Read on the main thread, where the step runs:
-   instructions per step, what the bridge adds per step, and per graph call.
+   ``nocalls`` and ``calls`` (default capture, graph calls off and on), and ``stacked`` (each graph behind 20
+   counters: what one more counter costs). Read on the main thread, where the step runs: instructions per step, what
+   the bridge adds per step, per graph call and per further counter.
 3. **Start-up** (``startup``): a slot kept for the start-up issue (51), not measured yet: see ``STARTUP`` below.
 
 Timers become counts under valgrind: a program runs about 50 times slower there, so anything that wakes on a clock
-would run 50 times as often per unit of work as it does outside. The children therefore set the OpenTelemetry SDK's
-span and metric export intervals to 10 minutes: inside the region, spans leave at the flush (or when a batch of 512
-fills), as they do outside valgrind, where the loop is shorter than the SDK's 5 s schedule (docs/benchmarks.md). The
-bridge's own worker still wakes 0.5 s after a compile ends; what that changes is which compiles share a batch, which
-the two counts' spread shows.
+would run 50 times as often per unit of work as it does outside, and a deadline would pass 50 times sooner. What wakes
+on a clock costs per second of wall time, not per compile or step, so the children put it out of the region: the
+OpenTelemetry SDK's span and metric export intervals, and the bridge's reading of graph counts (every 10 s with graph
+calls on), once a day (inside the region, spans leave at the flush, or when a batch of 512 fills, as they do outside
+valgrind, where the loop is shorter than the SDK's 5 s schedule: docs/benchmarks.md); the OTLP export deadline 10
+minutes (past its 10 s, the SDK would encode and send the whole batch again); tqdm's monitor thread off (torch.fx
+starts it; it wakes every 10 s). Python's garbage collector is run before the region, the same starting state in
+every mode. What still runs on a clock: gRPC's native threads, which poll while the channel is open (a few million
+instructions over a region that takes minutes under valgrind: the by-thread table shows them), and the bridge's worker,
+which wakes 0.5 s after a compile ends (which compiles share a batch: the two counts' spread shows it).
 
 Nothing here asserts anything: ``tests/test_instructions.py`` is the guard that does.
 """
@@ -54,11 +60,14 @@ ROOT = HERE.parent
 RESULTS = HERE / "results" / "instructions.json"
 PY = sys.executable
 
-LOOP_MODES = ("none", "default", "full", "calls", "trace")
-STEADY_MODES = ("none", "default", "calls", "stacked")
-BRIDGE = ("default", "full", "calls", "stacked")  # the modes that import torch_otel.auto
-COMPILES = 24  # the compile loop's recompiles inside the region (bench/zero_cost.py's loop)
-STEPS = 100  # the steady region's training steps
+LOOP_MODES = ("none", "default", "full", "calls", "nocalls", "trace")
+STEADY_MODES = ("none", "nocalls", "calls", "stacked")
+BRIDGE = ("default", "full", "calls", "nocalls", "stacked")  # the modes that import torch_otel.auto
+# TORCH_OTEL_GRAPH_CALLS per mode (default and full: as the bridge's default has it)
+GRAPH_CALLS = {"calls": "on", "stacked": "on", "nocalls": "off"}
+COMPILES = 6  # the compile loop's recompiles inside the region
+STEPS = 30  # the steady region's training steps
+DAY_MS = "86400000"  # the harness's timers, once a day: see the module's docstring
 
 # -- start-up: the slot for issue 51 --------------------------------------------------------------------------------
 # STARTUP: a start-up of the kind issue 51 tests against (a workload stamping its own regions), with and without the
@@ -237,8 +246,8 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     step = transformer_step()
-    for _ in range(20):
-        step()  # compiled (its forward, and the lazy backward), warm
+    for _ in range(3):
+        step()  # compiled (its forward on the first, its lazy backward on the first backward), warm
     calls = None
     if mode in BRIDGE:
         import torch_otel
@@ -256,6 +265,9 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
             _swap(_places(list(GRAPHS.graphs)), "stacked")
 
     before = calls() if calls else 0
+    import gc
+
+    gc.collect()  # the collector's state, the same in every mode (see child_loop)
     gc0 = _gc_stats()
     _callgrind("on")
     for _ in range(steps):
@@ -267,6 +279,16 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
 def child(what: str, mode: str, n: int) -> int:
     if os.environ.get("TORCH_OTEL_BENCH_OPCODES"):
         _Opcodes.install()
+    if mode in BRIDGE:  # with graph calls counted, the bridge's worker reads the counts every 10 s of wall time
+        from torch_otel._capture import live
+
+        live.TICK_S = float(DAY_MS) / 1000
+    try:  # torch.fx's progress bar starts tqdm's monitor thread, which wakes every 10 s of wall time: not here
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0
+    except ImportError:
+        pass
     out = child_loop(mode, n) if what == "loop" else child_steady(mode, n)
     print(json.dumps(out), flush=True)
     return 0
@@ -327,8 +349,10 @@ def child_env(mode: str, endpoint: str | None, trace_dir: str) -> dict[str, str]
         OMP_NUM_THREADS="1",
         TORCH_OTEL_BENCH_CALLGRIND="1",
         # timers would fire 50 times as often per unit of work under valgrind: spans leave at the flush
-        OTEL_BSP_SCHEDULE_DELAY="600000",
-        OTEL_METRIC_EXPORT_INTERVAL="600000",
+        OTEL_BSP_SCHEDULE_DELAY=DAY_MS,
+        OTEL_METRIC_EXPORT_INTERVAL=DAY_MS,
+        # and an export slowed 50 times may pass its 10 s deadline: the SDK would encode and send it again
+        OTEL_EXPORTER_OTLP_TIMEOUT="600",
         OTEL_SERVICE_NAME="bench",
     )
     if mode in BRIDGE:  # metrics as a user gets them: over OTLP, and on /metrics (a free port: 9464 may be taken)
@@ -339,7 +363,8 @@ def child_env(mode: str, endpoint: str | None, trace_dir: str) -> dict[str, str]
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     if mode in BRIDGE:
         env["TORCH_OTEL_CAPTURE"] = "full" if mode == "full" else "default"
-        env["TORCH_OTEL_GRAPH_CALLS"] = "on" if mode in ("calls", "stacked") else "off"
+        if mode in GRAPH_CALLS:
+            env["TORCH_OTEL_GRAPH_CALLS"] = GRAPH_CALLS[mode]
     if mode == "trace":
         env["TORCH_TRACE"] = trace_dir
     return env
@@ -462,11 +487,11 @@ def steady_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             row["calls_per_step"] = statistics.fmean(calls)
         out[mode] = row
     calls_per_step = out.get("calls", {}).get("calls_per_step")
-    base = per_step.get("none", per_step.get("default"))
-    if calls_per_step and "default" in per_step and base:
+    base = per_step.get("none", per_step.get("nocalls"))
+    if calls_per_step and "nocalls" in per_step and base:
         c = out["calls"]
-        c["per_call"] = (per_step["calls"] - per_step["default"]) / calls_per_step
-        c["of_step_over_default"] = (per_step["calls"] - per_step["default"]) / base
+        c["per_call"] = (per_step["calls"] - per_step["nocalls"]) / calls_per_step
+        c["of_step_over_default"] = (per_step["calls"] - per_step["nocalls"]) / base
     if calls_per_step and "stacked" in per_step:
         from graph_calls import STACK
 
@@ -499,6 +524,7 @@ def table(results: dict[str, Any]) -> str:
             "default": "default capture",
             "full": "full capture",
             "calls": "default, graph calls on",
+            "nocalls": "default, graph calls off",
             "trace": "`TORCH_TRACE` alone",
         }
         for mode, row in s.items():
@@ -552,8 +578,9 @@ def table(results: dict[str, Any]) -> str:
 
 STEADY_NAMES = {
     "none": "no bridge",
-    "default": "default capture (graph calls off)",
-    "calls": "graph calls on",
+    "default": "default capture",
+    "nocalls": "default capture, graph calls off",
+    "calls": "default capture, graph calls on",
     "stacked": "graph calls on, each graph behind 20 counters",
 }
 THREAD_NAMES = {
@@ -609,11 +636,15 @@ def opcodes(what: str, mode: str, n: int, top: int) -> int:
     for t, _, c in found["self"]:
         by_thread[t] = by_thread.get(t, 0) + c
     print(f"bytecodes on the bridge's side, by thread: {json.dumps(by_thread)}")
-    by_package: dict[str, int] = {}
-    for _, f, c in found["self"]:
-        package = f.split(os.sep)[0] if os.sep in f.split(":")[0] else "(stdlib or generated)"
-        by_package[package] = by_package.get(package, 0) + c
-    print(f"by package: {json.dumps(dict(sorted(by_package.items(), key=lambda x: -x[1])))}")
+    by_package: dict[str, dict[str, int]] = {}
+    for t, f, c in found["self"]:
+        top = f.split(":")[0].split(os.sep)[0] if os.sep in f.split(":")[0] else ""
+        package = top if top in ("torch_otel", "opentelemetry", "prometheus_client", "grpc", "google") else "other"
+        by_package.setdefault(t, {})[package] = by_package.setdefault(t, {}).get(package, 0) + c
+    for t, counts in by_package.items():
+        total = sum(counts.values())
+        shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(counts.items(), key=lambda x: -x[1]))
+        print(f"  {t}: {total:,} bytecodes: {shares}")
     for view, title in (("inclusive", "by function, with what it calls (inclusive)"), ("self", "by function (self)")):
         print(f"\n{title}:")
         for t, f, c in found[view][:top]:
