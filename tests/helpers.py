@@ -230,7 +230,10 @@ def assert_summary_is_the_spans(summary: dict[str, Any], spans: list[dict[str, A
             continue
         took = compile_ns(s) if id(s) in compile_roots else _ns(s)  # a compile's root: the compile's time
         total[s["name"]] = total.get(s["name"], 0) + took
-        own[s["name"]] = own.get(s["name"], 0) + max(0, took - sum(_ns(c) for c in kids.get(s["spanId"], [])))
+        # less its children on its own thread: a compile worker's build (torch.compile.attributed) ran beside it
+        worker = "torch.compile.attributed" in s["attrs"]
+        mine = [c for c in kids.get(s["spanId"], []) if ("torch.compile.attributed" in c["attrs"]) == worker]
+        own[s["name"]] = own.get(s["name"], 0) + max(0, took - sum(_ns(c) for c in mine))
         count[s["name"]] = count.get(s["name"], 0) + 1
     phases = {p["name"]: p for p in summary["phases"]}
     assert set(phases) == set(total), set(phases) ^ set(total)
@@ -289,3 +292,37 @@ def assert_summary_is_the_spans(summary: dict[str, Any], spans: list[dict[str, A
         tree = summary["tree"]
         assert abs(tree["total_s"] - wall) < 1e-5 * len(compiles)
         assert abs(sum(f["total_s"] for f in tree["children"]) - wall) < 1e-5 * len(compiles)
+
+
+def summary_screen(stdout: str) -> str:
+    """The run summary's text in ``torch-otel replay``'s output (what follows it, the replay's own counts, left out)."""
+    start = stdout.index("torch.compile run summary")
+    end = stdout.find("\nphase events unmatched:", start)
+    return stdout[start : end if end >= 0 else len(stdout)].strip("\n") + "\n"
+
+
+def assert_the_screen_keeps_the_recompiling_frames(text: str, summary: dict[str, Any]) -> None:
+    """A run summary's text (``text``) of ``summary`` (its JSON) at its line limit (issue 52): one screen, the frames
+    that keep recompiling there with at least the costliest one and its fix, and each block that shows fewer rows
+    than the JSON has says how many more there are."""
+    from torch_otel._sinks.summary import MAX_LINES
+
+    lines = text.splitlines()
+    assert len(lines) <= MAX_LINES, len(lines)
+    keeps = [f for f in summary["recompiling_frames"] if f["keeps_recompiling"]]
+    assert keeps, "the run has frames that keep recompiling"
+    start = lines.index(f"frames that keep recompiling: {len(keeps)} (the costliest first)")
+    block = lines[start + 1 :]
+    shown = [ln for ln in block if re.match(r"^  \S.*: \d+ recompiles", ln)]
+    assert shown and any(ln.lstrip().startswith(("fix", "no hint")) for ln in block), block
+    if len(shown) < len(keeps):
+        assert block[-1] == f"  ({len(keeps) - len(shown)} more: --json or the HTML page lists them)", block
+    for title, rows, what in (
+        ("frames that cost most", summary["frames"], "frames"),
+        ("slowest compiles", summary["slowest"], "compiles"),
+    ):
+        i = next(k for k, ln in enumerate(lines) if ln.startswith(title))
+        n = next((k for k, ln in enumerate(lines[i + 1 :]) if not ln.startswith("  ") or ln.startswith("  (")), None)
+        listed = lines[i + 1 : i + 1 + (n if n is not None else 0)]
+        if len(listed) < min(5, len(rows)):  # cut below its usual rows: says how many more, and where
+            assert lines[i + 1 + len(listed)] == f"  ({len(rows) - len(listed)} more {what}: --json or the HTML page lists them)"

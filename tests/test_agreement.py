@@ -22,11 +22,14 @@ import pytest
 from helpers import (
     WORKLOADS,
     assert_summary_is_the_spans,
+    assert_the_screen_keeps_the_recompiling_frames,
     clean_env,
     compile_ns,
     read_otlp_json_spans,
+    run_cli,
     run_python,
     spans_to_file,
+    summary_screen,
     torchrun_under_torch_otel,
 )
 from opentelemetry.sdk.trace import TracerProvider
@@ -39,7 +42,7 @@ from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
 from torch_otel._sinks.spans import SpanMapper
-from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary import MAX_LINES, RunSummary
 
 
 @dataclass
@@ -271,6 +274,38 @@ def test_fsdp2s_graph_break_under_a_users_context_manager_is_one_failure_on_each
     directory = json.loads((tmp_path / "tl" / "compile_directory.json").read_text())
     assert any(a["name"].startswith("dynamo_graph_break_reason") for a in directory["[0/0]"]["artifacts"])
     assert "Unsupported" in (tmp_path / "tl" / "failures_and_restarts.html").read_text()
+
+
+def test_an_fsdp2_training_jobs_full_screen_keeps_its_recompiling_frames_on_both_ranks_live_and_on_replay(tmp_path: Path):
+    """A 2-rank FSDP2 job whose model and loss are compiled with ``dynamic=False`` and trained on a sequence length
+    that changes every step, graph calls counted (issue 52: on both ranks the "frames that keep recompiling" block
+    vanished when the summary reached its line limit). Each rank's summary, as the rank wrote it and as a replay of the
+    rank's log gives it, keeps the block with its fix, and the blocks that gave way say how many more rows there are."""
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {
+        "TORCH_TRACE": str(job / "trace"),
+        "TORCH_OTEL_SUMMARY": f"{job}/summary-{{rank}}.json,{job}/summary-{{rank}}.txt",
+        "TORCH_OTEL_GRAPH_CALLS": "on",
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+    }
+    argv = torchrun_under_torch_otel(2, WORKLOADS / "fsdp2.py")
+    res = subprocess.run(
+        [*argv, str(job), "train"], env=clean_env(env), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    for rank in (0, 1):
+        summary = json.loads((job / f"summary-{rank}.json").read_text())
+        text = (job / f"summary-{rank}.txt").read_text()
+        # the screen is full: the slowest compiles gave way (they say how many more), the block did not
+        assert summary["graph_calls"] and len(text.splitlines()) <= MAX_LINES and "more compiles: --json" in text
+        assert_the_screen_keeps_the_recompiling_frames(text, summary)
+        (log,) = (job / "trace").glob(f"*rank_{rank}_*.log")
+        out = tmp_path / f"replayed-{rank}.json"
+        rep = run_cli("replay", str(log), "--json", str(out), "-o", str(tmp_path / f"r{rank}.jsonl"))
+        assert rep.returncode == 0, rep.stderr[-3000:]
+        assert_the_screen_keeps_the_recompiling_frames(summary_screen(rep.stdout), json.loads(out.read_text()))
 
 
 POOL = """

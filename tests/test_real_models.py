@@ -28,11 +28,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, assert_summary_is_the_spans, read_otlp_json_spans, run_cli, run_python, spans_to_file
+from helpers import (
+    WORKLOADS,
+    assert_summary_is_the_spans,
+    assert_the_screen_keeps_the_recompiling_frames,
+    read_otlp_json_spans,
+    run_cli,
+    run_python,
+    spans_to_file,
+    summary_screen,
+)
 
+from torch_otel._core.categories import scrub_guard_text, strip_recompile_prefix
 from torch_otel._sinks.summary import format_text
 
-HF = ("gpt2", "gpt2_static", "gpt2_static_marked", "generate_static", "generate_dynamic", "two_models")
+HF = (
+    "gpt2",
+    "gpt2_static",
+    "gpt2_static_marked",
+    "generate_static",
+    "generate_dynamic",
+    "two_models",
+    "llama_train",
+    "llama_train_dynamic",
+    "llama_modes",
+    "gpt2_batches",
+    "gpt2_batches_fixed",
+    "llama_train_static",
+)
+TRACED = ("gpt2", "llama_modes", "llama_train_static")  # run with TORCH_TRACE
+COUNTED = ("llama_train", "llama_train_dynamic", "llama_train_inductor", "llama_train_static")  # graph calls counted
 HINTS = ("int", "dtype", "requires_grad")
 
 
@@ -54,6 +79,7 @@ def _run(tmp: Path, script: str, name: str, args: list[str], trace: bool) -> tup
     out.mkdir(parents=True)
     env = {
         "HF_HUB_OFFLINE": "1",
+        **({"TORCH_OTEL_GRAPH_CALLS": "on"} if args and args[0] in COUNTED else {}),
         "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
         **spans_to_file(out / "spans.jsonl"),
         **({"TORCH_TRACE": str(out / "trace")} if trace else {}),
@@ -73,9 +99,9 @@ def _run(tmp: Path, script: str, name: str, args: list[str], trace: bool) -> tup
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("real-models")
-    jobs = [("hf_models.py", m, [m], m == "gpt2") for m in HF]
+    jobs = [("hf_models.py", m, [m], m in TRACED) for m in HF]
     jobs += [
-        ("hints.py", f"{m}{'_fixed' if fixed else ''}", [m, *(["fixed"] if fixed else [])], False)
+        ("hints.py", f"{m}{'_fixed' if fixed else ''}", [m, *(["fixed"] if fixed else [])], m == "int" and not fixed)
         for m in HINTS
         for fixed in (False, True)
     ]
@@ -179,6 +205,8 @@ def test_generate_with_a_static_cache_gets_no_hint_for_len_kwargs_and_says_why(r
     summary = runs["generate_static"]["summary"]
     (f,) = summary["recompiling_frames"]
     assert [g["kind"] for g in f["guards"]] == ["kwargs"]
+    # prefill's number and decode's: the reason names prefill's only (the newest entry's), decode's is counted too
+    assert f["guards"][0]["line"].startswith("the number of keyword arguments took 2 values: "), f["guards"]
     (hint,) = f["hints"]
     assert hint["fix"] is None and "keyword arguments" in hint["why"] and hint["why"].endswith("no hint is given")
     assert "library code" in hint["why"]  # generate calls the compiled forward, not the user
@@ -277,3 +305,181 @@ def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_f
     assert all(f["call_site"] == TRAIN for f in doc["frames"]), doc["frames"]
     listed = [f["cost_s"] for f in doc["recompiling_frames"]]
     assert listed == sorted(listed, reverse=True)
+
+
+# -- graph calls: a backward compiled with its forward is a graph of its own ----------------------------------------
+
+
+def _calls(run: dict[str, Any]) -> tuple[int, int, dict[tuple[str, str], int], float, float]:
+    """A Llama run's graph calls: the summary's graphs and calls, calls per (graph, pass), and the metric's forward and
+    backward calls (torch_compile_graph_calls_total)."""
+    part = run["summary"]["graph_calls"]
+    rows = {(g["id"], g["kind"]): g["calls"] for f in part["frames"] for g in f["graphs"]}
+    by_pass = {
+        p: sum(
+            float(m.group(1))
+            for m in re.finditer(rf'^torch_compile_graph_calls_total{{[^}}]*pass="{p}"[^}}]*}} (\S+)$', run["metrics"], re.M)
+        )
+        for p in ("forward", "backward")
+    }
+    return part["graphs"], part["calls"], rows, by_pass["forward"], by_pass["backward"]
+
+
+def test_a_backward_compiled_with_its_forward_counts_as_a_graph_cold_warm_and_with_dynamic_shapes(runs, tmp_path):
+    """A Llama trained three steps (issue 52): AOTAutograd compiles its backward lazily at the first ``backward()``
+    (``torch.compile(model)``), with its forward under ``dynamic=True``, and with it from AOTAutograd's cache on a warm
+    inductor run. Every form reads "2 compiled graphs ran 6 times", as the metric counts 3 forward and 3 backward calls,
+    and ``torch-otel diff`` of two forms (their summaries, their traces) says "graphs 2 -> 2", never "2 -> 1"."""
+    got = {m: runs[m] for m in ("llama_train", "llama_train_dynamic")}
+    # inductor, twice on the run's shared cache: the second run's AOTAutograd lookup hits, serving both graphs
+    for name in ("inductor_first", "inductor_warm"):
+        _, got[name] = _run(tmp_path, "hf_models.py", name, ["llama_train_inductor"], False)
+        assert got[name]["rc"] == 0, got[name]["stderr"][-3000:]
+    warm = {(r["cache"], r["result"]): r["count"] for r in got["inductor_warm"]["summary"]["cache"]}
+    assert warm.get(("aot_autograd", "hit")) == 1 and not warm.get(("aot_autograd", "miss")), warm
+    for name, run in got.items():
+        graphs, calls, rows, fwd, bwd = _calls(run)
+        assert (fwd, bwd) == (3, 3), name  # the metric: 3 forward and 3 backward calls
+        assert (graphs, calls) == (2, 6), (name, rows)
+        assert rows == {("0/0", "frame"): 3, ("0/0", "backward"): 3}, (name, rows)
+        assert "graph calls: 2 compiled graphs ran 6 times" in format_text(run["summary"], WIDTH), name
+    # the backward served or compiled with its forward says so (its compile time is its forward's)
+    for name in ("llama_train_dynamic", "inductor_warm"):
+        (bwd_row,) = [g for f in got[name]["summary"]["graph_calls"]["frames"] for g in f["graphs"] if g["kind"] == "backward"]
+        assert bwd_row["with_forward"] is True and bwd_row["compile_s"] == 0 and bwd_row["compile_s_per_call"] is None
+    (lazy,) = [g for f in got["llama_train"]["summary"]["graph_calls"]["frames"] for g in f["graphs"] if g["kind"] == "backward"]
+    assert "with_forward" not in lazy and lazy["compile_s"] > 0
+    # diff: the same graphs on both sides, from the summaries and from the traces (the spans written at exit)
+    for base, new in (("inductor_first", "inductor_warm"), ("llama_train", "llama_train_dynamic")):
+        for ext in ("summary.json", "spans.jsonl"):
+            out = tmp_path / f"diff-{base}-{new}-{ext}.json"
+            res = run_cli("diff", str(got[base]["out"] / ext), str(got[new]["out"] / ext), "--json", str(out))
+            assert res.returncode in (0, 4), res.stderr[-3000:]
+            gc = json.loads(out.read_text())["graph_calls"]
+            assert (gc["base_graphs"], gc["new_graphs"], gc["base_calls"], gc["new_calls"]) == (2, 2, 6, 6), (base, new, ext)
+            assert [(f["base_compiles"], f["new_compiles"]) for f in gc["frames"]] == [(2, 2)], (base, new, ext)
+            assert "graph calls: 6 -> 6 calls of 2 -> 2 compiled graphs" in res.stdout, res.stdout
+            assert "calls 3 -> 3, graphs 2 -> 2" in res.stdout and "graphs 2 -> 1" not in res.stdout, res.stdout
+
+
+# -- recompile reasons: torch's words kept on screen, whole in the JSON ----------------------------------------------
+
+
+def _torch_reasons(trace: Path) -> list[str]:
+    """Each compile's ``recompile_reason`` in torch's own record (the TORCH_TRACE log's compilation_metrics)."""
+    (log,) = trace.iterdir()
+    out = []
+    for line in log.read_text().splitlines():
+        m = re.match(r"^[VIWEC]\d{4} [\d:.]+ +\d+ [^\]]*\] (\{.*\})$", line)
+        if m and "compilation_metrics" in m.group(1):
+            reason = json.loads(m.group(1))["compilation_metrics"].get("recompile_reason")
+            if reason:
+                out.append(reason)
+    return out
+
+
+def test_recompile_reasons_keep_torchs_words_on_screen_and_are_whole_in_the_json(runs, tmp_path):
+    """A Llama called under no_grad, then inference_mode (a dispatch key set mismatch on a parameter with a long module
+    path), then with a layer's attention_dropout changed (issue 52). The text shortens the reasons and keeps what they
+    mean: "dispatch key set mismatch", and the module path's last parts whole ("layers[1].self_attn.attention_dropout").
+    The JSON keeps each reason whole, as torch's record has it (its values scrubbed), live and on replay: torch's
+    advice after the facts ("Guard failed on a parameter, consider ...") included."""
+    run = runs["llama_modes"]
+    torch_said = sorted({scrub_guard_text(strip_recompile_prefix(r)) for r in _torch_reasons(run["out"] / "trace")})
+    assert len(torch_said) == 3 and any(len(r) > 200 for r in torch_said), torch_said  # longer than the old cut
+    res = run_cli("replay", str(run["out"] / "trace"), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    replayed = json.loads((tmp_path / "replayed.json").read_text())
+    for how, summary in (("live", run["summary"]), ("replay", replayed)):
+        whole = sorted(r["reason"] for r in summary["recompiles"]["top_reasons"])
+        assert whole == torch_said, how  # whole: JSON is for machines
+        (frame,) = summary["recompiling_frames"]
+        assert sorted(r["reason"] for r in frame["top_reasons"]) == torch_said, how
+        text = format_text(summary, WIDTH) if how == "live" else res.stdout
+        shown = [ln for ln in text.splitlines() if re.match(r"^ +1  (other|value): ", ln)]
+        assert len(shown) == 3 and all(len(ln) <= WIDTH for ln in shown), (how, shown)
+        dispatch = [ln for ln in shown if "DispatchKeySet" in ln or "dispatch" in ln]
+        assert len(dispatch) == 2 and all("dispatch key set mismatch" in ln for ln in dispatch), (how, dispatch)
+        # what changed between the two key sets, said in a few words: autograd's key, there under no_grad only
+        assert any("mismatch. actual adds AutogradCPU" in ln for ln in dispatch), dispatch
+        assert any("mismatch. actual lacks AutogradCPU" in ln for ln in dispatch), dispatch
+        (value,) = [ln for ln in shown if "value:" in ln]
+        assert value.endswith("layers[1].self_attn.attention_dropout == <value>"), (how, value)
+    # the diff's new recompiles keep them too
+    res = run_cli("diff", str(runs["llama_train"]["out"] / "summary.json"), str(run["out"] / "summary.json"))
+    assert res.returncode in (0, 4), res.stderr[-3000:]
+    new = [ln for ln in res.stdout.splitlines() if ln.startswith("  new   other")]
+    assert new and "dispatch key set mismatch" in new[0], res.stdout
+
+
+# -- a safe hint for a size torch specializes: automatic dynamic shapes back on ---------------------------------------
+
+COMPILE_FIX = "automatic dynamic shapes back on: no dynamic=False, automatic_dynamic_shapes = True"
+
+
+def test_a_batch_that_took_size_1_under_dynamic_false_gets_the_compile_hint_and_applied_it_halves_the_recompiles(runs):
+    """A GPT-2 compiled with ``dynamic=False`` and trained on batches of 4, 8, 2, 1 and 3 (issue 52). Sizes 0 and 1
+    rule out ``mark_dynamic`` (torch specializes them: it would raise), not the compile-level fix: with automatic
+    dynamic shapes back on, the sizes other than 1 share one graph. Every frame gets that fix first, its why says
+    that size 1 still compiles its own graph, and, applied (``gpt2_batches_fixed``), the recompiles halve."""
+    static = runs["gpt2_batches"]["summary"]
+    frames = static["recompiling_frames"]
+    assert frames and all(f["keeps_recompiling"] for f in frames)
+    for f in frames:
+        sizes = [g for g in f["guards"] if g["kind"] == "size"]
+        assert sizes and all("1" in g["values"] for g in sizes), f["guards"]  # each took size 1
+        first = f["hints"][0]
+        assert (first["fix"], first["where"]) == (COMPILE_FIX, "compile"), (f["function"], f["hints"])
+        assert "Sizes 0 and 1 still compile a graph each" in first["why"] and "ConstraintViolationError" in first["why"]
+        assert not any(h["fix"] and "mark_dynamic" in h["fix"] for h in f["hints"])  # never on a size torch specializes
+    assert f"fix: {COMPILE_FIX}" in format_text(static, WIDTH)
+    fixed = runs["gpt2_batches_fixed"]["summary"]
+    assert static["recompiles"]["total"] >= 2 * fixed["recompiles"]["total"] > 0, (static["recompiles"], fixed["recompiles"])
+    by_frame = {(f["function"], f["call_site"]): f["recompiles"] for f in fixed["recompiling_frames"]}
+    for f in frames:  # each frame: 4 recompiles (5 sizes) -> 2 (8 makes the dimension dynamic, 1 compiles its own)
+        assert by_frame.get((f["function"], f["call_site"]), 0) <= f["recompiles"] // 2, (f["function"], by_frame)
+
+
+# -- values counted: the newest value of an int no reason names ---------------------------------------------------
+
+
+def test_an_int_argument_that_took_6_values_reads_6_live_and_on_replay(runs, tmp_path):
+    """``step(x, n)`` with ``dynamic=False``, n taking 2 to 7 (issue 52: it read "took 5 values"). torch's reason for
+    an int guard names the value its newest cache entry was compiled for ("n == 6"), never the new one, so no reason
+    names the last value. The count is the compiles' (torch's record: 6 compiles of the frame, 5 of them recompiles)."""
+    run = runs["int"]
+    (log,) = (run["out"] / "trace").iterdir()
+    metrics = [
+        json.loads(m.group(1))["compilation_metrics"]
+        for m in re.finditer(r"\] (\{\"compilation_metrics\".*\})$", log.read_text(), re.M)
+    ]
+    assert len(metrics) == 6 and sum(1 for m in metrics if m.get("recompile_reason")) == 5
+    res = run_cli("replay", str(run["out"] / "trace"), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    for how, summary in (("live", run["summary"]), ("replay", json.loads((tmp_path / "replayed.json").read_text()))):
+        (f,) = summary["recompiling_frames"]
+        (g,) = f["guards"]
+        assert (g["kind"], g["failures"]) == ("int", 5), how
+        assert g["line"].startswith("int argument 'n' took 6 values (not shown"), (how, g["line"])
+        assert "torch's reason: int argument 'n' took 6 values" in format_text(summary, WIDTH), how
+
+
+# -- a full screen keeps the frames that keep recompiling ---------------------------------------------------------
+
+
+def test_a_llama_training_runs_full_screen_keeps_its_recompiling_frames_live_and_on_replay(runs, tmp_path):
+    """A Llama trained with gradient checkpointing, ``dynamic=False`` and a sequence length that changes every step
+    (issue 52): its summary reaches the screen's line limit (a frame left in eager, graph breaks, graph calls, five
+    frames that keep recompiling). The frames that keep recompiling keep their block, the costliest with its fix; the
+    slowest compiles, the phases and the costliest frames give way, each saying how many more the JSON has. Live (the
+    summary TORCH_OTEL_SUMMARY wrote) and on replay of the same run's log (no graph calls there)."""
+    run = runs["llama_train_static"]
+    summary = run["summary"]
+    assert summary["eager_frames"] and len([f for f in summary["recompiling_frames"] if f["keeps_recompiling"]]) >= 3
+    live = format_text(summary, WIDTH)
+    assert_the_screen_keeps_the_recompiling_frames(live, summary)
+    assert "more frames: --json or the HTML page lists them" in live  # the blocks that gave way say so
+    res = run_cli("replay", str(run["out"] / "trace"), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    replayed = json.loads((tmp_path / "replayed.json").read_text())
+    assert_the_screen_keeps_the_recompiling_frames(summary_screen(res.stdout), replayed)

@@ -103,9 +103,17 @@ def test_a_dimension_of_the_users_input_is_fixed_at_the_call_site_and_by_automat
 
 def test_no_hint_marks_a_dimension_torch_specializes() -> None:
     """A dimension that took 1 (a decode step, a batch of one): marking it raises ConstraintViolationError."""
+    on = FrameContext("fwd", "/src/model.py", "train.py:12", True, True)  # automatic dynamic shapes on
     for values in (("1", "8"), ("0", "4", "8")):
-        (h,) = advise([_size("kwargs['input_ids']", 1, *values)], USER)
+        (h,) = advise([_size("kwargs['input_ids']", 1, *values)], on)
         assert h.fix is None and "specializes sizes 0 and 1" in h.why and h.why.endswith("no hint is given")
+    # automatic dynamic shapes off: turning them back on is safe (it never raises) and shares one graph among the
+    # other sizes; 0 and 1 still compile their own (issue 52: sizes 4, 8, 2, 1, 3 recompile half as often)
+    off = FrameContext("fwd", "/src/model.py", "train.py:12", True, False)
+    for values in (("1", "8"), ("0", "4", "8")):
+        (h,) = advise([_size("x", 0, *values)], off)
+        assert h.fix == "automatic dynamic shapes back on: no dynamic=False, automatic_dynamic_shapes = True"
+        assert h.where == "compile" and "Sizes 0 and 1 still compile a graph each" in h.why and "mark_dynamic" not in h.fix
 
 
 def test_a_tensor_the_user_does_not_pass_gets_no_call_site_hint() -> None:
@@ -261,8 +269,12 @@ def test_an_int_arguments_values_are_counted_not_shown_unless_payloads_are_captu
         frames.add(r, ("fwd", "/src/model.py", 30))
         shown.add(r, ("fwd", "/src/model.py", 30))
     g = frames.to_dict()[0]["guards"][0]
-    assert g["values"] == [] and g["line"].startswith("int argument 'n' took 3 values (not shown")
-    assert shown.to_dict()[0]["guards"][0]["line"] == "int argument 'n' took 3 values: 0, 1, 2"
+    # four compiles, four values: each reason names the value its newest entry compiled for, so 3 is named by none
+    assert g["values"] == [] and g["line"].startswith("int argument 'n' took 4 values (not shown")
+    assert (
+        shown.to_dict()[0]["guards"][0]["line"]
+        == "int argument 'n' took 4 values: 0, 1, 2, and the newest, which no reason names"
+    )
     assert frames.to_dict()[0]["fixes"][0]["fix"] == "torch.compile(..., dynamic=True)"
 
 
@@ -300,7 +312,11 @@ def test_frame_lines_fit_the_room_they_are_given() -> None:
     assert len(frame_lines([fr] * 5, 100, 100, _row_where)) == 1 + 5 * 4
     lines = frame_lines([fr] * 5, 100, 7, _row_where)
     assert len(lines) <= 7 and lines[-1].startswith("  (4 more")
-    assert frame_lines([fr], 100, 1, _row_where) == []
+    # too little room: the block never vanishes (issue 52): its costliest frame, and how many more there are
+    assert len(frame_lines([fr], 100, 1, _row_where)) == 1 + 4
+    tight = frame_lines([fr] * 3, 100, 1, _row_where)
+    assert len(tight) == 1 + 4 + 1 and tight[-1] == "  (2 more: --json or the HTML page lists them)"
+    assert frame_lines([fr] * 5, 100, 100, _row_where, most=3)[-1] == "  (2 more: --json or the HTML page lists them)"
 
 
 def _entries(reported: str, older: list[str], cid: str, t0: int, size: int, **m: object) -> list[object]:

@@ -5,7 +5,10 @@ FSDP2's hooks call a function dynamo will not trace (``torch._dynamo.disable``: 
 user's context manager dynamo cannot resume after it, so it skips the whole step frame, which runs in eager, and the
 compile fails (``Unsupported``). Run under ``torch-otel run -- torchrun`` with ``TORCH_TRACE`` set:
 
-    python -m torch.distributed.run --nproc-per-node 2 fsdp2.py OUT_DIR
+    python -m torch.distributed.run --nproc-per-node 2 fsdp2.py OUT_DIR [train]
+
+With ``train``, the model itself is compiled with ``dynamic=False`` and trained four steps, its sequence length
+changing every step: every frame recompiles at every step, on both ranks (a run summary that fills its screen).
 
 It writes ``OUT_DIR/counters-<rank>.json`` (torch's own ``unimplemented`` and ``graph_break`` counters) and
 ``OUT_DIR/metrics-<rank>.txt`` (this process's /metrics exposition), after the bridge processed every compile.
@@ -42,14 +45,25 @@ def timer() -> Iterator[None]:
     yield
 
 
-@torch.compile(backend="aot_eager")
-def step(x: torch.Tensor) -> torch.Tensor:
-    with timer():
-        return model(x).sum()
+if len(sys.argv) > 2 and sys.argv[2] == "train":
+    # a training loop: the model and its loss compiled with dynamic=False, the sequence length changing every step:
+    # both frames recompile at every step
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+    loss = torch.compile(lambda y: (y.pow(2).mean(-1) + y.std(-1)).sum(), backend="aot_eager", dynamic=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for seq in (5, 7, 9, 11):
+        loss(compiled(torch.randn(2, seq, 16))).backward()
+        opt.step()
+        opt.zero_grad()
+else:
 
+    @torch.compile(backend="aot_eager")
+    def step(x: torch.Tensor) -> torch.Tensor:
+        with timer():
+            return model(x).sum()
 
-for _ in range(2):
-    step(torch.randn(2, 5, 16)).backward()
+    for _ in range(2):
+        step(torch.randn(2, 5, 16)).backward()
 
 torch_otel.force_flush()
 out.mkdir(parents=True, exist_ok=True)

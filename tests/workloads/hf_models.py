@@ -9,10 +9,20 @@ dynamo's work (graph breaks, guards, recompiles) is the model's, at a fraction o
 - ``gpt2_static``: the same with ``torch.compile(model, dynamic=False)``: every frame recompiles at every step;
 - ``gpt2_static_marked``: the same, with the fix the run summary names for the frame the user's call enters:
   ``torch._dynamo.maybe_mark_dynamic(input_ids, 1)`` on the tensor passed as ``input_ids``, before the call;
+- ``gpt2_batches``: the same with ``dynamic=False``, trained on batches of 4, 8, 2, 1 and 3 sequences; and
+  ``gpt2_batches_fixed``, with the summary's fix applied (automatic dynamic shapes back on: ``torch.compile(model)``);
 - ``generate_static``, ``generate_dynamic``: a Llama's ``generate`` with a static cache and a dynamic cache, its
   ``forward`` compiled;
 - ``two_models``: two GPT-2s compiled through the same library code, one with ``dynamic=False`` (called from one line)
   and one with ``dynamic=True`` (from another), each trained on the same lengths.
+- ``llama_modes``: a Llama in eval mode called under ``no_grad``, then ``inference_mode`` (a dispatch key set
+  mismatch), then with one layer's ``self_attn`` training and its ``attention_dropout`` changed (a value guard on a
+  module path);
+- ``llama_train``, ``llama_train_dynamic``, ``llama_train_inductor``: a Llama trained three steps on one shape
+  (``torch.compile(model)``: AOTAutograd compiles its backward lazily, at the first ``backward()``), the same with
+  ``dynamic=True`` (the backward is compiled with its forward), and with inductor (on a warm
+  ``TORCHINDUCTOR_CACHE_DIR``, AOTAutograd's cache serves the forward and its backward together);
+  ``llama_train_static``: with ``dynamic=False``, its sequence length changing every step (8, 12, 16).
 
 It writes ``OUT/counters.json`` (torch's own ``counters``: graph breaks, unimplemented, recompiles by frame) and
 ``OUT/metrics.txt`` (this process's /metrics exposition) once the bridge processed every compile.
@@ -58,7 +68,15 @@ def train(model: torch.nn.Module, mark: bool = False) -> None:
         opt.zero_grad()
 
 
-if mode.startswith("gpt2"):
+if mode.startswith("gpt2_batches"):
+    compiled = torch.compile(gpt2(), backend="eager", dynamic=None if mode == "gpt2_batches_fixed" else False)
+    opt = torch.optim.SGD(compiled.parameters(), lr=0.01)
+    for batch in (4, 8, 2, 1, 3):
+        ids = torch.randint(0, 128, (batch, 8))
+        compiled(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+elif mode.startswith("gpt2"):
     compiled = torch.compile(gpt2(), backend="eager", dynamic=False if mode.startswith("gpt2_static") else None)
     train(compiled, mark=mode == "gpt2_static_marked")
 elif mode.startswith("generate"):
@@ -77,6 +95,57 @@ elif mode.startswith("generate"):
     cache = "static" if mode == "generate_static" else None
     with torch.no_grad():
         llama.generate(prompt, max_new_tokens=6, do_sample=False, cache_implementation=cache, pad_token_id=0)
+elif mode == "llama_modes":
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=128,
+        )
+    ).eval()
+    compiled = torch.compile(llama, backend="eager")
+    attn = llama.model.layers[1].self_attn
+    changes = {
+        "train": attn.train,  # its dropout is read now (a recompile)
+        "dropout": lambda: setattr(attn, "attention_dropout", 0.25),  # and guarded: a recompile for its value
+    }
+    for grad_mode, change in (
+        (torch.no_grad, None),
+        (torch.inference_mode, None),
+        (torch.no_grad, "train"),
+        (torch.no_grad, "dropout"),
+    ):
+        if change:
+            changes[change]()
+        ids = torch.randint(0, 128, (1, 8))
+        with grad_mode():
+            compiled(input_ids=ids)  # one call site: one frame
+elif mode.startswith("llama_train"):
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=128,
+        )
+    )
+    backend = "inductor" if mode == "llama_train_inductor" else "aot_eager"
+    dynamic = {"llama_train_dynamic": True, "llama_train_static": False}.get(mode)
+    if mode == "llama_train_static":
+        llama.gradient_checkpointing_enable()  # as a training run that saves memory does
+    compiled = torch.compile(llama, backend=backend, dynamic=dynamic)
+    opt = torch.optim.SGD(llama.parameters(), lr=0.01)
+    for step in range(3):
+        # one shape; llama_train_static: the sequence length changes every step (8, 12, 16)
+        ids = torch.randint(0, 128, (2, 8 + 4 * step if mode == "llama_train_static" else 16))
+        compiled(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
 elif mode == "two_models":
     static = torch.compile(gpt2(), backend="eager", dynamic=False)
     dynamic = torch.compile(gpt2(), backend="eager", dynamic=True)

@@ -3,7 +3,7 @@
 ``python hints.py MODE [fixed]``, with the bridge on (``torch_otel.auto``) and ``TORCH_OTEL_SUMMARY`` set; backend
 ``eager``. Each MODE recompiles ``step`` for one guard; ``fixed`` applies the hint the summary gives for it:
 
-- ``int``: an int argument that takes a new value each call, compiled with ``dynamic=False``;
+- ``int``: an int argument that takes a new value each call (6 values), compiled with ``dynamic=False``;
   fixed: ``torch.compile(..., dynamic=True)``;
 - ``dtype``: the input in a new dtype each call; fixed: cast before the call (``x.to(torch.float32)``);
 - ``requires_grad``: the input with requires_grad on, then off, then on, under a recompile limit of 1, so the frame
@@ -28,7 +28,7 @@ def step(x: torch.Tensor, n: int) -> torch.Tensor:
 
 if mode == "int":
     f = torch.compile(step, backend="eager", dynamic=True if fixed else False)
-    for n in (2, 3, 4, 5):
+    for n in (2, 3, 4, 5, 6, 7):
         f(torch.ones(4), n)
 elif mode == "dtype":
     f = torch.compile(step, backend="eager")

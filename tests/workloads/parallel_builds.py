@@ -1,4 +1,5 @@
-"""A small transformer's first inductor compile, forward and backward, on a cold kernel cache.
+"""A small transformer's first inductor compile, forward and backward, on a cold kernel cache, after a frame torch
+leaves in eager (a graph break inside a loop: its compile fails, and the frame runs uncompiled).
 
 Inductor builds the C++ kernels on its compile worker threads, in parallel, while the compile waits in
 ``async_compile.wait``; each build runs a compiler process. Run by tests/test_inductor.py under ``TORCH_TRACE``.
@@ -28,6 +29,15 @@ registry = CollectorRegistry()
 summary = RunSummary("live")
 torch_otel.instrument(provider, registry=registry, summary=summary)
 
+
+def left_in_eager(x: torch.Tensor) -> torch.Tensor:
+    for i in range(2):
+        torch._dynamo.graph_break()  # a break inside a loop: torch skips the whole frame (GB7000)
+        x = x + i
+    return x
+
+
+torch.compile(left_in_eager, backend="inductor")(torch.randn(4))
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=2, dim_feedforward=64, dropout=0.0, batch_first=True)
 model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
@@ -53,7 +63,10 @@ phases = {
 }
 unmatched = {e: registry.get_sample_value("torch_otel_unmatched_phase_events_total", {"event": e}) for e in ("begin", "end")}
 seconds = {
-    k: registry.get_sample_value("torch_compile_seconds_total", {"rank": "0", "kind": k, "status": "ok"})
+    k: sum(
+        registry.get_sample_value("torch_compile_seconds_total", {"rank": "0", "kind": k, "status": st}) or 0.0
+        for st in ("ok", "failed")  # the frame left in eager failed its compile
+    )
     for k in ("frame", "backward")
 }
 torch_says = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.paths import in_installed_package
-from .._core.text import cut_middle, wrap
+from .._core.text import cut_middle, shorten_reason, wrap
 from .recompiles import hint_lines, keeps_recompiling, limit_words
 
 __all__ = [
@@ -871,10 +871,13 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         + ("" if r["new"] or r["gone"] else "; no category new or gone")
     ]
     for x in r["new"]:
-        on = f" in {x['frame']}" if x.get("frame") else ""
-        lines.append(
-            cut_middle(f"  new   {x['category']}{on}: {x['count']}" + (f"; {x['reasons'][0]}" if x.get("reasons") else ""), w)
-        )
+        lead, count = f"  new   {x['category']}", f": {x['count']}"
+        # the reason keeps torch's words (shortened, never cut through them); the frame's name gives way first
+        room = w - len(lead) - len(count) - 2 - (16 if x.get("frame") else 0)  # " in " and 12 of the frame's name
+        why = f"; {shorten_reason(str(x['reasons'][0]), room)}" if x.get("reasons") else ""
+        room = w - len(lead) - len(count) - len(why) - 4
+        on = f" in {cut_middle(str(x['frame']), max(12, room), 24)}" if x.get("frame") else ""
+        lines.append(_cut(lead + on + count + why, w))
     for x in r["gone"]:
         on = f" in {x['frame']}" if x.get("frame") else ""
         lines.append(_cut(f"  gone  {x['category']}{on}: {x['count']}", w))

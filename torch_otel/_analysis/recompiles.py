@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.categories import recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import logger
 from .._core.paths import in_installed_package
-from .._core.text import cut, cut_middle, wrap
+from .._core.text import cut, cut_middle, shorten_reason, wrap
 from .._model.record import CompileRecord, Sink
 
 __all__ = [
@@ -73,6 +73,10 @@ _GUARDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # an int argument specialised to its value: "n == 3" (dynamo appends "  # source line  # file:line in f")
     ("int", re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == (?P<exp>-?\d+)\s*(?:#.*)?$")),
 )
+# Guards whose failure names only the value the cache entry was compiled for ("n == 3", "len(kwargs) == 6"), not the
+# new one. A recompile's reason names the newest entry's value, so each new value is named by the next recompile, and
+# the value the last recompile compiled for by none: it is counted as one more ("took 6 values", not 5).
+EXPECTED_ONLY = frozenset({"int", "kwargs"})
 _LIMIT_RE = re.compile(r'"(?:recompile_limit|cache_size_limit)": (\d+)')
 _AUTO_DYNAMIC_RE = re.compile(r'"automatic_dynamic_shapes": (true|false)')
 _PLAIN_NAME = re.compile(r"^[A-Za-z_]\w*$")
@@ -152,13 +156,15 @@ class _GuardValues:
     values: list[str] = field(default_factory=list)  # distinct, in the order seen
     more: int = 0  # distinct values past MAX_VALUES
     failures: int = 0  # reasons that named this guard
+    unnamed: int = 0  # values no reason names: the one the latest recompile compiled for (see EXPECTED_ONLY)
 
 
 def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     """A guard's values in words: "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"."""
     kind, name, dim = g.get("kind"), g.get("input"), g.get("dim")
     values = [str(v) for v in g.get("values") or []]
-    n = len(values) + int(g.get("more_values") or 0)
+    unnamed = int(g.get("unnamed_values") or 0)
+    n = len(values) + int(g.get("more_values") or 0) + unnamed
     what = {
         "size": f"dim {dim} of input '{name}'",
         "stride": f"the stride of dim {dim} of input '{name}'",
@@ -169,14 +175,17 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
         "kwargs": "the number of keyword arguments",
         "global_state": "torch's global state",
     }.get(str(kind), f"input '{name}'")
-    if kind == "dispatch":
-        return f"the device or dispatch keys of input '{name}' changed"
+    if kind == "dispatch":  # torch's words kept: a device, or grad mode (no_grad against inference_mode), changed
+        return f"input '{name}': dispatch key set mismatch (its device or grad mode changed)"
     if kind == "global_state":
         return f"torch's global state changed: {', '.join(values) or '?'}"
     if kind == "requires_grad":
         values = ["True" if v == "1" else "False" for v in values]
     shown = values[:SHOWN_VALUES]
-    listed = ", ".join(shown) + (f", ... ({n - len(shown)} more)" if n > len(shown) else "")
+    left = n - len(shown) - unnamed
+    listed = ", ".join(shown) + (f", ... ({left} more)" if left > 0 else "")
+    if unnamed:  # torch's reasons name a value once a later call replaces it: the newest is named by none
+        listed += ", and the newest, which no reason names"
     if not show_values or not values:
         return f"{what} took {n} values (not shown: they may be data; capture payloads to see them)"
     return f"{what} took {n} values: {listed}"
@@ -253,7 +262,7 @@ def _reachable(name: str, ctx: FrameContext) -> str | None:
 
 
 def _n(g: Mapping[str, Any]) -> int:
-    return len(g.get("values") or []) + int(g.get("more_values") or 0)
+    return len(g.get("values") or []) + int(g.get("more_values") or 0) + int(g.get("unnamed_values") or 0)
 
 
 def _at(ctx: FrameContext) -> str:
@@ -261,6 +270,14 @@ def _at(ctx: FrameContext) -> str:
 
 
 _NO_HINT = "; no hint is given"
+
+
+def _numbers(values: list[str], g: Mapping[str, Any]) -> str:
+    """``6 and 2``; where no reason names the newest, ``6 and another number of``."""
+    named = " and ".join(values)
+    if not named:
+        return "different numbers of"
+    return f"{', '.join(values)} and another number of" if g.get("unnamed_values") else named
 
 
 def _compile_hint(line: str, what: str) -> Hint:
@@ -279,7 +296,8 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
     """The hints for one guard torch reported as failing (``guards`` of :meth:`RecompilingFrames.to_dict`).
 
     ``repeated``: the frame keeps recompiling (this guard failed more than once, or the frame is near or at its
-    recompile limit). A hint never marks a dimension torch specializes (a size of 0 or 1), names only what the caller
+    recompile limit). A hint never marks a dimension torch specializes (a size of 0 or 1: where automatic dynamic
+    shapes were off, it turns them back on, which shares one graph among the other sizes), names only what the caller
     passes (else says the fix belongs at the call site), and where no change is known to be safe says so.
     """
     kind, name, dim = g.get("kind"), str(g.get("input")), g.get("dim")
@@ -290,11 +308,20 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
     at = _at(ctx)
     if kind == "size":
         if any(v in ("0", "1") for v in values):
+            special = "0" if "0" in values else "1"
+            if auto is False:  # the rule is mark_dynamic's: automatic dynamic shapes never raise, and share the rest
+                comp = _compile_hint(line, "size")
+                why = (
+                    f"{comp.why}. Sizes 0 and 1 still compile a graph each (torch specializes them: dim {dim} of "
+                    f"'{name}' took {special}), so the recompiles fall but do not stop; marking the dimension dynamic "
+                    "instead would raise ConstraintViolationError"
+                )
+                return [Hint(comp.guard, comp.fix, why, comp.where, comp.link)]
             return [
                 Hint(
                     line,
                     None,
-                    f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {'0' if '0' in values else '1'}): a call "
+                    f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {special}): a call "
                     "with that size compiles its own graph; marking the dimension dynamic would raise "
                     "ConstraintViolationError" + _NO_HINT,
                     "none",
@@ -411,7 +438,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
             Hint(
                 line,
                 None,
-                f"the function was called with {' and '.join(values) or 'different numbers of'} keyword arguments: each "
+                f"the function was called with {_numbers(values, g)} keyword arguments: each "
                 f"set compiles its own graph; {who}" + _NO_HINT,
                 "call_site",
                 RECOMPILATION_URL,
@@ -530,7 +557,7 @@ class RecompilingFrames:
         category = recompile_category(reason)
         f.by_category[category] = f.by_category.get(category, 0) + 1
         text = strip_recompile_prefix(reason)
-        text = (text if self.capture_payloads else scrub_guard_text(text))[:200]
+        text = (text if self.capture_payloads else scrub_guard_text(text))[:REASON_CHARS]  # whole in the JSON
         if (category, text) in f.reasons or len(f.reasons) < 20:
             f.reasons[(category, text)] = f.reasons.get((category, text), 0) + 1
         g = parse_guard(reason)
@@ -544,6 +571,8 @@ class RecompilingFrames:
                 return
             gv = f.guards[gk] = _GuardValues(g.kind, g.name, g.dim)
         gv.failures += 1
+        if g.kind in EXPECTED_ONLY:
+            gv.unnamed = 1  # until a later failure names it, the value this recompile compiled for is unnamed
         for v in g.values:
             if v in gv.values:
                 continue
@@ -566,6 +595,7 @@ class RecompilingFrames:
                     "dim": g.dim,
                     "values": _sort_values(list(g.values)) if shown else [],
                     "more_values": g.more + (0 if shown else len(g.values)),
+                    "unnamed_values": g.unnamed,
                     "failures": g.failures,
                 }
                 d["line"] = guard_line(d, shown)
@@ -701,7 +731,8 @@ def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[s
     first = hints[0] if hints else None
     line = (first or {}).get("guard") or (guards[0]["line"] if guards else None)
     if line:
-        out.append(cut_middle(f"{indent}torch's reason: {line}", width))
+        lead = f"{indent}torch's reason: "
+        out.append(lead + shorten_reason(line, max(20, width - len(lead))))
     if first is None:
         return out
     if first.get("fix"):
@@ -715,11 +746,13 @@ def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[s
     return out
 
 
-def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: Any) -> list[str]:
-    """The frames that keep recompiling, the costliest first, in at most ``room`` lines: each frame, the guard torch
-    reported, and its fix and torch's page, or why no hint is given. ``where(row)`` names a frame."""
+def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: Any, most: int | None = None) -> list[str]:
+    """The frames that keep recompiling, the costliest first, in at most ``room`` lines (``most`` frames at most): each
+    frame, the guard torch reported, and its fix and torch's page, or why no hint is given. ``where(row)`` names a
+    frame. Frames left out are counted on a line of their own ("(2 more: ...)"), and the costliest frame is never
+    left out: past ``room`` if it must."""
     shown = [f for f in frames if keeps_recompiling(f)]
-    if not shown or room < 2:
+    if not shown:
         return []
     out = [f"frames that keep recompiling: {len(shown)} (the costliest first)"]
     for i, f in enumerate(shown):
@@ -729,12 +762,12 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
         block = [cut(b, width) for b in block]
         if f.get("evidence"):  # whole: its last words are the fix it names
             block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))
-        if len(out) + len(block) > room:
-            if len(out) + 1 <= room and i:
-                out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
+        pointer = 0 if i == len(shown) - 1 else 1  # room for the line that counts the frames after it
+        if i and ((most is not None and i >= most) or len(out) + len(block) + pointer > room):
+            out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
             break
         out.extend(block)
-    return out if len(out) > 1 else []
+    return out
 
 
 class NearLimitWarning(Sink):
@@ -749,7 +782,7 @@ class NearLimitWarning(Sink):
         left = (record.recompile_limit or 0) - (record.frame_recompiles or 0) - 1
         reason = record.recompile_reason or (record.recompile_reasons[0] if record.recompile_reasons else "")
         g = parse_guard(reason) if reason else None
-        why = f"; last reason: {scrub_guard_text(strip_recompile_prefix(reason))[:160]}" if reason else ""
+        why = f"; last reason: {shorten_reason(scrub_guard_text(strip_recompile_prefix(reason)), 160)}" if reason else ""
         fix = ""
         if g is not None:
             d: dict[str, Any] = {"kind": g.kind, "input": g.name, "dim": g.dim, "values": list(g.values), "failures": 2}

@@ -40,7 +40,7 @@ from .._model.events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from .._model.record import ROOTS, RUNTIME, STANDALONE, CompileRecord, PhaseNode, Sink
+from .._model.record import ROOTS, RUNTIME, STANDALONE, WORKER_ARG, CompileRecord, PhaseNode, Sink
 from .derive import RECENT, CacheLoads, Derive, Tracing, guard
 
 __all__ = ["ATTACH", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
@@ -56,7 +56,7 @@ MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
 MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
 # on a phase with no compile id (inductor's compile workers) given to the only compile in flight
-ATTRIBUTED = {"attributed": "the only compile in flight"}
+ATTRIBUTED = {WORKER_ARG: "the only compile in flight"}
 
 
 def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:

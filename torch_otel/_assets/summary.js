@@ -551,7 +551,7 @@
         ["graph", function (r) { return str(r.id); }, false, null, "nw"],
         ["pass", function (r) { return r.kind === "backward" ? "backward" : "forward"; }, false, null, "nw"],
         ["calls", function (r) { return num(r.calls).toLocaleString("en-US"); }, true],
-        ["compile", function (r) { return fmtS(r.compile_s); }, true],
+        ["compile", function (r) { return r.with_forward ? "with its forward" : fmtS(r.compile_s); }, true],
         ["compile per call", function (r) { return r.compile_s_per_call === null ? "\u2013" : fmtS(r.compile_s_per_call); }, true],
         ["run per call", function (r) { return r.run_s_mean === null || r.run_s_mean === undefined ? "\u2013" : fmtS(r.run_s_mean); }, true]
       ], function (r) { return num(r.calls) <= 1 ? "err" : null; }));

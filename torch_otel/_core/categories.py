@@ -28,6 +28,10 @@ RECOMPILE_CATEGORIES: tuple[str, ...] = tuple(c for c, _ in _RECOMPILE_RULES) + 
 _PREFIX_RE = re.compile(r"^\s*(?:!\d+/)?\d+/\d+(?:_\d+)?:\s*")
 
 
+# A recompile reason is kept whole in the run summary's JSON (JSON is for machines); this bounds a pathological one
+REASON_CHARS = 4096
+
+
 @functools.lru_cache(maxsize=512)
 def strip_recompile_prefix(reason: str) -> str:
     """``'0/0: tensor 'x' size mismatch ...'`` -> ``"tensor 'x' size mismatch ..."``."""

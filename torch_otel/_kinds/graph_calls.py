@@ -429,12 +429,10 @@ class CompileCalls:
         return n is not None and n <= DEAD_CALLS
 
     def first_ns(self) -> int | None:
-        firsts = [f for g in self.graphs if (f := g.first_ns) is not None]
-        return min(firsts) if firsts else None
+        return _earliest(self.graphs)
 
     def last_ns(self) -> int | None:
-        lasts = [t for g in self.graphs if (t := g.last_call_ns) is not None]
-        return max(lasts) if lasts else None
+        return _latest(self.graphs)
 
     def timing(self) -> tuple[int, int]:
         """(calls timed, their run time in ns) over its graphs."""
@@ -641,24 +639,33 @@ class CallsPart:
         all_s = num(facts.get("wall_s"))
         rows: dict[tuple[str, str], dict[str, Any]] = {}  # (id, kind) -> graph row, the ranks' calls added up
         frames: dict[FrameKey, list[tuple[str, str]]] = {}
-        for cc in known:
-            k = (cc.compile_id, cc.kind)
+
+        def row(k: tuple[str, str], cc: CompileCalls) -> dict[str, Any]:
             r = rows.get(k)
-            timed, run_ns = cc.timing()
             if r is None:
-                r = rows[k] = {"id": cc.compile_id, "kind": cc.kind, "calls": 0, "compile_s": 0.0, "timed_calls": 0,
+                r = rows[k] = {"id": k[0], "kind": k[1], "calls": 0, "compile_s": 0.0, "timed_calls": 0,
                                "run_s_total": 0.0, "first_call": None, "last_call": None}  # fmt: skip
                 frames.setdefault(_frame_key(cc), []).append(k)
+            return r
+
+        for cc in known:
+            r = row((cc.compile_id, cc.kind), cc)
+            timed, run_ns = cc.timing()
             r["calls"] += cc.calls() or 0
             r["compile_s"] = round(r["compile_s"] + cc.compile_ns / 1e9, 6)
             r["timed_calls"] += timed
             r["run_s_total"] = round(r["run_s_total"] + run_ns / 1e9, 9)
+            _dates(r, cc.first_ns(), cc.last_ns())
             b = cc.backward_calls()
-            if b is not None:
-                r["backward_calls"] = r.get("backward_calls", 0) + b
-            first, last = _t(cc.first_ns()), _t(cc.last_ns())
-            r["first_call"] = first if r["first_call"] is None or (first and first < r["first_call"]) else r["first_call"]
-            r["last_call"] = last if r["last_call"] is None or (last and last > r["last_call"]) else r["last_call"]
+            if b is not None:  # a backward compiled with its forward (dynamic shapes, or a cache that served both):
+                # a graph of its own, as a lazily compiled one is; its compile time is in its forward's
+                rb = row((cc.compile_id, "backward"), cc)
+                rb["calls"] += b
+                rb["with_forward"] = True
+                bt = [(g.timed_calls, g.run_ns) for g in cc.with_forward]
+                rb["timed_calls"] += sum(t for t, _ in bt)
+                rb["run_s_total"] = round(rb["run_s_total"] + sum(n for _, n in bt) / 1e9, 9)
+                _dates(rb, _earliest(cc.with_forward), _latest(cc.with_forward))
         for r in rows.values():
             _finish_row(r)
         out_frames = []
@@ -692,6 +699,22 @@ class CallsPart:
         }
 
 
+def _dates(r: dict[str, Any], first_ns: int | None, last_ns: int | None) -> None:
+    first, last = _t(first_ns), _t(last_ns)
+    r["first_call"] = first if r["first_call"] is None or (first and first < r["first_call"]) else r["first_call"]
+    r["last_call"] = last if r["last_call"] is None or (last and last > r["last_call"]) else r["last_call"]
+
+
+def _earliest(graphs: tuple[Counted, ...]) -> int | None:
+    firsts = [f for g in graphs if (f := g.first_ns) is not None]
+    return min(firsts) if firsts else None
+
+
+def _latest(graphs: tuple[Counted, ...]) -> int | None:
+    lasts = [t for g in graphs if (t := g.last_call_ns) is not None]
+    return max(lasts) if lasts else None
+
+
 def _where(frames: Mapping[FrameKey, list[tuple[str, str]]], k: tuple[str, str]) -> dict[str, Any]:
     for (fn, path, line), keys in frames.items():
         if k in keys:
@@ -707,7 +730,8 @@ def _id_order(cid: Any, kind: Any) -> tuple[Any, ...]:
 def _finish_row(r: dict[str, Any]) -> dict[str, Any]:
     """The per-call figures of a graph row, from its sums (after a merge too)."""
     n = int(num(r.get("calls")))
-    r["compile_s_per_call"] = round(num(r.get("compile_s")) / n, 9) if n else None
+    # a backward compiled with its forward has no compile time of its own (it is in its forward's)
+    r["compile_s_per_call"] = round(num(r.get("compile_s")) / n, 9) if n and not r.get("with_forward") else None
     timed = int(num(r.get("timed_calls")))
     r["run_s_mean"] = round(num(r.get("run_s_total")) / timed, 9) if timed else None
     return r

@@ -34,6 +34,7 @@ __all__ = [
     "ROOT_NAMES",
     "RUNTIME",
     "STANDALONE",
+    "WORKER_ARG",
     "CodeLocation",
     "CompileRecord",
     "Linked",
@@ -107,6 +108,10 @@ class Recent(OrderedDict[K, V]):
             self.popitem(last=False)
 
 
+def _span_ns(node: PhaseNode) -> int:
+    return max(0, (node.end_ns if node.end_ns is not None else node.start_ns) - node.start_ns)
+
+
 class CodeLocation(NamedTuple):
     """The compiled code: function, file and first line (each None where no record says)."""
 
@@ -127,6 +132,11 @@ class Linked:
     call_site: CodeLocation | None = None  # the user's line that called it (CompileRecord.call_site)
 
 
+# The arg on a phase that ran on one of inductor's compile workers (a kernel build on a thread of its own, logged with
+# no compile id) and was given to the only compile in flight: it ran beside the phase it began in, not inside it
+WORKER_ARG = "attributed"
+
+
 @dataclass(slots=True)
 class PhaseNode:
     name: str
@@ -135,6 +145,21 @@ class PhaseNode:
     args: dict[str, Any] = field(default_factory=dict)
     children: list[PhaseNode] = field(default_factory=list)
     instants: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def on_worker(self) -> bool:
+        """Whether it ran on a compile worker's thread, beside its parent (see :data:`WORKER_ARG`)."""
+        return WORKER_ARG in self.args
+
+    def self_ns(self, duration_ns: int | None = None) -> int:
+        """Its time not in a sub-phase of its own thread: ``duration_ns`` (else its own) less its children's on the
+        same thread, never below zero. A build on a compile worker ran beside the phase it began in (whose thread
+        waited or worked meanwhile) and is not subtracted: torch counts ``async_compile.wait`` whole
+        (``CompilationMetrics.triton_compile_time_us``), and a replay, whose log names no thread, could not tell which
+        build's end is which, so live and replay agree."""
+        dur = duration_ns if duration_ns is not None else _span_ns(self)
+        mine = self.on_worker
+        return max(0, dur - sum(_span_ns(c) for c in self.children if c.on_worker == mine))
 
     def walk(self) -> Iterable[tuple[PhaseNode, int]]:
         """Depth-first (node, depth), this node first."""

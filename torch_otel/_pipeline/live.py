@@ -284,6 +284,7 @@ def force_flush(timeout_millis: int = 10_000) -> bool:
     sinks_done = True
     if b is not None:
         b.capture.drain()  # the compiles that ended: their spans and metrics, now
+        _refresh(b.pipeline)()  # and the graph calls so far, as a scrape reads them
         sinks_done = b.pipeline.force_flush(timeout_millis)  # what the sinks hold (none buffers today)
         timeout_millis = max(0, int((deadline - time.monotonic()) * 1000))
     provider = b.tracer_provider if b is not None else trace.get_tracer_provider()
