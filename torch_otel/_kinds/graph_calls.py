@@ -63,7 +63,7 @@ def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
         n += 1
         if n == 1:
             first = _time_ns()
-        return fn(*args, **kwargs)
+        return fn(*args, **kwargs) if kwargs else fn(*args)  # torch calls a graph with positional arguments
 
     return counted
 
@@ -81,7 +81,7 @@ def _counting_timed(fn: Callable[..., Any]) -> Callable[..., Any]:
         if n % TIME_EVERY != 2:
             if n == 1:
                 first = _time_ns()
-            return fn(*args, **kwargs)
+            return fn(*args, **kwargs) if kwargs else fn(*args)  # torch calls a graph with positional arguments
         t0 = _perf_ns()
         out = fn(*args, **kwargs)
         run_ns += _perf_ns() - t0

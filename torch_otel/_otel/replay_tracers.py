@@ -21,6 +21,7 @@ from opentelemetry.trace import Tracer
 
 from .._version import __version__
 from .ids import UrandomIdGenerator
+from .providers import HashedOnce
 
 REPLAYED = "torch_otel.replay"  # the resource attribute that says a span was replayed (torch-otel diff reads it)
 MAX_IDENTITIES = 4096  # distinct processes in one replay; more share the last one's tracer
@@ -52,7 +53,7 @@ def replay_resource(pid: int | None, rank: int | None, torch_version: str | None
         kept["torch.distributed.rank"] = rank
     if torch_version:
         kept["torch.version"] = torch_version
-    return Resource(kept)
+    return HashedOnce(kept)  # its hash worked out once: the OTLP encoder hashes it for every span
 
 
 class Replayed(Protocol):
