@@ -28,7 +28,7 @@ PY = sys.executable
 WORKLOADS = ROOT / "tests" / "workloads"
 
 from torch_otel._analysis.diff import DEFAULTS, compare, parse_fail_on  # noqa: E402
-from torch_otel._pipeline.diff import read_side  # noqa: E402
+from torch_otel._pipeline.diff_command import read_side  # noqa: E402
 
 
 def _env(trace: Path) -> dict[str, str]:

@@ -46,7 +46,7 @@ def hook_cost(reps: int, n: int = 20000) -> dict[str, float]:
     orig = dbg.log_collective_schedule
     torch_otel.instrument(TracerProvider(), registry=None)
     torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))
-    bridge = torch_otel._pipeline.live.current()
+    bridge = torch_otel._pipeline.bridge.current()
     assert bridge is not None
     hooked = dbg.log_collective_schedule
     assert hooked is not orig

@@ -52,6 +52,6 @@ if __name__ == "__main__":
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: F401
 
         import torch_otel._otel.otlp_json  # noqa: F401
-        import torch_otel._pipeline.live  # noqa: F401
+        import torch_otel._pipeline.bridge  # noqa: F401
     sys.argv = args
     runpy.run_path(args[0], run_name="__main__")

@@ -124,9 +124,9 @@ class HookMeter:
 
     def install(self) -> None:
         try:
-            from torch_otel._capture import live as _live
+            from torch_otel._capture import live_capture as _live
         except ImportError as exc:  # the package moved its internals: counted as not measured
-            self.missing.append(f"torch_otel._capture.live ({exc})")
+            self.missing.append(f"torch_otel._capture.live_capture ({exc})")
             return
         for name in self.ENTRY:
             fn = getattr(_live.LiveCapture, name, None)

@@ -251,7 +251,7 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
     calls = None
     if mode in BRIDGE:
         import torch_otel
-        from torch_otel._kinds.graph_calls import GRAPHS
+        from torch_otel._features.graph_calls import GRAPHS
 
         torch_otel.force_flush(600_000)
 
@@ -280,9 +280,9 @@ def child(what: str, mode: str, n: int) -> int:
     if os.environ.get("TORCH_OTEL_BENCH_OPCODES"):
         _Opcodes.install()
     if mode in BRIDGE:  # with graph calls counted, the bridge's worker reads the counts every 10 s of wall time
-        from torch_otel._capture import live
+        from torch_otel._capture import live_capture
 
-        live.TICK_S = float(DAY_MS) / 1000
+        live_capture.TICK_S = float(DAY_MS) / 1000
     try:  # torch.fx's progress bar starts tqdm's monitor thread, which wakes every 10 s of wall time: not here
         import tqdm
 

@@ -60,7 +60,7 @@ def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     out: dict[str, object] = {"bridge": False}
     if "torch_otel" in sys.modules:  # never imported here without the bridge
         import torch_otel
-        from torch_otel._pipeline.live import current
+        from torch_otel._pipeline.bridge import current
 
         b = current()
         if b is not None:

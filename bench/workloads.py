@@ -177,7 +177,7 @@ def _paired_ratios(blocks: list[tuple[str, float]]) -> list[float]:
 
 def _time_the_bridge() -> None:
     """Wraps the bridge's hooks and its worker thread's batches (and ``_TorchTrace``) with ``_timed``."""
-    from torch_otel._capture import live as _live
+    from torch_otel._capture import live_capture as _live
 
     # Our side only, not torch's own logging. A trace handler is timed from ``handle`` (its lock included),
     # ours and torch's alike.

@@ -73,7 +73,7 @@ HOOKS = {"cpu": 0.0}  # CPU the bridge's hooks took on torch's path (the main th
 
 def _time_the_hooks() -> None:
     """Add each hook's ``thread_time`` to ``HOOKS``: the bridge's share of the main thread."""
-    from torch_otel._capture import live as _live
+    from torch_otel._capture import live_capture as _live
 
     def timed(fn: Any) -> Any:
         def wrapper(*a: Any, **k: Any) -> Any:

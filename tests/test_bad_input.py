@@ -118,7 +118,7 @@ def test_every_bad_variable_at_import_is_one_line_and_tracing_goes_on(tmp_path):
 
 
 def _bridge():  # type: ignore[no-untyped-def]
-    from torch_otel._pipeline import live as _bridge
+    from torch_otel._pipeline import bridge as _bridge
 
     assert _bridge._bridge is not None
     return _bridge._bridge

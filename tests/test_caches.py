@@ -25,7 +25,7 @@ from servers import free_port
 
 from torch_otel._analysis.cache_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, KeyIndex, index_document
 from torch_otel._analysis.caches import KeySeen
-from torch_otel._kinds.cache_lookups import Component
+from torch_otel._features.cache_lookups import Component
 
 SCENARIOS = ("cold", "warm", "shape", "config", "bypass")  # then the 2-rank job
 LATER = ("code", "print_in_loop", "rename", "break", "infer", "infer_warm", "frozen")  # then the directory wiped

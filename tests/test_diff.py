@@ -30,7 +30,7 @@ from helpers import WORKLOADS, clean_env, run_cli, run_python, spans_to_file, to
 from servers import free_port
 
 from torch_otel._analysis.diff import compare, format_text, parse_fail_on
-from torch_otel._pipeline.diff import read_side
+from torch_otel._pipeline.diff_command import read_side
 
 BIN = Path(sys.executable).parent
 ALL, _ = parse_fail_on(["all"])

@@ -23,7 +23,7 @@ REPORT = """
 import atexit, sys, threading
 def _report():
     heavy = ("torch", "torch._dynamo", "opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-             "grpc", "prometheus_client", "torch_otel._pipeline.live", "torch_otel._otel.providers")
+             "grpc", "prometheus_client", "torch_otel._pipeline.bridge", "torch_otel._otel.providers")
     print("LOADED", ",".join(m for m in heavy if m in sys.modules) or "-")
     print("THREADS", ",".join(sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())) or "-")
     print("FINDERS", ",".join(type(f).__name__ for f in sys.meta_path if "torch_otel" in type(f).__module__) or "-")
@@ -64,7 +64,7 @@ def test_a_process_that_imports_torch_and_never_compiles_has_no_dynamo_imported_
     r = _run(argv)
     got = _report(r.stdout)
     assert "torch" in got["LOADED"]
-    assert got["LOADED"] & {"torch._dynamo", "opentelemetry.sdk.trace", "grpc", "torch_otel._pipeline.live"} == set(), got
+    assert got["LOADED"] & {"torch._dynamo", "opentelemetry.sdk.trace", "grpc", "torch_otel._pipeline.bridge"} == set(), got
     assert got["THREADS"] == set(), got
 
 

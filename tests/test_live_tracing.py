@@ -430,7 +430,7 @@ def test_compiles_become_spans_off_the_compile_path_without_a_flush(cap):
     import threading
     import time
 
-    from torch_otel._capture import live as _live
+    from torch_otel._capture import live_capture as _live
 
     fn = torch.compile(lambda x: x * 2 + 1, backend="eager")
     for n in (2, 3):  # a compile, then a recompile (dynamic from then on)
@@ -486,7 +486,7 @@ def test_the_collective_schedule_hook_wraps_torch_once():
     """Two threads starting inductor compiles at once both try to wrap torch's schedule logger: it is wrapped once."""
     import torch._inductor.debug as idbg
 
-    from torch_otel._pipeline.live import current
+    from torch_otel._pipeline.bridge import current
 
     torch_otel.instrument(TracerProvider(), registry=None)
     try:

@@ -21,7 +21,7 @@ from servers import Rotel, wait_until
 from torch_otel._core.ports import free_port
 from torch_otel._otel import delivery
 from torch_otel._otel.delivery import GuardedSpanExporter, Target, dropped, not_sent, reachable
-from torch_otel._otel.local import nothing_configured
+from torch_otel._otel.nothing_configured import nothing_configured
 from torch_otel._otel.providers import exporter_names, otlp_named
 
 ROOT = Path(__file__).resolve().parent.parent

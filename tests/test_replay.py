@@ -236,12 +236,12 @@ _json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
     max_leaves=8,
 )
-_kinds = st.sampled_from(
+_features = st.sampled_from(
     ["dynamo_start", "compilation_metrics", "artifact", "chromium_event", "str", "dynamo_output_graph", "new_kind", ""]
 )
 _header = st.builds(
     lambda kind, value, extra: _PREFIX + json.dumps({kind: value, **extra}).encode(),
-    _kinds,
+    _features,
     _json_values,
     st.dictionaries(
         st.sampled_from(["frame_id", "frame_compile_id", "attempt", "rank", "has_payload"]), _json_values, max_size=4

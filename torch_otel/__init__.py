@@ -16,14 +16,14 @@ if TYPE_CHECKING:
     from ._core.settings import Settings, load_settings
     from ._instrumentor import TorchCompileInstrumentor
     from ._otel.ids import UrandomIdGenerator
-    from ._pipeline.live import force_flush, instrument, is_instrumented, shutdown, uninstrument
+    from ._pipeline.bridge import force_flush, instrument, is_instrumented, shutdown, uninstrument
 
 _WHERE = {
-    "force_flush": "._pipeline.live",
-    "instrument": "._pipeline.live",
-    "is_instrumented": "._pipeline.live",
-    "shutdown": "._pipeline.live",
-    "uninstrument": "._pipeline.live",
+    "force_flush": "._pipeline.bridge",
+    "instrument": "._pipeline.bridge",
+    "is_instrumented": "._pipeline.bridge",
+    "shutdown": "._pipeline.bridge",
+    "uninstrument": "._pipeline.bridge",
     "Settings": "._core.settings",
     "load_settings": "._core.settings",
     "UrandomIdGenerator": "._otel.ids",

@@ -152,7 +152,7 @@ def _parse_and_dispatch(argv: list[str]) -> int:
     if args.command == "replay":
         return _replay(args)
     if args.command == "diff":
-        from ._pipeline.diff import DiffOptions, run_diff
+        from ._pipeline.diff_command import DiffOptions, run_diff
 
         return run_diff(DiffOptions(args.base, args.new, args.json, args.html, tuple(args.fail_on)))
     if args.command == "doctor":

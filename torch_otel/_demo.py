@@ -172,7 +172,7 @@ def run_demo(
     from ._otel.ids import UrandomIdGenerator
     from ._otel.otlp_json import OTLPJsonFileSpanExporter
     from ._otel.providers import job_resource
-    from ._pipeline import live as _bridge
+    from ._pipeline import bridge as _bridge
 
     # Every output path is checked before the workload runs: one line each, exit 2 (missing directories are created).
     outputs = [(traces_file, "--traces-file"), (html, "--html"), (json_path, "--json")]

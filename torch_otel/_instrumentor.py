@@ -26,8 +26,8 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 )
 from opentelemetry.sdk._configuration import _BaseConfigurator
 
-from ._core.arm import cancel, when_dynamo_imported
 from ._core.errors import record_error
+from ._core.import_watch import cancel, when_dynamo_imported
 from ._version import SUPPORTED_TORCH
 
 _INSTRUMENTS = (SUPPORTED_TORCH,)
@@ -51,7 +51,7 @@ class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any t
 
         def arm() -> None:
             try:
-                from ._pipeline.live import configure_from_env
+                from ._pipeline.bridge import configure_from_env
 
                 configure_from_env(tracer_provider=tracer_provider, meter_provider=meter_provider)
             except Exception as exc:  # noqa: BLE001 - never break the user's program
@@ -60,7 +60,7 @@ class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any t
         when_dynamo_imported(arm)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from ._pipeline.live import uninstrument
+        from ._pipeline.bridge import uninstrument
 
         cancel()
         uninstrument()

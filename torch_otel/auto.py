@@ -10,11 +10,11 @@ Never raises: a bad setting is one warning line, and the program runs on.
 
 from __future__ import annotations
 
-from ._core.arm import capture_off, sdk_disabled, when_dynamo_imported
+from ._core.import_watch import capture_off, sdk_disabled, when_dynamo_imported
 
 TYPE_CHECKING = False  # typing is not imported: this module loads in every process `torch-otel run` starts
 if TYPE_CHECKING:
-    from ._pipeline.live import Bridge
+    from ._pipeline.bridge import Bridge
 
 bridge: Bridge | None = None  # the bridge, once armed (None before, or when off)
 
@@ -27,7 +27,7 @@ def _arm() -> None:
         from ._core.settings import bad_sdk_values_hidden
 
         with bad_sdk_values_hidden():  # the SDK raises at import on some bad values of its variables
-            from ._pipeline.live import configure_from_env
+            from ._pipeline.bridge import configure_from_env
 
             bridge = configure_from_env()
     except Exception as exc:  # noqa: BLE001 - never break the user's import

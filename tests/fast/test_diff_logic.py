@@ -30,7 +30,7 @@ from torch_otel._analysis.diff import (
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._core.graph_breaks import graph_break_code
 from torch_otel._model.events import GraphBreakEvent
-from torch_otel._pipeline.diff import read_side
+from torch_otel._pipeline.diff_command import read_side
 from torch_otel._sinks.diff_html import render_diff_html
 from torch_otel._sinks.summary import RunSummary, merge_summaries
 

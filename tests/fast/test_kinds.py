@@ -1,9 +1,9 @@
 """Fast tier: a kind of event added through the tables alone reaches every sink; no torch.compile anywhere.
 
 A synthetic kind, ``synthetic_things`` (torch would log it as an instant event ``synthetic_thing`` with a count),
-is declared as the package declares its cache lookups (torch_otel._kinds.cache_lookups): a :class:`Kind` with its
+is declared as the package declares its cache lookups (torch_otel._features.cache_lookups): a :class:`Feature` with its
 event, how it joins its compile, a derived fact, and a view for each sink. It is then added by two rows only, one
-in the parser's ``INSTANTS`` table and one in the kinds' table (``KINDS``), and a ``TORCH_TRACE`` log holding it is
+in the parser's ``INSTANTS`` table and one in the kinds' table (``FEATURES``), and a ``TORCH_TRACE`` log holding it is
 replayed through replay's own pipeline (torch_otel._pipeline.build) with every sink on: the spans, the metrics, the
 run summary (text, JSON, its merge across ranks), log records, replay's report, and a toy sink of the caller's. Read
 back from the exported trace, as ``torch-otel diff`` reads one, it is there too. No other file of the package knows it.
@@ -31,14 +31,14 @@ from test_replay_reader import chromium, log, record
 from torch_otel._core.compile_id import CompileId
 from torch_otel._core.merge import Merge, sum_int
 from torch_otel._core.settings import Settings
-from torch_otel._kinds import registry
-from torch_otel._kinds.kind import Attach, Kind, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
+from torch_otel._features import registry
+from torch_otel._features.feature import Attach, Feature, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
 from torch_otel._model.record import CompileRecord
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._parse import records
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.build import MetricsSpec, PipelineSpec, ReportSpec, build_pipeline
-from torch_otel._pipeline.diff import read_side
+from torch_otel._pipeline.diff_command import read_side
 from torch_otel._pipeline.replay import replay_paths
 from torch_otel._sinks.spans import SpanMapper
 from torch_otel._sinks.summary import format_text, merge_summaries
@@ -99,7 +99,7 @@ class Part:
         return {"total": self.total}
 
 
-SYNTHETIC = Kind(
+SYNTHETIC = Feature(
     NAME,
     SyntheticEvent,
     Attach(NAME, 8),
@@ -117,7 +117,7 @@ SYNTHETIC = Kind(
 def with_the_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     """The two rows that add the kind: the parser's, and the kinds' table's."""
     monkeypatch.setattr(records, "INSTANTS", (*records.INSTANTS, ("synthetic_thing", from_instant)))
-    monkeypatch.setattr(registry, "KINDS", (*registry.KINDS, SYNTHETIC))
+    monkeypatch.setattr(registry, "FEATURES", (*registry.FEATURES, SYNTHETIC))
 
 
 def _instant(name: str, ts_us: float, args: dict[str, Any]) -> list[bytes]:

@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "_core": 1,  # errors, health counts, settings, compile ids, ranks, the import watcher, torch's vocabulary
     "_otel": 2,  # OpenTelemetry providers and exporters from OTEL_*, guarded; OTLP-JSON files; ids; /metrics
     "_model": 3,  # typed events, the compile record, the Sink interface
-    "_kinds": 4,  # kinds of event declared once each
+    "_features": 4,  # kinds of event declared once each
     "_parse": 5,  # torch's records -> events; the TORCH_TRACE reader
     "_analysis": 6,  # caches, recompiles, divergence, diff: what the facts mean
     "_assemble": 7,  # events -> compile records, derived facts
@@ -167,7 +167,7 @@ def test_the_package_is_folders_by_layer_and_its_entry_points():
 
 
 def test_a_layer_s_init_imports_nothing():
-    """``import torch_otel.auto`` loads only what it names (torch_otel._core.arm): a layer's package adds nothing."""
+    """``import torch_otel.auto`` loads only what it names (torch_otel._core.import_watch): a layer's package adds nothing."""
     for name, deps in package_graph().items():
         if name.endswith(".__init__") and layer_of(name) != "_autostart":
             assert not deps, f"torch_otel/{layer_of(name)}/__init__.py imports {sorted(deps)}"
@@ -208,10 +208,10 @@ def test_an_upward_import_and_a_peer_import_are_found():
     graph = {
         "_model.record": {"_sinks.spans"},
         "_sinks.spans": {"_model.record", "_sinks.metrics"},
-        "_capture.live": {"_sinks.logs"},
+        "_capture.live_capture": {"_sinks.logs"},
     }
     assert upward_imports(graph, layers) == [
-        "_capture.live imports _sinks.logs, of its peer folder _sinks (layer 8)",
+        "_capture.live_capture imports _sinks.logs, of its peer folder _sinks (layer 8)",
         "_model.record (layer 3) imports _sinks.spans (layer 8)",
     ]
 
@@ -220,7 +220,7 @@ def test_an_upward_import_and_a_peer_import_are_found():
     ("source", "expected"),
     [
         ("from ._sinks.spans import SpanMapper", {"torch_otel._sinks.spans"}),
-        ("def f():\n    from ._pipeline.live import current\n", {"torch_otel._pipeline.live"}),
+        ("def f():\n    from ._pipeline.bridge import current\n", {"torch_otel._pipeline.bridge"}),
         ("from ._capture import mega_cache as m", {"torch_otel._capture.mega_cache"}),
         ("import torch_otel._assemble.assembler", {"torch_otel._assemble.assembler"}),
     ],

@@ -10,7 +10,7 @@ import pytest
 
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._capture import sources as _sources
-from torch_otel._capture.live import LiveCapture
+from torch_otel._capture.live_capture import LiveCapture
 from torch_otel._core import errors as _internal
 
 

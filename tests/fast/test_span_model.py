@@ -19,12 +19,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from torch_otel._analysis.caches import KeyHistory
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._core.settings import Settings
-from torch_otel._kinds.cache_lookups import CacheLookupEvent, parse_components
-from torch_otel._kinds.registry import KINDS
+from torch_otel._features.cache_lookups import CacheLookupEvent, parse_components
+from torch_otel._features.registry import FEATURES
 from torch_otel._model.events import GraphBreakEvent, RecompileReasonsEvent
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._pipeline.build import Pipeline
-from torch_otel._pipeline.diff import read_side
+from torch_otel._pipeline.diff_command import read_side
 from torch_otel._sinks import span_model
 from torch_otel._sinks.span_model import METRIC_ATTRIBUTES, Events, Root
 from torch_otel._sinks.spans import SpanMapper
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _declared() -> list[str]:
     """The record's own names, and each added kind's (its span view's ``names``)."""
     names = [v for c in (Root, Events) for k, v in vars(c).items() if k.isupper()]
-    names += [n for k in KINDS if k.spans is not None for n in k.spans.names]
+    names += [n for k in FEATURES if k.spans is not None for n in k.spans.names]
     return [n for n in names if "." in n] + list(METRIC_ATTRIBUTES.values())
 
 

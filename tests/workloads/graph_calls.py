@@ -83,7 +83,7 @@ elif WHAT == "shapes":
     print(json.dumps({"calls": 11}), flush=True)
 
 elif WHAT == "fork":
-    from torch_otel._pipeline import live as _live
+    from torch_otel._pipeline import bridge as _live
 
     def own_calls() -> dict:
         """This process's bridge's run summary: its compiles' graph calls, as it would write them."""
@@ -118,7 +118,7 @@ elif WHAT == "fork":
 elif WHAT == "many":
     n = int(sys.argv[2])
     if "torch_otel" in sys.modules and os.environ.get("GRAPH_CAP"):
-        from torch_otel._kinds.graph_calls import GRAPHS
+        from torch_otel._features.graph_calls import GRAPHS
 
         GRAPHS.max_graphs = int(os.environ["GRAPH_CAP"])
     rss = {}
@@ -138,7 +138,7 @@ elif WHAT == "many":
     report: dict = {"compiles": n, "rss_mb": rss}
     if "torch_otel" in sys.modules:
         import torch_otel
-        from torch_otel._kinds.graph_calls import GRAPHS, CompileCalls, Graph
+        from torch_otel._features.graph_calls import GRAPHS, CompileCalls, Graph
 
         torch_otel.force_flush()
         report.update(

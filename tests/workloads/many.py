@@ -29,7 +29,7 @@ def rss_mb():
     """RSS once the bridge's worker has caught up: on a loaded machine it may be a few compiles behind, and what it
     still holds then is its queue, not what it keeps."""
     if "torch_otel" in sys.modules:
-        from torch_otel._pipeline import live
+        from torch_otel._pipeline import bridge as live
 
         if live._bridge is not None:
             live._bridge.capture.drain()
@@ -65,7 +65,7 @@ report = {"compiles": N, "failures": failures, "rss_mb": rss}
 if "torch_otel" in sys.modules:
     import torch_otel
     from torch_otel._model.record import CompileRecord
-    from torch_otel._pipeline import live as _bridge
+    from torch_otel._pipeline import bridge as _bridge
 
     b = _bridge._bridge
     b.capture.drain()  # the compiles the worker has not processed yet (a loaded machine): every one must reach its end

@@ -29,7 +29,7 @@ from typing import Any
 from .._core.errors import logger, warn_once
 from .._core.ranks import env_rank
 from .._core.settings import Settings
-from .._kinds.cache_lookups import Component, key_of_artifact
+from .._features.cache_lookups import Component, key_of_artifact
 from .._model.events import ArtifactEvent, MetricsEvent
 from .._parse.trace_log import ReplayStats, log_events, log_files, not_a_trace_log, torch_version_of
 from .caches import KeyHistory, KeySeen, functorch_digest

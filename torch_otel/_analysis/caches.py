@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.compile_id import CompileId
-from .._kinds.cache_lookups import CacheLookupEvent, Component, component_class, tensor_inputs
+from .._features.cache_lookups import CacheLookupEvent, Component, component_class, tensor_inputs
 from .._model.compilation_metrics import compile_on_one_rank
 from .._model.record import CompileRecord
 
@@ -279,7 +279,7 @@ class KeyHistory:
     def explain(self, rec: CompileRecord, lookups: Sequence[CacheLookupEvent]) -> list[Explanation | str | None]:
         """Each miss's :class:`Explanation`, each hit's origin (:meth:`_served`), None for the others, in order; then
         the compile's keys are remembered. The cache lookups' derive step calls it once per finished compile
-        (torch_otel._kinds.cache_lookups); the lookups themselves are left as torch logged them."""
+        (torch_otel._features.cache_lookups); the lookups themselves are left as torch logged them."""
         if not lookups:
             return []
         with self._lock:

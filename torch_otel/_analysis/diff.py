@@ -1,7 +1,7 @@
 """``torch-otel diff``: what changed between two runs' compiles, on one screen, and the CI gate on it.
 
 Each side is a run summary's facts (:meth:`torch_otel._sinks.summary.RunSummary.to_dict`), whatever it was read from
-(a ``TORCH_TRACE`` log or directory, a summary's JSON, an OTLP-JSON traces file: :mod:`torch_otel._pipeline.diff`),
+(a ``TORCH_TRACE`` log or directory, a summary's JSON, an OTLP-JSON traces file: :mod:`torch_otel._pipeline.diff_command`),
 and, for a job of several ranks, one per rank. :func:`compare` matches frames by function and code location
 (compile ids shift when code changes), and says per frame and phase what the compile time did, which graph breaks,
 recompile categories, failures and recompile-limit hits are new or gone, and how the caches changed, with the cause

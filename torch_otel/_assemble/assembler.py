@@ -26,8 +26,8 @@ from typing import Any
 
 from .._core.compile_id import CompileId
 from .._core.errors import record_error
-from .._kinds.kind import Attach, Kind
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Attach, Feature
+from .._features.registry import features_or_default
 from .._model.events import (
     ArtifactEvent,
     DebugDirEvent,
@@ -75,8 +75,8 @@ def _debug_dir_path(ev: DebugDirEvent) -> str:
 
 
 # The table of the record's own events that attach to a compile (phases, metrics, starts and recompile reasons shape
-# the record itself and have handlers of their own). The kinds added to them attach by their own row
-# (torch_otel._kinds: ``Kind.attach``), into ``record.attached``.
+# the record itself and have handlers of their own). The features added to them attach by their own row
+# (torch_otel._features: ``Feature.attach``), into ``record.attached``.
 ATTACH: dict[type, Attach] = {
     GraphBreakEvent: Attach("graph_breaks", MAX_GRAPH_BREAKS, prefer="frame", dated=True),
     ArtifactEvent: Attach("artifacts", MAX_ARTIFACTS, dated=True, raises_attempt=True),
@@ -92,8 +92,8 @@ class Assembler:
 
     Before any sink sees a finished record, its derive step (``derive``, torch_otel._assemble.derive) works out
     what is not in torch's records for it, into the record: the code location, the backward's forward, the
-    compiled-autograd graph, the recompile limit, the mega-cache hits, each added kind's facts (``kinds``; their
-    parts in ``kind_parts``, by kind name), then its trace identity from ``tracing`` (the span mapper, which builds
+    compiled-autograd graph, the recompile limit, the mega-cache hits, each added feature's facts (``features``; their
+    parts in ``feature_states``, by kind name), then its trace identity from ``tracing`` (the span mapper, which builds
     the compile's trace). ``stamp`` is the source's own word on a record (replay: the process that wrote it),
     called as a record begins (``ended=False``) and as it ends (``ended=True``), before the derivation. Events are
     kept as their source made them.
@@ -106,8 +106,8 @@ class Assembler:
         *,
         tracing: Tracing | None = None,
         cache_loads: CacheLoads | None = None,
-        kinds: tuple[Kind, ...] | None = None,
-        kind_parts: Mapping[str, Any] | None = None,
+        features: tuple[Feature, ...] | None = None,
+        feature_states: Mapping[str, Any] | None = None,
         stamp: Callable[[CompileRecord, bool], None] | None = None,
         recent: int | None = None,
         recompile_limit: Callable[[], int | None] | None = None,
@@ -115,18 +115,18 @@ class Assembler:
         self.sinks: list[Sink] = list(sinks)
         self.max_open = max_open
         self.stamp = stamp
-        kinds = kinds_or_default(kinds)
+        features = features_or_default(features)
         self.derive = Derive(
             tracing=tracing,
             cache_loads=cache_loads,
-            kinds=kinds,
-            kind_parts=kind_parts,
+            features=features,
+            feature_states=feature_states,
             recent=recent,
             recompile_limit=recompile_limit,
         )
-        # how each event type joins its compile: the record's own rows, then the added kinds' (kept in attached)
+        # how each event type joins its compile: the record's own rows, then the added features' (kept in attached)
         self._attach_rows: dict[type, tuple[Attach, bool]] = {t: (row, False) for t, row in ATTACH.items()}
-        self._attach_rows.update({k.event: (k.attach, True) for k in kinds})
+        self._attach_rows.update({k.event: (k.attach, True) for k in features})
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens

@@ -3,7 +3,7 @@
 The assembler calls :class:`Derive` on each finished record before any sink sees it. It fills the record's derived
 block (torch_otel._model.record.CompileRecord), never the events: the code a compile inherits from its frame's earlier
 compile or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, its place against
-the recompile limit, the mega-cache hits, each added kind's facts (its ``derive``, with the part the pipeline has for
+the recompile limit, the mega-cache hits, each added feature's facts (its ``derive``, with the part the pipeline has for
 it: the key history for cache lookups), and last its trace identity from ``tracing`` (the span mapper builds the
 compile's trace, so the sinks that name the trace, exemplars and log records, read its ids from the record).
 
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from .._analysis.recompiles import NEAR, recompile_limit_of
 from .._core.errors import record_error
-from .._kinds.kind import Kind
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Feature
+from .._features.registry import features_or_default
 from .._model.record import CodeLocation, CompileRecord, Linked, Recent, frame_name
 
 __all__ = ["RECENT", "CacheLoads", "Derive", "Tracing", "guard"]
@@ -57,16 +57,16 @@ class Derive:
         *,
         tracing: Tracing | None = None,
         cache_loads: CacheLoads | None = None,
-        kinds: tuple[Kind, ...] | None = None,
-        kind_parts: Mapping[str, Any] | None = None,
+        features: tuple[Feature, ...] | None = None,
+        feature_states: Mapping[str, Any] | None = None,
         recent: int | None = None,
         recompile_limit: Callable[[], int | None] | None = None,
     ) -> None:
         recent = RECENT if recent is None else recent
         self.tracing = tracing
         self.cache_loads = cache_loads
-        self.kinds = tuple(k for k in kinds_or_default(kinds) if k.derive is not None)
-        self.kind_parts = dict(kind_parts or {})
+        self.features = tuple(k for k in features_or_default(features) if k.derive is not None)
+        self.feature_states = dict(feature_states or {})
         # live: torch._dynamo.config.recompile_limit, for a compile whose metrics do not say it
         self.recompile_limit = recompile_limit
         # What later compiles inherit: a frame's code by (autograd id, frame id); forwards by compile id (a lazy
@@ -111,9 +111,9 @@ class Derive:
             rec.compiled_autograd = self._autograd_graphs.get(cid.compiled_autograd_id)
         if self.cache_loads is not None:
             rec.mega_cache_hits = guard("mega-cache hits", self.cache_loads.hits, rec) or {}
-        for kind in self.kinds:
-            if rec.attached.get(kind.name) and kind.derive is not None:
-                guard(kind.name, kind.derive, rec, self.kind_parts.get(kind.name))
+        for feature in self.features:
+            if rec.attached.get(feature.name) and feature.derive is not None:
+                guard(feature.name, feature.derive, rec, self.feature_states.get(feature.name))
         if self.tracing is not None:
             ids = guard("tracing", self.tracing.emit, rec)
             if ids is not None:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._analysis.caches import LOADED, LoadedKeys
-from .._core.arm import forget, when_imported
 from .._core.errors import record_error
+from .._core.import_watch import forget, when_imported
 from .sources import report_lacking
 
 

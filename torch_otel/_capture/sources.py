@@ -3,7 +3,7 @@
 As tlparse's ``default_parsers()`` lists its parsers, :data:`SOURCES` lists the
 live capture's sources. Each row says what it gives the user, which torch
 releases have it, which capture levels use it, and how it is attached and
-detached. :class:`~torch_otel._capture.live.LiveCapture` walks the table: a new torch
+detached. :class:`~torch_otel._capture.live_capture.LiveCapture` walks the table: a new torch
 release that moves or renames an attach point is a new row (with its own
 ``releases``), not a new ``if`` inside the capture.
 
@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._core.arm import forget, when_imported
 from .._core.compile_id import current_compile_id
 from .._core.errors import record_error, warn_once
-from .._kinds.cache_lookups import CacheLookupEvent
+from .._core.import_watch import forget, when_imported
+from .._features.cache_lookups import CacheLookupEvent
 from .._parse.records import instant_events
 from .._version import SUPPORTED_TORCH, TESTED_TORCH
 
@@ -46,7 +46,7 @@ class Hookable(Protocol):
 
 
 class Capture(Protocol):
-    """What the rows of :data:`SOURCES` attach and read: the live capture (:class:`torch_otel._capture.live.LiveCapture`).
+    """What the rows of :data:`SOURCES` attach and read: the live capture (:class:`torch_otel._capture.live_capture.LiveCapture`).
 
     Each row names the capture's hook by a function of the capture (``lambda cap: cap._gb_handler``), so mypy
     checks every name in the table against this protocol, and the capture against it where it attaches the table:

@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .._core.arm import forget, when_imported
 from .._core.errors import _in_bridge, record_error
+from .._core.import_watch import forget, when_imported
 from .._model.events import Origin, PhaseEvent
 from .sources import report_lacking
 

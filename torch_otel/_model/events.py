@@ -175,7 +175,7 @@ class DebugDirEvent:
 class Event(Protocol):
     """What every event has: the compile it belongs to (None: torch logged it outside any compile).
 
-    The event types above are the record's own kinds; a kind added to them (torch_otel._kinds) has its event type
+    The event types above are the record's own kinds; a kind added to them (torch_otel._features) has its event type
     in its own module.
     """
 

@@ -228,7 +228,7 @@ class CompileRecord:
     recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
     # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
-    # the events of the kinds added to the record's own (torch_otel._kinds: cache lookups, ...), by kind, in order
+    # the events of the kinds added to the record's own (torch_otel._features: cache lookups, ...), by kind, in order
     attached: dict[str, list[Any]] = field(default_factory=dict)
     incomplete: str | None = None
     dropped: int = 0
@@ -276,7 +276,7 @@ class CompileRecord:
     frame_recompiles: int | None = None
     recompile_limit: int | None = None
     recompile_limit_near: bool = False
-    # what each added kind's derivation found (torch_otel._kinds), by kind: cache lookups' times and why they missed
+    # what each added kind's derivation found (torch_otel._features), by kind: cache lookups' times and why they missed
     derived: dict[str, Any] = field(default_factory=dict)
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)

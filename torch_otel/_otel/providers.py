@@ -18,13 +18,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-from .._core.arm import sdk_disabled
 from .._core.errors import warn_once
+from .._core.import_watch import sdk_disabled
 from .._core.ranks import env_rank
 from .._core.settings import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, load_settings, url_problem
 from .._version import __version__, torch_version
 from .ids import UrandomIdGenerator
-from .local import LocalResult, nothing_configured
+from .nothing_configured import LocalResult, nothing_configured
 from .otlp_json import OTLPJsonFileSpanExporter
 
 TRACE_EXPORTERS = ("otlp", "console", "none")
@@ -448,7 +448,9 @@ class Configured:
         self.logger_provider: Any = None
         self.owned: list[Any] = []
         self.on_first_compile: list[Any] = []
-        self.local: Any = None  # nothing configured: the LocalResult that says where things went (torch_otel._otel.local)
+        self.local: Any = (
+            None  # nothing configured: the LocalResult that says where things went (torch_otel._otel.nothing_configured)
+        )
 
 
 _configured: Configured | None = None

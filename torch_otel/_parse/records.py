@@ -15,7 +15,7 @@ from typing import Any
 
 from .._core.compile_id import CompileId, compile_id_from_metadata, parse_compile_id
 from .._core.graph_breaks import parse_graph_break
-from .._kinds import cache_lookups
+from .._features import cache_lookups
 from .._model.events import (
     ArtifactEvent,
     Event,
@@ -62,7 +62,7 @@ InstantHandler = Callable[[str, int | None, Any, CompileId | None, int, int | No
 # torch's instant events that carry a kind of their own, by name prefix: replay reads them from the log's chromium
 # events, live capture from torch's call (the ``cache_lookups`` row of torch_otel._capture.sources), both through here.
 INSTANTS: tuple[tuple[str, InstantHandler], ...] = (
-    # each lookup of inductor's FX graph cache and of AOTAutograd's (torch_otel._kinds.cache_lookups)
+    # each lookup of inductor's FX graph cache and of AOTAutograd's (torch_otel._features.cache_lookups)
     *((prefix, cache_lookups.from_instant(cache, prefix)) for cache, (prefix, _) in cache_lookups.LOGGED_AS.items()),
 )
 

@@ -26,7 +26,7 @@ from .._analysis.recompiles import NearLimitWarning, live_recompile_limit
 from .._assemble.assembler import Assembler, CacheLoads, Tracing
 from .._core.errors import record_error
 from .._core.settings import Settings
-from .._kinds import cache_lookups, graph_calls
+from .._features import cache_lookups, graph_calls
 from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import ReplayStats
 from .._sinks.late_spans import LateSpans
@@ -159,7 +159,7 @@ class Pipeline:
             max_open,
             tracing=self.tracing,
             cache_loads=self.cache_loads,
-            kind_parts=parts or None,
+            feature_states=parts or None,
             stamp=stamp,
             recent=recent,
             recompile_limit=self.recompile_limit,
@@ -299,7 +299,7 @@ def metrics_backends(spec: MetricsSpec) -> list[Backend]:
     its meter provider. One set per registry and per meter provider, whoever asks (prometheus_client refuses a
     second metric of one name), so instrumenting again reuses them."""
     out: list[Backend] = []
-    series = series_table()  # the record's own series and each added kind's, as the kinds' table stands
+    series = series_table()  # the record's own series and each added feature's, as the features' table stands
     with _backends_lock:
         if spec.registry is not None:
             b = _backends.get(spec.registry)

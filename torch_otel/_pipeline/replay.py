@@ -23,7 +23,7 @@ from .._analysis.caches import KeyHistory
 from .._assemble.assembler import Assembler, Tracing
 from .._core.paths import check_writable
 from .._core.settings import load_settings, url_problem, url_setting
-from .._kinds import cache_lookups
+from .._features import cache_lookups
 from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
 from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import Progress, ReplayStats, Writer, log_events, log_files, not_a_trace_log, torch_version_of
@@ -82,7 +82,7 @@ def replay_file(
     stats.files += 1
     writer = Writer(path=str(path))
     parts = {cache_lookups.NAME: cache_keys} if cache_keys is not None else None
-    assembler = Assembler(sinks, max_open=4096, tracing=tracing, kind_parts=parts, stamp=_stamp(writer))
+    assembler = Assembler(sinks, max_open=4096, tracing=tracing, feature_states=parts, stamp=_stamp(writer))
     for _kind, events in log_events(path, stats, keep_all_payloads, writer, progress):
         for ev in events:
             if isinstance(ev, PhaseEvent):
@@ -192,7 +192,7 @@ def _argument_problem(opts: ReplayOptions, env: Mapping[str, str]) -> str | None
     A replay is not a training run: what it was told to use and cannot is an error up front (exit 2), where a live
     run reports it and goes on.
     """
-    from .._core.arm import sdk_disabled
+    from .._core.import_watch import sdk_disabled
     from .._otel.providers import TRACE_EXPORTERS, exporter_names, otlp_problem
 
     if opts.pushgateway:
@@ -220,7 +220,7 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import NoOpTracer
 
-    from .._core.arm import sdk_disabled
+    from .._core.import_watch import sdk_disabled
     from .._otel.delivery import GOES_ON, compile_traces, dropped, explained, targets
     from .._otel.otlp_json import OTLPJsonFileSpanExporter
     from .._otel.providers import build_span_processors

@@ -1,4 +1,4 @@
-"""Spans written after their compile's trace was exported: each added kind's late spans (how often each compiled graph
+"""Spans written after their compile's trace was exported: each added feature's late spans (how often each compiled graph
 ran), at shutdown, each a child of its compile's root span.
 
 A compile's trace is exported as the compile ends, long before what its graph did afterwards is known. This sink keeps,
@@ -22,8 +22,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Tracer
 
 from .._core.errors import record_error
-from .._kinds.kind import Kind, LateSpan
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Feature, LateSpan
+from .._features.registry import features_or_default
 from .._model.record import CompileRecord, Sink
 from .._otel.ids import own_ids, private_random
 
@@ -36,7 +36,7 @@ class LateSpans(Sink):
     def __init__(
         self,
         tracer: Tracer,
-        kinds: tuple[Kind, ...] | None = None,
+        features: tuple[Feature, ...] | None = None,
         before: Callable[[], None] | None = None,
         max_kept: int = MAX_KEPT,
     ) -> None:
@@ -44,9 +44,9 @@ class LateSpans(Sink):
         self.before = before
         self.max_kept = max_kept
         self._views = tuple(
-            (k.name, k.spans.write_late) for k in kinds_or_default(kinds) if k.spans is not None and k.spans.write_late
+            (k.name, k.spans.write_late) for k in features_or_default(features) if k.spans is not None and k.spans.write_late
         )
-        # (the process that kept it, the root's trace and span ids, each kind's writer and fact)
+        # (the process that kept it, the root's trace and span ids, each feature's writer and fact)
         self.kept: list[tuple[int, int, int, list[tuple[Callable[[Any], list[LateSpan]], Any]]]] = []
         self.dropped = 0
         self._done = False

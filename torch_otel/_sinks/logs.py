@@ -17,8 +17,8 @@ from opentelemetry._logs import SeverityNumber
 
 from .._core.categories import scrub_guard_text
 from .._core.graph_breaks import graph_break_code
-from .._kinds.kind import Kind
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Feature
+from .._features.registry import features_or_default
 from .._model.events import LogEvent
 from .._model.record import CompileRecord, Sink
 from .._version import __version__
@@ -45,11 +45,11 @@ class LogSink(Sink):
         max_length: int = 4096,
         redact_paths: bool = False,
         scrub: bool = True,
-        kinds: tuple[Kind, ...] | None = None,
+        features: tuple[Feature, ...] | None = None,
     ) -> None:
         self._logger = logger_provider.get_logger("torch_otel", __version__)
-        # the added kinds that make log records of their own (torch_otel._kinds)
-        self._views = tuple(k.logs for k in kinds_or_default(kinds) if k.logs is not None)
+        # the added features that make log records of their own (torch_otel._features)
+        self._views = tuple(k.logs for k in features_or_default(features) if k.logs is not None)
         self._max = max_length
         self._redact = redact_paths
         self._scrub = scrub  # guard text in warnings (the recompile limit's "last reason") without source or values

@@ -1,8 +1,8 @@
 """Finished compiles -> metric observations -> Prometheus series and/or OpenTelemetry instruments.
 
-One table (``SERIES``: the record's own series, and each added kind's, declared beside its
-kind in torch_otel._kinds) names every series once; one function (``CompileMetrics.on_finish``)
-decides what a compile observes, with each added kind's view. Two backends
+One table (``SERIES``: the record's own series, and each added feature's, declared beside its
+kind in torch_otel._features) names every series once; one function (``CompileMetrics.on_finish``)
+decides what a compile observes, with each added feature's view. Two backends
 apply the same observations: a prometheus_client registry (``/metrics``,
 Pushgateway, OpenMetrics exemplars) and an OpenTelemetry meter (OTLP), so both
 expositions always carry the same series.
@@ -29,8 +29,8 @@ from .._core.categories import PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels,
 from .._core.errors import record_error
 from .._core.graph_breaks import graph_break_code
 from .._core.ranks import RankSet, env_rank
-from .._kinds.kind import Kind, Observation, Series
-from .._kinds.registry import kinds_or_default, series_of
+from .._features.feature import Feature, Observation, Series
+from .._features.registry import features_or_default, series_of
 from .._model.record import RUNTIME, CompileRecord, PhaseNode, Sink
 from .._version import __version__, torch_version
 
@@ -41,7 +41,7 @@ FURTHER_GRAPH_BREAK_CODES = 8
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
 
-# The series of the record's own facts; each added kind declares its own (torch_otel._kinds: ``metrics.series``).
+# The series of the record's own facts; each added kind declares its own (torch_otel._features: ``metrics.series``).
 CORE_SERIES: dict[str, Series] = {
     s.name: s
     for s in (
@@ -108,12 +108,12 @@ CORE_SERIES: dict[str, Series] = {
 }
 
 
-def series_table(kinds: tuple[Kind, ...] | None = None) -> dict[str, Series]:
-    """Every series, by name: the record's own, then each added kind's."""
-    return {**CORE_SERIES, **{s.name: s for s in series_of(kinds)}}
+def series_table(features: tuple[Feature, ...] | None = None) -> dict[str, Series]:
+    """Every series, by name: the record's own, then each added feature's."""
+    return {**CORE_SERIES, **{s.name: s for s in series_of(features)}}
 
 
-SERIES = series_table()  # as the kinds' table stands at import: what backends serve unless given theirs
+SERIES = series_table()  # as the features' table stands at import: what backends serve unless given theirs
 
 
 class Backend(Protocol):
@@ -423,14 +423,14 @@ class CompileMetrics(Sink):
         backends: list[Backend],
         run_id: str | None = None,
         detail_ranks: RankSet | None = None,
-        kinds: tuple[Kind, ...] | None = None,
+        features: tuple[Feature, ...] | None = None,
     ) -> None:
         self.backends = backends
-        # the added kinds that observe series of their own (torch_otel._kinds): the cache lookups' misses, bypasses
-        self._views = tuple(k.metrics for k in kinds_or_default(kinds) if k.metrics is not None)
+        # the added features that observe series of their own (torch_otel._features): the cache lookups' misses, bypasses
+        self._views = tuple(k.metrics for k in features_or_default(features) if k.metrics is not None)
         # and those read from live state (each compiled graph's calls): read by ``refresh``
         self._sampled = tuple(v.sampled for v in self._views if v.sampled is not None)
-        self._series_kinds = {name: s.kind for name, s in series_table(kinds).items()}
+        self._series_kinds = {name: s.kind for name, s in series_table(features).items()}
         self._sampled_totals: dict[tuple[str, tuple[str, ...]], float] = {}
         self._sampled_lock = threading.Lock()
         self._rank_label: str | None = None  # the rank label of the compiles seen (the sampled series carry it)
@@ -465,7 +465,7 @@ class CompileMetrics(Sink):
         self._sampled_lock = threading.Lock()
 
     def refresh(self) -> None:
-        """Read the series the kinds sample from live state (each compiled graph's calls) into every backend: a
+        """Read the series the features sample from live state (each compiled graph's calls) into every backend: a
         gauge as it stands, a counter by its growth since the last read. Live capture calls it before each scrape,
         every few seconds, and at shutdown."""
         if not self._sampled:

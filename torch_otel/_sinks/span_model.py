@@ -3,7 +3,7 @@
 :class:`torch_otel._sinks.spans.SpanMapper` writes a compile's trace with these names, and ``torch-otel diff`` rebuilds
 a compile record from an exported trace (an OTLP-JSON traces file) with the same ones, to sum it with the same run
 summary. The names of the record's own facts are here; a kind added to them declares its own beside it, with its
-writer and its reader (torch_otel._kinds: ``SpanView``). docs/span-model.md is the contract users read;
+writer and its reader (torch_otel._features: ``SpanView``). docs/span-model.md is the contract users read;
 tests/fast/test_span_model.py checks that every name is in it, and that records written as spans and read back sum to
 the summary of the records themselves: a name changed on one side only fails there.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from .._core.compile_id import parse_compile_id
 from .._core.paths import in_installed_package
-from .._kinds.kind import Kind
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Feature
+from .._features.registry import features_or_default
 from .._model.events import GraphBreakEvent
 from .._model.record import CodeLocation, CompileRecord, PhaseNode
 
@@ -147,13 +147,13 @@ def record_of_spans(
     root: Mapping[str, Any],
     descendants: list[Mapping[str, Any]],
     resource: Mapping[str, Any],
-    kinds: tuple[Kind, ...] | None = None,
+    features: tuple[Feature, ...] | None = None,
 ) -> CompileRecord | None:
     """A compile record rebuilt from its root span and phase spans (OTLP-JSON, with ``_attrs``: their attributes as a
-    dict), for the run summary; None for a span that is no compile's root. An added kind's events are read back by
-    its own view (torch_otel._kinds)."""
-    readers = [k.spans.read for k in kinds_or_default(kinds) if k.spans is not None and k.spans.read is not None]
-    late_names = late_span_names(kinds)
+    dict), for the run summary; None for a span that is no compile's root. An added feature's events are read back by
+    its own view (torch_otel._features)."""
+    readers = [k.spans.read for k in features_or_default(features) if k.spans is not None and k.spans.read is not None]
+    late_names = late_span_names(features)
     late = [s for s in descendants if s.get("name") in late_names and str(s.get("parentSpanId")) == str(root.get("spanId"))]
     if late:
         descendants = [s for s in descendants if not any(s is x for x in late)]
@@ -254,23 +254,23 @@ def record_of_spans(
             rec.recompile_limit_near = True
         elif isinstance(name, str):
             any(read(name, ea, rec) for read in readers)
-    for k in kinds_or_default(kinds):
+    for k in features_or_default(features):
         if k.spans is not None and k.spans.await_late is not None:
             k.spans.await_late(rec)
     for s in late:
-        read_late_span(s, rec, kinds)
+        read_late_span(s, rec, features)
     return rec
 
 
-def late_span_names(kinds: tuple[Kind, ...] | None = None) -> frozenset[str]:
-    """The spans kinds write after their compile's trace, as children of its root (a compiled graph's calls, at exit)."""
-    return frozenset(n for k in kinds_or_default(kinds) if k.spans is not None for n in k.spans.late_spans)
+def late_span_names(features: tuple[Feature, ...] | None = None) -> frozenset[str]:
+    """The spans features write after their compile's trace, as children of its root (a compiled graph's calls, at exit)."""
+    return frozenset(n for k in features_or_default(features) if k.spans is not None for n in k.spans.late_spans)
 
 
-def read_late_span(span: Mapping[str, Any], rec: CompileRecord, kinds: tuple[Kind, ...] | None = None) -> None:
+def read_late_span(span: Mapping[str, Any], rec: CompileRecord, features: tuple[Feature, ...] | None = None) -> None:
     """A late span (OTLP-JSON, with ``_attrs``) back into its compile's record, by the kind that wrote it."""
     name = span.get("name")
-    for k in kinds_or_default(kinds):
+    for k in features_or_default(features):
         if k.spans is not None and k.spans.read_late is not None and name in k.spans.late_spans:
             start, end = int(span.get("startTimeUnixNano") or 0), int(span.get("endTimeUnixNano") or 0)
             k.spans.read_late(str(name), span.get("_attrs") or {}, start, end, rec)

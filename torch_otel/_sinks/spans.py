@@ -19,8 +19,8 @@ from .._core.categories import recompile_category, scrub_guard_text, strip_recom
 from .._core.graph_breaks import graph_break_code
 from .._core.health import count_not_sampled
 from .._core.settings import Settings
-from .._kinds.kind import Kind
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Feature
+from .._features.registry import features_or_default
 from .._model.compilation_metrics import compile_on_one_rank, kernel_sources, user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
 from .._otel.ids import own_ids, private_random
@@ -74,11 +74,11 @@ class SpanMapper:
         settings: Settings | None = None,
         live: bool = True,
         tracer_for: Callable[[CompileRecord], Tracer] | None = None,
-        kinds: tuple[Kind, ...] | None = None,
+        features: tuple[Feature, ...] | None = None,
     ) -> None:
         self.tracer = tracer
-        # the added kinds with events of their own on the root span (torch_otel._kinds): the cache lookups'
-        self._views = tuple(k.spans for k in kinds_or_default(kinds) if k.spans is not None)
+        # the added features with events of their own on the root span (torch_otel._features): the cache lookups'
+        self._views = tuple(k.spans for k in features_or_default(features) if k.spans is not None)
         # Replay: the tracer of the process that wrote the compile's log (its own resource)
         self.tracer_for = tracer_for
         self.settings = settings or Settings()
@@ -86,7 +86,7 @@ class SpanMapper:
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
         self._pid = os.getpid()
 
-    # -- helpers (``text`` and ``path``: what the kinds' views write with) ------------------------------------
+    # -- helpers (``text`` and ``path``: what the features' views write with) ------------------------------------
     def text(self, value: object) -> str:
         """``value`` as an attribute's text: capped at ``attribute_max_length``."""
         return self._str(value)

@@ -28,9 +28,9 @@ from .._core.merge import Merge, basename, counts, first, merge_with, num, rows,
 from .._core.paths import in_installed_package, path_problem
 from .._core.ranks import env_rank
 from .._core.text import cut_middle, cut_where, shorten_reason
-from .._kinds.graph_calls import compile_calls
-from .._kinds.kind import Kind
-from .._kinds.registry import kinds_or_default
+from .._features.feature import Feature
+from .._features.graph_calls import compile_calls
+from .._features.registry import features_or_default
 from .._model.compilation_metrics import user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
 
@@ -128,7 +128,7 @@ class RunSummary(Sink):
         capture_payloads: bool = False,
         max_tree_compiles: int = MAX_TREE_COMPILES,
         destinations: tuple[str, ...] = (),
-        kinds: tuple[Kind, ...] | None = None,
+        features: tuple[Feature, ...] | None = None,
     ) -> None:
         self.source = source
         self.destinations = destinations
@@ -160,9 +160,9 @@ class RunSummary(Sink):
         self.runtime_ns = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        # each added kind's part (torch_otel._kinds): the cache lookups' is ``caches``, cold and warm starts
-        self.kinds = kinds_or_default(kinds)
-        self.parts = [(k.summary.key, k.summary.part()) for k in self.kinds if k.summary is not None]
+        # each added feature's part (torch_otel._features): the cache lookups' is ``caches``, cold and warm starts
+        self.features = features_or_default(features)
+        self.parts = [(k.summary.key, k.summary.part()) for k in self.features if k.summary is not None]
         # graph breaks by location, failures by frame, the frames that recompile: what torch-otel diff compares
         self.extra = _Extra(capture_payloads, source == "live")
         # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
@@ -235,7 +235,7 @@ class RunSummary(Sink):
         }
         if rec.rank is not None:
             facts["rank"] = rec.rank
-        facts[_CALLS] = compile_calls(rec)  # read when the summary is written (torch_otel._kinds.graph_calls)
+        facts[_CALLS] = compile_calls(rec)  # read when the summary is written (torch_otel._features.graph_calls)
         seq = next(self._seq)
         self._keep(self._slowest, (dur, seq, facts), SLOWEST)
         dropped = self._keep(self._trees, (dur, seq, key, facts, tree), self.max_tree_compiles)
@@ -390,7 +390,7 @@ class RunSummary(Sink):
             },
             "cache": [{"cache": c, "location": loc, "result": r, "count": n} for (c, loc, r), n in sorted(self.cache.items())],
         }
-        for key, part in self.parts:  # the added kinds' parts, after torch's cache counts
+        for key, part in self.parts:  # the added features' parts, after torch's cache counts
             d[key] = part.to_dict(d)
         d.update(
             {
@@ -440,14 +440,14 @@ class RunSummary(Sink):
 
     def format_text(self, width: int = 100) -> str:
         """One terminal screen: the totals, then the top rows of each table."""
-        return format_text(self.to_dict(), width, self.kinds)
+        return format_text(self.to_dict(), width, self.features)
 
     def write(self, destination: str) -> None:
         """Write to ``stderr``/``stdout`` (text) or a file: ``.json`` JSON, ``.html`` the page, else text."""
         facts = self.to_dict()
         if destination in ("stderr", "stdout"):
             stream: IO[str] = getattr(sys, destination)
-            stream.write(format_text(facts, kinds=self.kinds))
+            stream.write(format_text(facts, features=self.features))
             stream.flush()
             return
         if destination.endswith(".json"):
@@ -457,7 +457,7 @@ class RunSummary(Sink):
 
             body = render_html(facts)
         else:
-            body = format_text(facts, kinds=self.kinds)
+            body = format_text(facts, features=self.features)
         parent = os.path.dirname(destination)
         if parent:
             os.makedirs(parent, exist_ok=True)
@@ -512,13 +512,13 @@ def _rows_block(head: list[str], rows: list[str], n: int, usual: int, what: str)
     return [*head, *rows[:n], *tail]
 
 
-def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...] | None = None) -> str:
-    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text (the added kinds' lines with them).
+def format_text(facts: dict[str, Any], width: int = 100, features: tuple[Feature, ...] | None = None) -> str:
+    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text (the added features' lines with them).
 
     The frames torch left in eager come first: they are the costliest outcome, and the compile time alone reads
     like an improvement. A line cut to the width keeps its numbers: names are cut, never values. At most
     :data:`MAX_LINES` lines: where the blocks do not fit, the less useful ones give way first (the slowest compiles,
-    the phases, the costliest frames, then the added kinds', the graph breaks' and the reasons' rows), each saying how
+    the phases, the costliest frames, then the added features', the graph breaks' and the reasons' rows), each saying how
     many rows more the JSON and the page have, so that the frames that keep recompiling keep their place.
     """
     w = max(60, width)
@@ -626,14 +626,14 @@ def format_text(facts: dict[str, Any], width: int = 100, kinds: tuple[Kind, ...]
     blocks.append(
         _Block(lambda n: _rows_block([], ends, n, 2, "places a break ended its frame"), min(2, len(ends)), min(1, len(ends)), 7)
     )
-    for kind in kinds_or_default(kinds):
-        if kind.summary is not None:
-            lines = kind.summary.text(facts, w)
+    for feature in features_or_default(features):
+        if feature.summary is not None:
+            lines = feature.summary.text(facts, w)
 
-            def kind_lines(n: int, lines: list[str] = lines) -> list[str]:
+            def feature_lines(n: int, lines: list[str] = lines) -> list[str]:
                 return lines if n >= len(lines) else [*lines[: n - 1], f"  ({len(lines) - n + 1} more lines: {_MORE})"]
 
-            blocks.append(_Block(kind_lines, len(lines), min(2, len(lines)), 4 if kind.summary.key == "graph_calls" else 5))
+            blocks.append(_Block(feature_lines, len(lines), min(2, len(lines)), 4 if feature.summary.key == "graph_calls" else 5))
     fl = facts["failures"]
     types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
     # frames, where the summary lists them (an older summary has the compiles that left their frame in eager only)
@@ -709,7 +709,7 @@ def _slowest(values: list[Any]) -> list[dict[str, Any]]:
     return sorted(kept, key=lambda r: -num(r.get("duration_s")))[:SLOWEST]
 
 
-# The summary's own keys; each added kind declares its part's (torch_otel._kinds: ``summary.merge``).
+# The summary's own keys; each added feature declares its part's (torch_otel._features: ``summary.merge``).
 MERGE: dict[str, Merge] = {
     "schema_version": Merge(lambda values: SCHEMA_VERSION),
     "source": Merge(first),
@@ -771,14 +771,14 @@ MERGE: dict[str, Merge] = {
 }
 
 
-def merge_rules(kinds: tuple[Kind, ...] | None = None) -> dict[str, Merge]:
-    """How every key of the summary adds up: :data:`MERGE`, and each added kind's part (its ``summary.merge``)."""
-    return {**MERGE, **{k.summary.key: k.summary.merge for k in kinds_or_default(kinds) if k.summary is not None}}
+def merge_rules(features: tuple[Feature, ...] | None = None) -> dict[str, Merge]:
+    """How every key of the summary adds up: :data:`MERGE`, and each added feature's part (its ``summary.merge``)."""
+    return {**MERGE, **{k.summary.key: k.summary.merge for k in features_or_default(features) if k.summary is not None}}
 
 
-def merge_summaries(parts: list[Mapping[str, Any]], kinds: tuple[Kind, ...] | None = None) -> dict[str, Any]:
+def merge_summaries(parts: list[Mapping[str, Any]], features: tuple[Feature, ...] | None = None) -> dict[str, Any]:
     """Several runs' summaries (``to_dict()``, one per rank of a job) as one, key by key as :func:`merge_rules` say."""
-    return merge_with(merge_rules(kinds), [p for p in parts if isinstance(p, Mapping)])
+    return merge_with(merge_rules(features), [p for p in parts if isinstance(p, Mapping)])
 
 
 # -- what `torch-otel diff` compares, beside the totals above (new keys of the same schema_version) ------------------

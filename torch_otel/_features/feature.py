@@ -1,8 +1,8 @@
 """A kind of event, declared once: how it joins its compile, the facts derived for it, and what each sink shows.
 
-The record's own kinds (phases, metrics, starts, recompile reasons, graph breaks, artifacts, logs, schedules, debug
-directories) shape the compile record and every sink's core. A kind added to them is one :class:`Kind`, in a module
-of this folder, and one row of :data:`torch_otel._kinds.registry.KINDS`; the parser's tables turn torch's records into
+The record's own features (phases, metrics, starts, recompile reasons, graph breaks, artifacts, logs, schedules, debug
+directories) shape the compile record and every sink's core. A kind added to them is one :class:`Feature`, in a module
+of this folder, and one row of :data:`torch_otel._features.registry.FEATURES`; the parser's tables turn torch's records into
 its events (torch_otel._parse.records), and live capture's attach table taps torch for them where it needs a new
 point (torch_otel._capture.sources). Nothing else changes: the assembler keeps its events on the record
 (``record.attached[kind.name]``), its derive step puts its facts there (``record.derived[kind.name]``), and the sinks
@@ -23,7 +23,18 @@ from typing import Any, Literal, Protocol
 from .._core.merge import Merge
 from .._model.record import CompileRecord
 
-__all__ = ["Attach", "Kind", "LateSpan", "MetricsView", "Observation", "Series", "SpanView", "SummaryPart", "SummaryView", "Text"]
+__all__ = [
+    "Attach",
+    "Feature",
+    "LateSpan",
+    "MetricsView",
+    "Observation",
+    "Series",
+    "SpanView",
+    "SummaryPart",
+    "SummaryView",
+    "Text",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +144,7 @@ class SummaryView:
 
 
 @dataclass(frozen=True, eq=False)
-class Kind:
+class Feature:
     """One kind of event (see the module): its ``name`` keys it on the record; ``event`` is its event class.
 
     ``derive`` puts its facts into ``record.derived[name]``, given the part the pipeline has for it (replay's and the

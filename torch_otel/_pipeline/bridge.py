@@ -20,12 +20,12 @@ from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from .._assemble.assembler import Assembler
-from .._capture.live import LiveCapture
+from .._capture.live_capture import LiveCapture
 from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
 from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
-from .._kinds.graph_calls import GRAPHS
+from .._features.graph_calls import GRAPHS
 from .._otel.exposition import set_before_scrape
 from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
@@ -183,7 +183,7 @@ def uninstrument(timeout_millis: int | None = None) -> None:
     servers the bridge made, all within ``timeout_millis`` (default ``TORCH_OTEL_SHUTDOWN_TIMEOUT``).
     """
     global _bridge
-    from .._core.arm import cancel
+    from .._core.import_watch import cancel
 
     cancel()  # an arming still waiting for torch._dynamo's import (torch_otel.auto, the instrumentor) is off too
     with _lock:
@@ -459,7 +459,7 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
 
     What ``torch_otel.auto``, ``torch-otel run`` and the ``opentelemetry-instrument`` instrumentor call.
     """
-    from .._core.arm import sdk_disabled
+    from .._core.import_watch import sdk_disabled
     from .._otel.providers import configure_providers
 
     env = os.environ if env is None else env

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from .._core.compile_id import CompileId
 from .._core.merge import Merge, basename, merge_with, num, sum_int, sum_s
 from .._model.record import CompileRecord
-from .kind import Attach, Kind, LateSpan, MetricsView, Observation, Series, SpanView, SummaryView
+from .feature import Attach, Feature, LateSpan, MetricsView, Observation, Series, SpanView, SummaryView
 
 NAME = "graph_calls"  # the kind's key on the record, and the run summary's
 PASSES = ("forward", "backward")
@@ -886,9 +886,9 @@ MERGE = Merge(_merge_part)
 # -- the kind ------------------------------------------------------------------------------------------------------
 
 
-def make_kind(graphs: GraphCalls) -> Kind:
+def make_kind(graphs: GraphCalls) -> Feature:
     """The kind, reading ``graphs`` for its sampled metrics (a test passes its own table)."""
-    return Kind(
+    return Feature(
         NAME,
         GraphEvent,
         Attach(NAME, MAX_PER_COMPILE),

@@ -28,7 +28,7 @@ from .._core.compile_id import CompileId
 from .._core.merge import Merge, counts, num, rows, sum_int, sum_s
 from .._model.compilation_metrics import compile_on_one_rank
 from .._model.record import CompileRecord
-from .kind import Attach, Kind, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
+from .feature import Attach, Feature, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
 
 
 @dataclass(slots=True)
@@ -838,7 +838,7 @@ MERGE = Merge(
 
 # -- the kind ------------------------------------------------------------------------------------------------------
 
-KIND = Kind(
+KIND = Feature(
     NAME,
     CacheLookupEvent,
     Attach(NAME, MAX_LOOKUPS, raises_attempt=True),

@@ -35,7 +35,7 @@ from .._assemble.assembler import Assembler
 from .._core.compile_id import CompileId, current_compile_id, current_trace
 from .._core.errors import _in_bridge, guarded, record_error, warn_once
 from .._core.graph_breaks import parse_graph_break
-from .._kinds.graph_calls import GRAPHS, GraphCalls, GraphEvent, wrapper_codes
+from .._features.graph_calls import GRAPHS, GraphCalls, GraphEvent, wrapper_codes
 from .._model.events import (
     ArtifactEvent,
     DebugDirEvent,
@@ -167,7 +167,7 @@ class LiveCapture:
         on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.assembler = assembler
-        # How often each compiled graph runs (torch_otel._kinds.graph_calls): the counters, and where a lazily compiled
+        # How often each compiled graph runs (torch_otel._features.graph_calls): the counters, and where a lazily compiled
         # backward's callable lives as its compile ends (the attach table's CompiledBackward rows fill it)
         self.count_graphs = count_graphs
         self.graphs = GRAPHS if graphs is None else graphs
@@ -364,7 +364,7 @@ class LiveCapture:
             except Exception as exc:  # noqa: BLE001
                 record_error("graph calls sample", exc)
 
-    # -- the graph counters (torch_otel._kinds.graph_calls) ----------------------
+    # -- the graph counters (torch_otel._features.graph_calls) ----------------------
     def graphs_attached(self) -> None:
         """Dynamo must never trace a counter's wrapper (it would compile it as a frame of its own): its code is marked
         skipped, once. Raises where this torch cannot: the graphs are then not counted."""
