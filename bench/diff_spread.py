@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 PY = sys.executable
 WORKLOADS = ROOT / "tests" / "workloads"
 
-from torch_otel._analysis.diff import DEFAULTS, compare, parse_fail_on  # noqa: E402
+from torch_otel._analysis.diff_compare import compare  # noqa: E402
+from torch_otel._analysis.diff_gate import DEFAULTS, parse_fail_on  # noqa: E402
 from torch_otel._pipeline.diff_command import read_side  # noqa: E402
 
 

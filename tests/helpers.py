@@ -184,8 +184,8 @@ def bridge_lines(stderr: str) -> list[str]:
     purpose)."""
     import torch
 
-    from torch_otel._analysis.recompiles import NEAR_LIMIT_WORDS
     from torch_otel._capture.sources import SOURCES, _in_releases
+    from torch_otel._sinks.near_limit import NEAR_LIMIT_WORDS
 
     # (a variant row, one release range's way to what another row reaches on the others, is never said to be lacking)
     lacking = [s.name for s in SOURCES if not s.variant and not _in_releases(str(torch.__version__), s.releases)]
@@ -324,7 +324,7 @@ def assert_the_screen_keeps_the_recompiling_frames(text: str, summary: dict[str,
     """A run summary's text (``text``) of ``summary`` (its JSON) at its line limit (issue 52): one screen, the frames
     that keep recompiling there with at least the costliest one and its fix, and each block that shows fewer rows
     than the JSON has says how many more there are."""
-    from torch_otel._sinks.summary import MAX_LINES
+    from torch_otel._sinks.summary_text import MAX_LINES
 
     lines = text.splitlines()
     assert len(lines) <= MAX_LINES, len(lines)

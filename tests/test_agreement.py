@@ -42,7 +42,8 @@ from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
 from torch_otel._sinks.spans import SpanMapper
-from torch_otel._sinks.summary import MAX_LINES, RunSummary
+from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary_text import MAX_LINES
 
 
 @dataclass

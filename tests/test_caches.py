@@ -573,7 +573,7 @@ def test_saved_by_hits_is_torchs_record_on_the_roots_and_named_on_the_line(runs)
     for lk in _lookups(warm["spans"]):
         if lk["name"] == "aot_autograd" and lk["result"] == "hit":
             assert "time_saved_s" not in lk and lk["time_taken_s"] > 0
-    from torch_otel._sinks.summary import format_text
+    from torch_otel._sinks.summary_text import format_text
 
     assert "(torch's remote_cache_time_saved_s)" in format_text(warm["summary"])
 
@@ -680,7 +680,7 @@ def test_a_bypass_is_a_cause_in_the_summary_the_diff_and_the_gate(runs, tmp_path
     log = next((frozen["out"] / "trace").glob("*.log")).read_text()
     assert set(reasons.values()) == set(re.findall(r'"cache_bypass_reason": "([^"]*)"', log)), reasons
     assert frozen["summary"]["caches"]["bypass_cost_s"] > 0
-    from torch_otel._sinks.summary import format_text
+    from torch_otel._sinks.summary_text import format_text
 
     text = format_text(frozen["summary"])
     assert "  bypassed: 2 lookups, compiled afresh on every run, " in text

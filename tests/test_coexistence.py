@@ -17,7 +17,7 @@ from helpers import (
     tlparse_compile_ids,
 )
 
-from torch_otel._analysis.recompiles import NEAR_LIMIT_WORDS
+from torch_otel._sinks.near_limit import NEAR_LIMIT_WORDS
 
 
 def _torchs_lines(stderr: str) -> list[str]:

@@ -29,7 +29,9 @@ import pytest
 from helpers import WORKLOADS, clean_env, run_cli, run_python, spans_to_file, torchrun_under_torch_otel
 from servers import free_port
 
-from torch_otel._analysis.diff import compare, format_text, parse_fail_on
+from torch_otel._analysis.diff_compare import compare
+from torch_otel._analysis.diff_gate import parse_fail_on
+from torch_otel._analysis.diff_text import format_text
 from torch_otel._pipeline.diff_command import read_side
 
 BIN = Path(sys.executable).parent

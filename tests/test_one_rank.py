@@ -19,7 +19,7 @@ import pytest
 from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, spans_to_file
 from servers import free_port
 
-from torch_otel._sinks.summary import format_text
+from torch_otel._sinks.summary_text import format_text
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
 

@@ -40,7 +40,7 @@ from helpers import (
 )
 
 from torch_otel._core.categories import scrub_guard_text, strip_recompile_prefix
-from torch_otel._sinks.summary import format_text
+from torch_otel._sinks.summary_text import format_text
 
 HF = (
     "gpt2",

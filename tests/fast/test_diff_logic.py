@@ -15,24 +15,17 @@ from typing import Any
 import pytest
 from fastkit import feed, frame, metrics
 
-from torch_otel._analysis.diff import (
-    DEFAULTS,
-    EXIT_GATE_FAILED,
-    EXIT_OK,
-    Gate,
-    Side,
-    compare,
-    format_text,
-    grew,
-    match,
-    parse_fail_on,
-)
+from torch_otel._analysis.diff_compare import Side, compare
+from torch_otel._analysis.diff_gate import DEFAULTS, EXIT_GATE_FAILED, EXIT_OK, Gate, grew, parse_fail_on
+from torch_otel._analysis.diff_text import format_text
 from torch_otel._core.compile_id import parse_compile_id
+from torch_otel._core.frame_names import match
 from torch_otel._core.graph_breaks import graph_break_code
 from torch_otel._model.events import GraphBreakEvent
 from torch_otel._pipeline.diff_command import read_side
 from torch_otel._sinks.diff_html import render_diff_html
-from torch_otel._sinks.summary import RunSummary, merge_summaries
+from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary_merge import merge_summaries
 
 GB_TYPE = "Call to `torch._dynamo.graph_break()`"
 

@@ -41,7 +41,8 @@ from torch_otel._pipeline.build import MetricsSpec, PipelineSpec, ReportSpec, bu
 from torch_otel._pipeline.diff_command import read_side
 from torch_otel._pipeline.replay import replay_paths
 from torch_otel._sinks.spans import SpanMapper
-from torch_otel._sinks.summary import format_text, merge_summaries
+from torch_otel._sinks.summary_merge import merge_summaries
+from torch_otel._sinks.summary_text import format_text
 
 try:
     from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter as InMemoryLogs

@@ -13,23 +13,14 @@ from typing import Any
 import pytest
 from fastkit import feed, frame, metrics
 
-from torch_otel._analysis.recompiles import (
-    DYNAMIC_SHAPES_URL,
-    FrameContext,
-    Guard,
-    NearLimitWarning,
-    RecompilingFrames,
-    advise,
-    automatic_dynamic_of,
-    frame_lines,
-    guard_line,
-    limit_words,
-    parse_guard,
-    recompile_limit_of,
-)
+from torch_otel._analysis.recompile_guards import Guard, automatic_dynamic_of, guard_line, parse_guard, recompile_limit_of
+from torch_otel._analysis.recompile_hints import DYNAMIC_SHAPES_URL, FrameContext, advise
+from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._core.errors import logger
-from torch_otel._sinks.summary import RunSummary, _row_where
+from torch_otel._sinks.near_limit import NearLimitWarning
+from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary_text import row_where as _row_where
 
 CONFIG = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shapes": False, "recompile_limit": 8})
 
@@ -396,7 +387,7 @@ def test_two_models_through_one_library_wrapper_are_two_frames_ordered_by_cost()
 
 
 def test_the_evidence_of_graph_calls_names_the_graphs_that_ran_once_as_a_range_only_when_they_are_one() -> None:
-    from torch_otel._analysis.recompiles import add_call_evidence
+    from torch_otel._analysis.recompiling_frames import add_call_evidence
 
     def evidence(calls: list[int]) -> dict[str, Any]:
         frames: list[dict[str, Any]] = [

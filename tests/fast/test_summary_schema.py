@@ -15,7 +15,8 @@ from fastkit import feed, frame, metrics
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._model.events import GraphBreakEvent
 from torch_otel._model.record import CompileRecord
-from torch_otel._sinks.summary import Merge, RunSummary, merge_rules, merge_summaries
+from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary_merge import Merge, merge_rules, merge_summaries
 
 
 def _records(rank: int, shapes: int, break_line: int | None = None, fail: bool = False) -> list[CompileRecord]:

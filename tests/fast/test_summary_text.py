@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastkit import flatten, frame, metrics
 
 from torch_otel._assemble.assembler import Assembler
-from torch_otel._sinks.summary import SCHEMA_VERSION, RunSummary, format_text
+from torch_otel._sinks.summary import SCHEMA_VERSION, RunSummary
+from torch_otel._sinks.summary_text import format_text
 
 REASONS = [
     "tensor 'x' size mismatch at index 0. expected 8, actual 16",

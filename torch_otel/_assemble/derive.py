@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from .._analysis.recompiles import NEAR, recompile_limit_of
+from .._analysis.recompile_guards import NEAR, recompile_limit_of
 from .._core.errors import record_error
 from .._features.feature import Feature
 from .._features.registry import features_or_default

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from .._analysis.cache_index import live_key_history
 from .._analysis.caches import LOADED, KeyHistory
-from .._analysis.recompiles import NearLimitWarning, live_recompile_limit
+from .._analysis.recompile_guards import live_recompile_limit
 from .._assemble.assembler import Assembler, CacheLoads, Tracing
 from .._core.errors import record_error
 from .._core.settings import Settings
@@ -32,6 +32,7 @@ from .._parse.trace_log import ReplayStats
 from .._sinks.late_spans import LateSpans
 from .._sinks.logs import LogSink
 from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend, series_table
+from .._sinks.near_limit import NearLimitWarning
 from .._sinks.replay_report import ReplayReport
 from .._sinks.summary import RunSummary, SummariesByRank
 from .._version import __version__

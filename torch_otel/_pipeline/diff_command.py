@@ -10,7 +10,7 @@
   span mapper writes (torch_otel._sinks.span_model), and summed by the same :class:`RunSummary`.
 
 Each reader is streaming and bounded: a log is replayed record by record, a traces file line by line.
-:func:`run_diff` is the command: it reads both sides, compares them (:mod:`torch_otel._analysis.diff`), prints one screen
+:func:`run_diff` is the command: it reads both sides, compares them (:mod:`torch_otel._analysis.diff_compare`), prints one screen
 and writes ``--json`` and ``--html``.
 """
 
@@ -28,22 +28,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._analysis.caches import KeyHistory, KeySeen
-from .._analysis.diff import (
-    EXIT_MISSING_PATH,
-    EXIT_NOTHING_PARSED,
-    EXIT_OK,
-    Side,
-    compare,
-    format_text,
-    parse_fail_on,
-)
+from .._analysis.diff_compare import Side, compare
+from .._analysis.diff_gate import EXIT_MISSING_PATH, EXIT_NOTHING_PARSED, EXIT_OK, parse_fail_on
+from .._analysis.diff_text import format_text
 from .._core.paths import check_writable
 from .._model.record import CompileRecord, PhaseNode
 from .._otel.replay_tracers import REPLAYED
 from .._parse.trace_log import ReplayStats, log_files
 from .._sinks.replay_report import problem_lines
 from .._sinks.span_model import Root, late_span_names, otlp_attributes, read_late_span, record_of_spans
-from .._sinks.summary import SCHEMA_VERSION, merge_summaries
+from .._sinks.summary import SCHEMA_VERSION
+from .._sinks.summary_merge import merge_summaries
 from .build import PipelineSpec, build_pipeline
 from .replay import replay_paths
 

@@ -42,6 +42,6 @@ _AFTER_JSON = """</script>
 
 
 def render_diff_html(diff: Mapping[str, Any]) -> str:
-    """One self-contained page of a diff (:func:`torch_otel._analysis.diff.compare`'s facts)."""
+    """One self-contained page of a diff (:func:`torch_otel._analysis.diff_compare.compare`'s facts)."""
     title = html.escape(f"torch-otel diff: {diff.get('base', {}).get('path', '?')} -> {diff.get('new', {}).get('path', '?')}")
     return _HEAD + title + _inlined(_AFTER_TITLE) + _script_json(diff) + _inlined(_AFTER_JSON)

@@ -1,66 +1,29 @@
-"""``torch-otel diff``: what changed between two runs' compiles, on one screen, and the CI gate on it.
+"""``torch-otel diff``: what changed between two runs' compiles, fact by fact.
 
 Each side is a run summary's facts (:meth:`torch_otel._sinks.summary.RunSummary.to_dict`), whatever it was read from
 (a ``TORCH_TRACE`` log or directory, a summary's JSON, an OTLP-JSON traces file: :mod:`torch_otel._pipeline.diff_command`),
 and, for a job of several ranks, one per rank. :func:`compare` matches frames by function and code location
 (compile ids shift when code changes), and says per frame and phase what the compile time did, which graph breaks,
 recompile categories, failures and recompile-limit hits are new or gone, and how the caches changed, with the cause
-of each new miss. :class:`Gate` turns that into an exit status for CI (docs/diff.md).
+of each new miss; the gate (torch_otel._analysis.diff_gate) turns that into an exit status for CI (docs/diff.md), and
+diff_text puts it on one screen.
 
 Everything here reads plain dicts: no torch, no I/O.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.paths import in_installed_package
-from .._core.text import cut_middle, cut_where, shorten_reason, wrap
+from .._core.frame_names import match, row_where
+from .._core.merge import basename as _base
 from .caches import CLASSES
-from .recompiles import hint_lines, keeps_recompiling, limit_words
+from .diff_gate import EXIT_GATE_FAILED, EXIT_OK, Gate, flags
 
-__all__ = [
-    "DEFAULTS",
-    "EXIT_GATE_FAILED",
-    "EXIT_MISSING_PATH",
-    "EXIT_NOTHING_PARSED",
-    "EXIT_OK",
-    "Gate",
-    "Side",
-    "compare",
-    "format_text",
-    "match",
-    "parse_fail_on",
-]
-
-# Exit status: replay's (0 done, 1 nothing could be read, 2 a missing path); 3 is replay's "not exported", unused here
-EXIT_OK, EXIT_NOTHING_PARSED, EXIT_MISSING_PATH, EXIT_GATE_FAILED = 0, 1, 2, 4
+__all__ = ["SCHEMA_VERSION", "Side", "compare", "compare_summaries", "ranks_text"]
 SCHEMA_VERSION = 1  # of the diff's own JSON (new keys may come; a key that changes meaning is a new version)
-MAX_LINES, WIDTH = 45, 100
-
-# The gate's conditions and their default thresholds: a time condition fails when the growth exceeds every threshold
-# it has (the percentage and the seconds), so neither a small frame's relative jitter nor a long run's absolute jitter
-# fails it. The defaults sit above the spread measured between identical runs (docs/diff.md, "How much compile time
-# varies").
-CONDITIONS = ("time", "frame-time", "graph-breaks", "recompiles", "failures", "cache")
-DEFAULTS: dict[str, tuple[float | None, float | None]] = {
-    "time": (50.0, 4.0),  # the run's compile time: +50 % and +4 s (identical runs measured: up to +3.07 s)
-    "frame-time": (100.0, 3.0),  # one frame's: +100 % and +3 s (identical runs measured: up to +2.33 s)
-    "cache": (0.0, None),  # a cache's hit rate fell (by more than 0 points)
-}
-_ALIASES = {
-    "graph-break": "graph-breaks",
-    "graph_breaks": "graph-breaks",
-    "recompile": "recompiles",
-    "failure": "failures",
-    "frame_time": "frame-time",
-    "cache-hit-rate": "cache",
-    "total-time": "time",
-}
-_THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)(%|s)$")
 
 
 @dataclass
@@ -82,134 +45,6 @@ class Side:
         return ", ".join(p for p in parts if p)
 
 
-@dataclass
-class Gate:
-    """The ``--fail-on`` conditions: name -> (percent, seconds) thresholds (None: that threshold is not used)."""
-
-    conditions: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        parts = []
-        for name, (pct, secs) in self.conditions.items():
-            th = [f"{pct:g}%" if pct is not None else "", f"{secs:g}s" if secs is not None else ""]
-            parts.append(":".join([name, *(t for t in th if t)]))
-        return ", ".join(parts)
-
-
-def parse_fail_on(values: Iterable[str]) -> tuple[Gate, list[str]]:
-    """``--fail-on`` values -> :class:`Gate` and problems (one line each).
-
-    Each value is a comma-separated list of conditions; ``all`` is every one with its default thresholds. A time
-    condition takes thresholds after colons: ``time:10%``, ``time:2s``, ``frame-time:30%:0.5s``; ``cache:5%`` fails
-    when a hit rate fell by more than 5 points.
-    """
-    gate = Gate()
-    problems: list[str] = []
-    for value in values:
-        for item in (v.strip() for v in value.split(",")):
-            if not item:
-                continue
-            name, *ths = item.split(":")
-            name = _ALIASES.get(name.lower(), name.lower())
-            if name == "all":
-                for c in CONDITIONS:
-                    gate.conditions.setdefault(c, DEFAULTS.get(c, (None, None)))
-                continue
-            if name not in CONDITIONS:
-                problems.append(
-                    f"--fail-on {item!r}: no such condition; use {', '.join(CONDITIONS)} or all (time:20%:1s sets the thresholds)"
-                )
-                continue
-            pct, secs = DEFAULTS.get(name, (None, None)) if not ths else (None, None)
-            for th in ths:
-                m = _THRESHOLD.match(th.strip())
-                if m is None or (name not in ("time", "frame-time", "cache")) or (name == "cache" and m.group(2) != "%"):
-                    problems.append(
-                        f"--fail-on {item!r}: {th!r} is not a threshold of {name}; "
-                        + (
-                            "use a percentage and/or seconds: time:20%:1s"
-                            if name in ("time", "frame-time")
-                            else "use points of hit rate: cache:5%"
-                            if name == "cache"
-                            else f"{name} takes none"
-                        )
-                    )
-                    continue
-                if m.group(2) == "%":
-                    pct = float(m.group(1))
-                else:
-                    secs = float(m.group(1))
-            gate.conditions[name] = (pct, secs)
-    return gate, problems
-
-
-# -- matching ---------------------------------------------------------------------------------------------------
-
-
-def _base(path: Any) -> str | None:
-    if not isinstance(path, str) or not path:
-        return None
-    return re.split(r"[\\/]", path)[-1]
-
-
-def where(fn: Any, path: Any, line: Any, call_site: Any = None) -> str:
-    """``forward (model.py:32)``, as the run summary names a frame; a library's frame with the user's line that called
-    it: ``wrapper (generic.py:1030) from train.py:42``."""
-    b = _base(path)
-    # a library's frame only: the user's own frame is named by its own line
-    site = f" from {call_site}" if isinstance(call_site, str) and call_site and in_installed_package(path) else ""
-    return str(fn) if b is None else f"{fn} ({b}:{line if line is not None else '?'}){site}"
-
-
-def row_where(r: Mapping[str, Any]) -> str:
-    """A frame row's name (:func:`where`)."""
-    return where(r.get("function"), r.get("file"), r.get("line"), r.get("call_site"))
-
-
-def match(
-    base: list[Mapping[str, Any]], new: list[Mapping[str, Any]], fn: str = "function", path: str = "file", line: str = "line"
-) -> list[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """Pairs of the same frame (or location) on both sides: by name, file, line and the user's call site of a
-    library's frame; then by name, file and call site, where only one of each side is left (its line moved: code
-    above it changed); then without the call site, where only one is left (a summary of an older torch-otel has
-    none). Unpaired ones pair with None."""
-    pairs: list[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = []
-    left_b = list(base)
-    left_n = list(new)
-
-    def exact(d: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (d.get(fn), _base(d.get(path)), d.get(line), d.get("call_site"))
-
-    def loose(d: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (d.get(fn), _base(d.get(path)), d.get("call_site"))
-
-    def loosest(d: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (d.get(fn), _base(d.get(path)))
-
-    for key in (exact, loose, loosest):
-        index: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-        for d in left_b:
-            index.setdefault(key(d), []).append(d)
-        counts_n: dict[tuple[Any, ...], int] = {}
-        for d in left_n:
-            counts_n[key(d)] = counts_n.get(key(d), 0) + 1
-        rest_n = []
-        for d in left_n:
-            k = key(d)
-            cands = index.get(k)
-            if cands and (key is exact or (len(cands) == 1 and counts_n[k] == 1)):
-                b = cands.pop(0)
-                pairs.append((b, d))
-            else:
-                rest_n.append(d)
-        matched = {id(b) for b, _ in pairs if b is not None}
-        left_b = [d for d in left_b if id(d) not in matched]
-        left_n = rest_n
-    pairs += [(None, d) for d in left_n]
-    pairs += [(d, None) for d in left_b]
-    return pairs
-
-
 # -- comparing two runs' facts -------------------------------------------------------------------------------------
 
 
@@ -219,17 +54,6 @@ def _num(v: Any) -> float:
 
 def _pct(base: float, new: float) -> float | None:
     return None if base <= 0 else round(100.0 * (new - base) / base, 1)
-
-
-def grew(base: float, new: float, thresholds: tuple[float | None, float | None]) -> bool:
-    """Whether ``new`` exceeds ``base`` by more than every threshold given (percent of base, seconds)."""
-    pct, secs = thresholds
-    change = new - base
-    if change <= 0 or (pct is None and secs is None):
-        return False
-    if pct is not None and base > 0 and 100.0 * change / base <= pct:
-        return False
-    return not (secs is not None and change <= secs)
 
 
 def _frames(s: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -756,76 +580,6 @@ def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, A
     }
 
 
-def flags(facts: Mapping[str, Any], gate: Gate) -> list[dict[str, str]]:
-    """What changed that the gate's conditions (or, with no gate, the defaults) flag: kind and one line each."""
-    out: list[dict[str, str]] = []
-    th = gate.conditions if gate.conditions else {c: DEFAULTS.get(c, (None, None)) for c in CONDITIONS}
-    t = facts["total"]
-    if "time" in th and grew(t["base_s"], t["new_s"], th["time"]):
-        out.append(
-            {
-                "kind": "time",
-                "text": f"compile time grew {_secs(t['change_s'])} ({_pct_text(t['change_pct'])}): "
-                f"{t['base_s']:.2f} s -> {t['new_s']:.2f} s",
-            }
-        )
-    if "frame-time" in th:
-        for f in facts["frames"]:
-            if f["status"] != "gone" and grew(f["base_s"], f["new_s"], th["frame-time"]):
-                out.append(
-                    {
-                        "kind": "frame-time",
-                        "text": f"{row_where(f)} compile time grew {_secs(f['change_s'])} ({_pct_text(f['change_pct'])})",
-                    }
-                )
-    if "graph-breaks" in th:
-        for g in facts["graph_breaks"]["new"]:
-            at = f" at {_base(g.get('file'))}:{g.get('line')}" if g.get("file") else ""
-            out.append({"kind": "graph-breaks", "text": f"new graph break {g.get('code')} {g.get('type') or ''}".rstrip() + at})
-        for g in facts["graph_breaks"]["new_ends_frame"]:
-            at = f" at {_base(g.get('file'))}:{g.get('line')}" if g.get("file") else ""
-            out.append(
-                {"kind": "graph-breaks", "text": f"new graph break that ends its frame: {g.get('code')}{at} in {g.get('frame')}"}
-            )
-    if "recompiles" in th:
-        for r in facts["recompiles"]["new"]:
-            on = f" in {r['frame']}" if r.get("frame") else ""
-            out.append({"kind": "recompiles", "text": f"new recompiles: {r['category']}{on} ({r['count']})"})
-    if "failures" in th:  # a frame torch now leaves in eager: the costliest news, first
-        for e in reversed(facts["eager_frames"]["new_frames"]):
-            out.insert(0, {"kind": "failures", "text": f"{row_where(e)} now runs in eager: {e.get('text') or e.get('why')}"})
-        for f in facts["failures"]["new"]:
-            on = f" in {row_where(f)}" if f.get("function") else ""
-            out.append({"kind": "failures", "text": f"new failure {f.get('type')}{on} ({f.get('count')})"})
-        for h in facts["failures"]["limit_hits"]["new_frames"]:
-            on = f" in {h['frame']}" if h.get("frame") else ""
-            out.append({"kind": "failures", "text": f"new recompile-limit hit{on} ({h['count']})"})
-    if "cache" in th:
-        pct = th["cache"][0] or 0.0
-        for cache, r in facts["cache"]["hit_rate"].items():
-            if r["base"] is not None and r["new"] is not None and r["new_lookups"] and 100 * (r["base"] - r["new"]) > pct:
-                out.append({"kind": "cache", "text": f"{cache} hit rate fell: {r['base']:.0%} -> {r['new']:.0%}"})
-            if r.get("base_hits") and r.get("new_bypasses", 0) > r.get("base_bypasses", 0):
-                # a cache the base hit, now bypassed: no hit rate to fall, every compile of it done afresh
-                why = next((x["reason"] for x in facts["cache"].get("new_bypasses") or [] if x["cache"] == cache), None)
-                out.append(
-                    {
-                        "kind": "cache",
-                        "text": f"{cache} bypassed: hit {r['base_hits']} -> bypassed {r['new_bypasses']}"
-                        + (f": {why}" if why else ""),
-                    }
-                )
-    return out
-
-
-def _secs(s: float) -> str:
-    return f"{s:+.2f} s"
-
-
-def _pct_text(p: float | None) -> str:
-    return "new" if p is None else ">+999%" if p > 999 else f"{p:+.0f}%"
-
-
 def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
     """The diff's facts: both sides, what is compared and what not, the run's changes, each rank's, the gate."""
     gate = gate or Gate()
@@ -838,7 +592,7 @@ def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
         per_rank = {r: (base.ranks[r], new.ranks[r]) for r in common}
         if set(rb) != set(rn):
             compared.append(
-                f"base has {len(rb)} ranks ({_ranks(rb)}), new has {len(rn)} ({_ranks(rn)}): ranks {_ranks(common) or 'none'} "
+                f"base has {len(rb)} ranks ({ranks_text(rb)}), new has {len(rn)} ({ranks_text(rn)}): ranks {ranks_text(common) or 'none'} "
                 "are compared one to one; the totals cover each side's ranks"
             )
     elif len(rb) > 1 or len(rn) > 1:  # one process against a job: against the job's rank of the same number
@@ -849,7 +603,7 @@ def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
             other = sorted(set(many.ranks) - {r})
             compared.append(
                 f"{single_side} is one process (rank {r}), the other side {len(many.ranks)} ranks: comparing with its rank {r}; "
-                f"ranks {_ranks(other)} are not compared"
+                f"ranks {ranks_text(other)} are not compared"
             )
             if single_side == "base":
                 n_sum = many.ranks[r]
@@ -910,9 +664,9 @@ def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
                     by_rank.setdefault(f["text"], (f["kind"], []))[1].append(row["rank"])
         for f in facts["flags"]:
             rs = by_rank.pop(f["text"], (f["kind"], []))[1]
-            failed.append({**f, "text": f["text"] + (f" (rank{'s' if len(rs) > 1 else ''} {_ranks(rs)})" if rs else "")})
+            failed.append({**f, "text": f["text"] + (f" (rank{'s' if len(rs) > 1 else ''} {ranks_text(rs)})" if rs else "")})
         for text, (kind, rs) in by_rank.items():
-            failed.append({"kind": kind, "text": f"rank{'s' if len(rs) > 1 else ''} {_ranks(rs)}: {text}"})
+            failed.append({"kind": kind, "text": f"rank{'s' if len(rs) > 1 else ''} {ranks_text(rs)}: {text}"})
     return {
         "schema_version": SCHEMA_VERSION,
         "base": {
@@ -941,7 +695,7 @@ def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
     }
 
 
-def _ranks(rs: Iterable[int]) -> str:
+def ranks_text(rs: Iterable[int]) -> str:
     rs = sorted(rs)
     if not rs:
         return ""
@@ -954,219 +708,3 @@ def _ranks(rs: Iterable[int]) -> str:
         if r is not None:
             start = prev = r
     return ", ".join(out)
-
-
-# -- one screen of text ------------------------------------------------------------------------------------------
-
-
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _sec(title: str, lines: list[str], keep: int = 1) -> tuple[str, list[str], int]:
-    return (title, lines, keep)
-
-
-def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
-    """The diff on one screen: at most ``max_lines`` lines of ``width`` columns; --json and --html hold everything."""
-    w = max(72, width)
-    secs: list[tuple[str, list[str], int]] = []
-    head = [
-        _cut(f"torch-otel diff   base: {d['base']['path']}", w),
-        _cut(f"                  ({d['base']['describe']})", w),
-        _cut(f"                  new:  {d['new']['path']}", w),
-        _cut(f"                  ({d['new']['describe']})", w),
-    ]
-    head += [_cut(f"  note: {c}", w) for c in d["compared"]]
-    secs.append(_sec("head", head, len(head)))
-    eager = (d.get("eager_frames") or {}).get("new_frames") or []
-    if eager:  # the costliest news first: the compile time below fell because these frames are no longer compiled
-        lines = [f"FRAMES NOW LEFT IN EAGER: {len(eager)}: torch runs their whole work uncompiled"]
-        for e in eager[:3]:
-            lines.extend(wrap(f"  {row_where(e)}: {e.get('text') or e.get('why')}", w, 2, "      "))
-            if e.get("code"):
-                gb = f"{e['code']} {e.get('type') or ''}".strip()
-                lines.append(_cut(f"    the break: {gb}" + (f": {e['explanation']}" if e.get("explanation") else ""), w))
-        if len(eager) > 3:
-            lines.append(f"  ({len(eager) - 3} more: --json or --html lists them)")
-        secs.append(_sec("eager", lines, len(lines)))
-    t = d["total"]
-    secs.append(
-        _sec(
-            "total",
-            [
-                f"compile time {t['base_s']:.3f} s -> {t['new_s']:.3f} s, {_secs(t['change_s'])} ({_pct_text(t['change_pct'])});"
-                f" compiles {t['base_compiles']} -> {t['new_compiles']}",
-                # the time that fell is the work now done uncompiled, on every step: said on its own line, whole
-                *(
-                    [f"  not faster: {len(eager)} frame{'s' if len(eager) > 1 else ''} no longer compiled (in eager, above)"]
-                    if eager
-                    else []
-                ),
-            ],
-            2 if eager else 1,
-        )
-    )
-    name_w = w - 46
-    fr = [f for f in d["frames"] if f["change_s"] or f["status"] != "both"]
-    lines = [f"{'frames (compiles: with their backwards)':<{name_w}} {'compiles':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
-    for f in fr:
-        tag = " (new)" if f["status"] == "new" else " (gone)" if f["status"] == "gone" else ""
-        ch = f"{f['change_s']:+.3f} {_pct_text(f['change_pct']) if f['status'] == 'both' else '':>6}"
-        nums = f"{f['base_compiles']:>4} -> {f['new_compiles']:<3} {f['base_s']:>9.3f} {f['new_s']:>9.3f} {ch:>13}"
-        room = w - 3 - len(nums)  # the numbers are whole: the name takes what is left
-        label = cut_where(row_where(f), room - len(tag)) + tag  # the file:line (and call site) kept
-        lines.append(f"  {label:<{room}} {nums}")
-    if len(lines) == 1:
-        lines.append("  no frame changed")
-    secs.append(_sec("frames", lines, 2))
-    ph = [p for p in d["phases"] if p["change_s"]]
-    lines = [f"{'phases, self time':<{name_w}} {'':>11} {'base s':>9} {'new s':>9} {'change':>13}"]
-    for p in ph:
-        lines.append(
-            f"  {_cut(p['name'], name_w - 2):<{name_w - 2}} {'':>11} {p['base_self_s']:>9.3f} {p['new_self_s']:>9.3f} {p['change_s']:>+13.3f}"
-        )
-    secs.append(_sec("phases", lines if len(lines) > 1 else [], 2))
-    g = d["graph_breaks"]
-    other = []
-    for key, words in (("ends_frame", "ended their frame"), ("unhandled", "not handled, frame in eager")):
-        k = g.get(key) or {}
-        if k.get("base") or k.get("new"):
-            other.append(f"{words} {k.get('base', 0)} -> {k.get('new', 0)}")
-    lines = [
-        f"graph breaks: {g['base_total']} -> {g['new_total']}"
-        + (" (as torch counts them)" if other else "")
-        + ("" if g["new"] or g["gone"] else ": none new, none gone")
-        + (f"; {'; '.join(other)}" if other else "")
-    ]
-    for x in g.get("new_ends_frame") or []:
-        at = f" at {_base(x.get('file'))}:{x.get('line')}" if x.get("file") else ""
-        lines.append(
-            _cut(f"  new   {x.get('code')}{at} ended {x.get('frame')}: the rest of it ran in eager ({x.get('count')})", w)
-        )
-    for x in g["new"]:
-        lines.append(_cut(f"  new   {_gb(x)}", w))
-    for x in g["gone"]:
-        lines.append(_cut(f"  gone  {_gb(x)}", w))
-    secs.append(_sec("graph_breaks", lines, 2))
-    r = d["recompiles"]
-    cats = ", ".join(f"{c} {v['base']}->{v['new']}" for c, v in r["by_category"].items() if v["base"] != v["new"])
-    lines = [
-        f"recompiles: {r['base_total']} -> {r['new_total']}"
-        + (f" ({cats})" if cats else "")
-        + ("" if r["new"] or r["gone"] else "; no category new or gone")
-    ]
-    for x in r["new"]:
-        lead, count = f"  new   {x['category']}", f": {x['count']}"
-        # the reason keeps torch's words (shortened, never cut through them); the frame's name gives way first
-        room = w - len(lead) - len(count) - 2 - (16 if x.get("frame") else 0)  # " in " and 12 of the frame's name
-        why = f"; {shorten_reason(str(x['reasons'][0]), room)}" if x.get("reasons") else ""
-        room = w - len(lead) - len(count) - len(why) - 4
-        on = f" in {cut_middle(str(x['frame']), max(12, room), 24)}" if x.get("frame") else ""
-        lines.append(_cut(lead + on + count + why, w))
-    for x in r["gone"]:
-        on = f" in {x['frame']}" if x.get("frame") else ""
-        lines.append(_cut(f"  gone  {x['category']}{on}: {x['count']}", w))
-    secs.append(_sec("recompiles", lines, 2))
-    f = d["failures"]
-    lh = f["limit_hits"]
-    lines = [f"failures: {f['base_total']} -> {f['new_total']}; recompile-limit hits: {lh['base']} -> {lh['new']}"]
-    for x in f["new"]:
-        on = f" in {row_where(x)}" if x.get("function") else ""
-        lines.append(_cut(f"  new   {x.get('type')}{on}: {x.get('count')}", w))
-    for x in lh["new_frames"]:
-        lines.append(_cut(f"  new   recompile-limit hit{' in ' + x['frame'] if x.get('frame') else ''}: {x['count']}", w))
-    secs.append(_sec("failures", lines, 2))
-    c = d["cache"]
-    rates = ", ".join(
-        f"{k} {_rate(v['base'], v.get('base_bypasses'))} -> {_rate(v['new'], v.get('new_bypasses'))}"
-        for k, v in c["hit_rate"].items()
-    )
-    lines = [f"cache hit rate: {rates}" if rates else "cache: no lookups on either side"]
-    lines[0] += f"; misses {c['misses']['base']} -> {c['misses']['new']}" if rates else ""
-    for x in c.get("new_bypasses") or []:  # torch's reason, in its words: the change to undo
-        lines.append(_cut(f"  new bypass  {x['cache']} {x['base']} -> {x['new']}: {x['reason']}", w))
-    for x in c["new_misses"]:
-        why = f": {x['reasons'][0]}" if x.get("reasons") else ""
-        # the counts and the change lead; what it was compared with ("against 0/0 in the base run") may be cut
-        lines.append(_cut(f"  new misses  {x['cache']} {x['cause']} {x['base']} -> {x['new']}{why}", w))
-    secs.append(_sec("cache", [_cut(x, w) for x in lines], 2))
-    lines = []
-    for x in d["recompiling_frames"]:
-        if not keeps_recompiling(x):
-            continue
-        cost = f" ({x['cost_s']:.2f} s)" if isinstance(x.get("cost_s"), (int, float)) else ""
-        tail = f": {x['base_recompiles']} -> {x['recompiles']} recompiles{cost}, {limit_words(x, short=True)}"
-        lines.append(f"  {cut_where(row_where(x), max(20, w - 2 - len(tail)))}{tail}")
-        lines.extend(hint_lines(x, w))
-    if lines:
-        secs.append(_sec("recompiling", ["frames that keep recompiling (new side, the costliest first):", *lines], 3))
-    gc = d.get("graph_calls")
-    if gc:
-        lines = [
-            f"graph calls: {gc['base_calls']:,} -> {gc['new_calls']:,} calls of {gc['base_graphs']} -> {gc['new_graphs']} "
-            f"compiled graphs; ran at most once: {gc['base_ran_once']} ({gc['base_ran_once_compile_s']:.2f} s compiling) -> "
-            f"{gc['new_ran_once']} ({gc['new_ran_once_compile_s']:.2f} s)"
-        ]
-        for x in gc["frames"]:
-            tag = " (new)" if x["status"] == "new" else " (gone)" if x["status"] == "gone" else ""
-            lines.append(
-                _cut(
-                    f"  {row_where(x)}{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
-                    f"graphs {x['base_compiles']} -> {x['new_compiles']}, ran at most once {x['base_dead']} -> {x['new_dead']}",
-                    w,
-                )
-            )
-        secs.append(_sec("graph_calls", lines, 1))
-    rk = d.get("ranks") or {}
-    if rk:
-        changed = rk["changed"]
-        lines = [f"ranks compared: {_ranks(rk['compared'])}; changed: {_ranks(changed) or 'none'}"]
-        for row in rk["per_rank"]:
-            if row["flags"]:
-                lines.append(_cut(f"  rank {row['rank']}: " + "; ".join(fl["text"] for fl in row["flags"]), w))
-        secs.append(_sec("ranks", lines, 2))
-    gate = d.get("gate")
-    if gate is not None:
-        if gate["passed"]:
-            lines = [_cut(f"gate: passed ({gate['conditions']})", w)]
-        else:
-            lines = [_cut(f"gate: FAILED, exit {gate['exit']} ({gate['conditions']})", w)]
-            lines += [cut_middle(f"  {x['text']}", w, 50) for x in gate["failed"]]  # its numbers are at its end
-        secs.append(_sec("gate", lines, min(len(lines), 4)))
-    else:
-        fl = d.get("flags") or []
-        lines = [_cut("changes past the default thresholds: " + ("; ".join(x["text"] for x in fl) if fl else "none"), w)]
-        secs.append(_sec("flags", lines, 1))
-    return "\n".join(_cut(line, w) for line in _fit(secs, max_lines)) + "\n"
-
-
-def _rate(v: float | None, bypassed: Any = 0) -> str:
-    """A hit rate; none (no hit or miss): ``bypassed`` where torch bypassed the cache, else ``-``."""
-    return ("bypassed" if bypassed else "-") if v is None else f"{v:.0%}"
-
-
-def _gb(x: Mapping[str, Any]) -> str:
-    at = f" at {_base(x.get('file'))}:{x.get('line')}" if x.get("file") else ""
-    fr = f" in {x['frame']}" if x.get("frame") else ""
-    moved = " (more than before)" if x.get("more") else ""
-    return f"{x.get('code')} {x.get('type') or ''}".rstrip() + at + fr + f": {x.get('count')}" + moved
-
-
-def _fit(secs: list[tuple[str, list[str], int]], max_lines: int) -> list[str]:
-    """The sections, each cut (to no fewer than its ``keep`` lines, and a line saying how many were left out) so that
-    all fit in ``max_lines``, the longest cut first."""
-    sizes = [len(lines) for _, lines, _ in secs]
-    while sum(sizes) > max_lines:
-        i = max(range(len(secs)), key=lambda k: sizes[k] - secs[k][2] if sizes[k] > secs[k][2] else -1)
-        if sizes[i] <= secs[i][2]:
-            break
-        sizes[i] -= 1
-    out: list[str] = []
-    for (_name, lines, _keep), n in zip(secs, sizes, strict=True):
-        if n >= len(lines):
-            out.extend(lines)
-        elif n > 0:
-            out.extend(lines[: n - 1])
-            out.append(f"  ({len(lines) - n + 1} more lines: --json or --html has them)")
-    return out[:max_lines]

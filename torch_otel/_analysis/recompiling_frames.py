@@ -1,0 +1,332 @@
+"""Frames that keep recompiling, over a run: the guard that keeps failing, how close each frame is to the limit,
+and the fix (the run summary's ``recompiling_frames``; its lines of the text and of ``torch-otel diff``).
+
+:class:`RecompilingFrames` adds each compile of a run (bounded: frames, guards, values); its ``to_dict`` is the
+summary's part, with each frame's guards in words and its hints (torch_otel._analysis.recompile_hints).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.text import cut, cut_where, shorten_reason, wrap
+from .._model.record import CompileRecord
+from .recompile_guards import (
+    EXPECTED_ONLY,
+    MAX_VALUES,
+    NEAR,
+    GuardValues,
+    automatic_dynamic_of,
+    guard_line,
+    parse_guard,
+    sort_values,
+)
+from .recompile_hints import FrameContext, advise
+
+__all__ = ["FrameRecompiles", "RecompilingFrames", "add_call_evidence", "frame_lines", "hint_lines", "keeps_recompiling",
+           "limit_words"]  # fmt: skip
+MAX_FRAMES = 1000  # frames whose recompiles are followed
+MAX_GUARDS = 16  # distinct guards per frame
+
+
+@dataclass(slots=True)
+class FrameRecompiles:
+    """One frame's recompiles: by category, the guards torch reported as failing and their values, its place against
+    the limit, and what its compiles cost."""
+
+    compiles: int = 0
+    recompiles: int = 0
+    by_category: dict[str, int] = field(default_factory=dict)
+    reasons: dict[tuple[str, str], int] = field(default_factory=dict)  # (category, text) -> count, bounded
+    guards: dict[tuple[str, str | None, int | None], GuardValues] = field(default_factory=dict)
+    unparsed: int = 0  # reported reasons naming no guard torch-otel reads
+    entries: int = 0  # the most compiles of this frame torch's cache held (its cache_size + 1)
+    limit: int | None = None
+    limit_hits: int = 0
+    near: bool = False
+    automatic_dynamic: bool | None = None
+    ranks: set[int] = field(default_factory=set)
+    cost_ns: int = 0  # the compile time of its compiles (their backwards' included) since it was followed
+    call_site: str | None = None
+    called_directly: bool = False
+
+
+def call_site_of(rec: CompileRecord) -> str | None:
+    site = rec.call_site
+    if site is None or not site.file:
+        return None
+    return f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"
+
+
+class RecompilingFrames:
+    """Per frame: its recompiles and what they say. Bounded (frames, guards, values).
+
+    A frame is keyed as the run summary keys it (function, file, line, and for a library's frame the user's call site:
+    two models compiled through one library wrapper are two frames). Only the reason torch reported for each
+    recompile (``CompilationMetrics.recompile_reason``: the newest cache entry's failed guard) is read for guards and
+    hints; the other entries' failures (``recompile_reasons``) say nothing about what changed this time.
+    """
+
+    def __init__(self, capture_payloads: bool = False, max_frames: int = MAX_FRAMES) -> None:
+        self.capture_payloads = capture_payloads
+        self.max_frames = max_frames
+        self.frames: dict[tuple[Any, ...], FrameRecompiles] = {}
+
+    def add(self, rec: CompileRecord, key: tuple[Any, ...]) -> None:
+        if rec.kind == "backward":  # what the frame's recompiles cost includes their backwards
+            f = self.frames.get(key)
+            if f is not None:
+                f.cost_ns += rec.duration_ns
+            return
+        if rec.kind != "frame":
+            return
+        reason = rec.recompile_reason or (rec.recompile_reasons[0] if rec.recompile_reasons else None)
+        limit_hit = rec.recompile_limit_hit
+        f = self.frames.get(key)
+        if f is None:
+            if not (reason or limit_hit) or len(self.frames) >= self.max_frames:
+                return  # a frame is followed from its first recompile
+            f = self.frames[key] = FrameRecompiles()
+            cid = rec.compile_id
+            f.compiles = cid.frame_compile_id if cid is not None and cid.frame_compile_id else 0  # the ones before
+        f.compiles += 1
+        f.cost_ns += rec.duration_ns
+        if f.call_site is None:
+            f.call_site = call_site_of(rec)
+        f.called_directly = f.called_directly or rec.called_directly
+        if rec.rank is not None and len(f.ranks) < 64:
+            f.ranks.add(rec.rank)
+        if rec.recompile_limit is not None:
+            f.limit = rec.recompile_limit
+        if rec.frame_recompiles is not None and not limit_hit:
+            f.entries = max(f.entries, rec.frame_recompiles + 1)
+        auto = automatic_dynamic_of(rec.metrics)
+        if auto is not None:
+            f.automatic_dynamic = auto if f.automatic_dynamic is None else (f.automatic_dynamic and auto)
+        f.near = f.near or rec.recompile_limit_near
+        if limit_hit:
+            f.limit_hits += 1
+            if rec.recompile_limit is not None:
+                f.entries = max(f.entries, rec.recompile_limit)
+        if not reason:
+            return
+        f.recompiles += 1
+        category = recompile_category(reason)
+        f.by_category[category] = f.by_category.get(category, 0) + 1
+        text = strip_recompile_prefix(reason)
+        text = (text if self.capture_payloads else scrub_guard_text(text))[:REASON_CHARS]  # whole in the JSON
+        if (category, text) in f.reasons or len(f.reasons) < 20:
+            f.reasons[(category, text)] = f.reasons.get((category, text), 0) + 1
+        g = parse_guard(reason)
+        if g is None:
+            f.unparsed += 1
+            return
+        gk = (g.kind, g.name, g.dim)
+        gv = f.guards.get(gk)
+        if gv is None:
+            if len(f.guards) >= MAX_GUARDS:
+                return
+            gv = f.guards[gk] = GuardValues(g.kind, g.name, g.dim)
+        gv.failures += 1
+        if g.kind in EXPECTED_ONLY:
+            gv.unnamed = 1  # until a later failure names it, the value this recompile compiled for is unnamed
+        for v in g.values:
+            if v in gv.values:
+                continue
+            if len(gv.values) < MAX_VALUES:
+                gv.values.append(v)
+            else:
+                gv.more += 1
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """The frames that recompiled, the costliest first: the facts, the guards' lines and the hints."""
+        out = []
+        for key, f in sorted(self.frames.items(), key=lambda kv: (-kv[1].cost_ns, -kv[1].recompiles, str(kv[0][0]))):
+            fn, path, line = key[0], key[1], key[2]
+            guards = []
+            for g in sorted(f.guards.values(), key=lambda g: -g.failures):
+                shown = self.capture_payloads or g.kind != "int"  # an int's values may be data: counted, not shown
+                d: dict[str, Any] = {
+                    "kind": g.kind,
+                    "input": g.name,
+                    "dim": g.dim,
+                    "values": sort_values(list(g.values)) if shown else [],
+                    "more_values": g.more + (0 if shown else len(g.values)),
+                    "unnamed_values": g.unnamed,
+                    "failures": g.failures,
+                }
+                d["line"] = guard_line(d, shown)
+                guards.append(d)
+            left = None if f.limit is None else max(0, f.limit - f.entries)
+            status = (
+                "hit" if f.limit_hits else "unknown" if f.limit is None else "near" if left is not None and left <= NEAR else "ok"
+            )
+            pressed = bool(f.limit_hits) or status == "near"
+            keeps = pressed or any(g["failures"] >= 2 for g in guards) or f.unparsed >= 2
+            ctx = FrameContext(fn, path, f.call_site, f.called_directly, f.automatic_dynamic)
+            reasons = sorted(f.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+            hints = advise(guards, ctx, pressed, [f"{c}: {t}" for (c, t), _ in reasons[:1]])
+            fixes = [h.to_dict() for h in hints if h.fix]
+            unclear = next((h.why for h in hints if not h.fix), None)
+            stopped = None
+            if not keeps and f.recompiles:
+                stopped = (
+                    "automatic dynamic shapes: each changed dimension became dynamic after one recompile"
+                    if guards and all(g["kind"] in ("size", "int") for g in guards) and f.automatic_dynamic is not False
+                    else "each recompile was for another guard, and none came back"
+                )
+            out.append(
+                {
+                    "function": fn,
+                    "file": path,
+                    "line": line,
+                    "call_site": f.call_site,
+                    "compiles": f.compiles,
+                    "recompiles": f.recompiles,
+                    "cost_s": round(f.cost_ns / 1e9, 6),
+                    "by_category": dict(sorted(f.by_category.items(), key=lambda kv: -kv[1])),
+                    "top_reasons": [{"category": c, "reason": t, "count": n} for (c, t), n in reasons[:3]],
+                    "cache_entries": f.entries or None,
+                    "limit": f.limit,
+                    "left_before_limit": left,
+                    "limit_hits": f.limit_hits,
+                    "limit_status": status,
+                    "automatic_dynamic": f.automatic_dynamic,
+                    "keeps_recompiling": keeps,
+                    "stopped_by": stopped,
+                    "guards": guards,
+                    "hints": [h.to_dict() for h in hints],
+                    "fixes": fixes,
+                    "unclear": unclear,
+                    "ranks": sorted(f.ranks),
+                }
+            )
+        return out
+
+
+def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, Any] | None) -> None:
+    """Each recompiling frame's evidence from its graphs' calls (a live run's summary): the graphs that ran at most
+    once, what compiling them cost, and the fix that would have saved it: ``frame["evidence"]``."""
+    if not isinstance(graph_calls, Mapping):
+        return
+    by_frame = {
+        (g.get("function"), _basename(g.get("file")), g.get("line")): g
+        for g in graph_calls.get("frames") or []
+        if isinstance(g, Mapping)
+    }
+    for f in frames:
+        calls = by_frame.get((f.get("function"), _basename(f.get("file")), f.get("line")))
+        graphs = [g for g in (calls or {}).get("graphs") or [] if isinstance(g, Mapping) and g.get("kind") == "frame"]
+        once = [g for g in graphs if isinstance(g.get("calls"), int) and g["calls"] <= 1]
+        if not once:
+            continue
+        ids = [str(g.get("id")) for g in once]
+        named = _named(ids)
+        cost = sum(float(g.get("compile_s") or 0) for g in once)
+        fixes = [h for h in f.get("hints") or f.get("fixes") or [] if isinstance(h, Mapping) and h.get("fix")]
+        line = (
+            f"graph{'s' if len(ids) > 1 else ''} {named} ran {'at most once each' if len(ids) > 1 else 'at most once'} "
+            f"and cost {cost:.2f} s of compiling" + (f": {fixes[0]['fix']} would have saved it" if fixes else "")
+        )
+        f["evidence"] = {"ran_once": len(ids), "of": len(graphs), "ids": ids[:64], "compile_s": round(cost, 6), "line": line}
+
+
+def _named(ids: list[str]) -> str:
+    """``0/1``, ``0/1 and 0/3``, ``0/1 to 0/7`` (every graph between), or ``0/1, 0/3, 0/5`` (at most 4 named)."""
+    if len(ids) <= 2:
+        return " and ".join(ids)
+    try:
+        numbers = [int(i.rsplit("/", 1)[1]) for i in ids]
+        frames = {i.rsplit("/", 1)[0] for i in ids}
+    except (IndexError, ValueError):
+        numbers, frames = [], set()
+    if len(frames) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{ids[0]} to {ids[-1]}"
+    return ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
+
+
+def _basename(path: Any) -> str | None:
+    return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
+
+
+def keeps_recompiling(f: Mapping[str, Any]) -> bool:
+    """Whether a frame (a row of :meth:`RecompilingFrames.to_dict`) keeps recompiling: a guard torch reported failed
+    more than once, or the frame is near or at its recompile limit. A summary without the key (an older torch-otel's)
+    says by its counts."""
+    k = f.get("keeps_recompiling")
+    if isinstance(k, bool):
+        return k
+    return (f.get("recompiles") or 0) >= 2 or bool(f.get("limit_hits")) or f.get("limit_status") == "near"
+
+
+def limit_words(f: Mapping[str, Any], short: bool = False) -> str:
+    """How close a frame is to the recompile limit, in words (its compiles: frame compiles, the entries the limit
+    counts; their backwards are not among them)."""
+    limit, entries, hits = f.get("limit"), f.get("cache_entries"), f.get("limit_hits") or 0
+    if limit is None:
+        return "hit the recompile limit (runs in eager)" if hits else "limit unknown (the log does not say)"
+    if hits:
+        return f"hit the recompile limit ({limit}): runs in eager"
+    left = f.get("left_before_limit")
+    if short:
+        return f"{left} more before eager" + (" (near)" if left is not None and left <= NEAR else "")
+    return f"{entries or '?'} of {limit} frame compiles, {left} more before eager" + (
+        " (near)" if left is not None and left <= NEAR else ""
+    )
+
+
+def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[str]:
+    """A frame's guard and its first hint: the fix and torch's page, or why no hint is given (a summary without
+    ``hints``, an older torch-otel's, by its ``fixes`` and ``unclear``)."""
+    out: list[str] = []
+    guards = f.get("guards") or []
+    hints = [h for h in f.get("hints") or [] if isinstance(h, Mapping)]
+    if not hints:
+        hints = [{**x, "where": x.get("where") or "call_site"} for x in f.get("fixes") or []]
+        if not hints and f.get("unclear"):
+            hints = [{"fix": None, "why": f["unclear"], "guard": guards[0]["line"] if guards else None}]
+    first = hints[0] if hints else None
+    line = (first or {}).get("guard") or (guards[0]["line"] if guards else None)
+    if line:
+        lead = f"{indent}torch's reason: "
+        out.append(lead + shorten_reason(line, max(20, width - len(lead))))
+    if first is None:
+        return out
+    if first.get("fix"):
+        site = f.get("call_site")
+        at = f" (before the call at {site})" if first.get("where") == "call_site" and site else ""
+        out.append(cut(f"{indent}fix{at}: {first['fix']}", width))
+        if first.get("link"):
+            out.append(cut(f"{indent}  {first['link']}", width))
+    else:
+        out.extend(wrap(f"{indent}no hint: {first.get('why')}", width, 3, indent + "  "))
+    return out
+
+
+def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: Any, most: int | None = None) -> list[str]:
+    """The frames that keep recompiling, the costliest first, in at most ``room`` lines (``most`` frames at most): each
+    frame, the guard torch reported, and its fix and torch's page, or why no hint is given. ``where(row)`` names a
+    frame. Frames left out are counted on a line of their own ("(2 more: ...)"), and the costliest frame is never
+    left out: past ``room`` if it must."""
+    shown = [f for f in frames if keeps_recompiling(f)]
+    if not shown:
+        return []
+    out = [f"frames that keep recompiling: {len(shown)} (the costliest first)"]
+    for i, f in enumerate(shown):
+        cost = f" ({f['cost_s']:.2f} s)" if isinstance(f.get("cost_s"), (int, float)) else ""
+        head = f": {f['recompiles']} recompiles{cost}, {limit_words(f, short=True)}"
+        block = [f"  {cut_where(where(f), max(20, width - 2 - len(head)))}{head}", *hint_lines(f, width)]
+        block = [cut(b, width) for b in block]
+        if f.get("evidence"):  # whole: its last words are the fix it names
+            block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))
+        pointer = 0 if i == len(shown) - 1 else 1  # room for the line that counts the frames after it
+        if i and ((most is not None and i >= most) or len(out) + len(block) + pointer > room):
+            out.append(f"  ({len(shown) - i} more: --json or the HTML page lists them)")
+            break
+        out.extend(block)
+    return out
