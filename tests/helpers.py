@@ -179,12 +179,13 @@ def without_paths(text: str) -> str:
 
 def bridge_lines(stderr: str) -> list[str]:
     """The bridge's own lines in a process's stderr, less the one line a tested release that lacks a documented
-    record or hook is meant to print (torch_otel._capture.sources rows whose ``releases`` leave this release out), and less
+    record or hook is meant to print (torch_otel._capture.attach_table rows whose ``releases`` leave this release out), and less
     the line a frame near the recompile limit gets (about the user's program: tests/workloads/mixed.py does it on
     purpose)."""
     import torch
 
-    from torch_otel._capture.sources import SOURCES, _in_releases
+    from torch_otel._attach.releases import in_releases as _in_releases
+    from torch_otel._capture.attach_table import SOURCES
     from torch_otel._sinks.near_limit import NEAR_LIMIT_WORDS
 
     # (a variant row, one release range's way to what another row reaches on the others, is never said to be lacking)

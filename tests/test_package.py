@@ -227,7 +227,7 @@ def test_the_release_matrix_the_version_module_and_the_instruments_extra_agree()
 
     import tomllib
 
-    from torch_otel._capture.sources import SOURCES
+    from torch_otel._capture.attach_table import SOURCES
     from torch_otel._version import SUPPORTED_TORCH, TESTED_TORCH
 
     tree = ast.parse((ROOT / "noxfile.py").read_text())

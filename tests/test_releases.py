@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import torch_otel
-from torch_otel._capture import sources as _sources
+from torch_otel._attach import points, releases
+from torch_otel._capture import attach_table
 from torch_otel._version import SUPPORTED_TORCH, TESTED_TORCH
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
@@ -31,9 +32,11 @@ BIN = Path(sys.executable).parent
 
 def test_this_release_has_every_attach_point_its_row_promises():
     """Each row of the sources table that names this release is there: the matrix's doctor report agrees."""
-    rows = _sources.survey()
+    rows = attach_table.survey()
     missing = [r["name"] for r in rows if r["expected"] and not r["present"]]
-    assert not missing, f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_capture/sources.py"
+    assert not missing, (
+        f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_capture/attach_table.py"
+    )
     r = subprocess.run([str(BIN / "torch-otel"), "doctor"], capture_output=True, text=True, env=clean_env(), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "a tested release" in r.stdout and "MISSING" not in r.stdout
@@ -53,12 +56,12 @@ def test_doctor_says_in_a_users_words_what_works_on_this_torch_and_what_does_not
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     table = lines[lines.index("What torch-otel captures on this torch:") + 1 :]
-    ids = [s.name for s in _sources.SOURCES if "_" in s.name]  # an id that is also a plain word (export) aside
+    ids = [s.name for s in attach_table.SOURCES if "_" in s.name]  # an id that is also a plain word (export) aside
     assert not [i for i in ids if re.search(rf"\b{i}\b", r.stdout)], r.stdout
     assert "not in this release" not in r.stdout
     doc = json.loads((tmp_path / "d.json").read_text())
     by_words = {row["says"]: row for row in doc["sources"]}
-    assert {row["name"] for row in doc["sources"]} == {s.name for s in _sources.SOURCES}  # the ids stay in the JSON
+    assert {row["name"] for row in doc["sources"]} == {s.name for s in attach_table.SOURCES}  # the ids stay in the JSON
     shown = []
     for line in table:
         m = re.fullmatch(r"  (yes|no|MISSING) +(\S.*)", line)
@@ -89,8 +92,8 @@ def test_doctor_says_in_a_users_words_what_works_on_this_torch_and_what_does_not
     ],
 )
 def test_a_release_outside_the_tested_ones_gets_one_line(version, status):
-    assert _sources.tested_status(version) == status
-    line = _sources.release_line(version)
+    assert releases.tested_status(version) == status
+    line = releases.release_line(version)
     if status == "tested":
         assert line is None
         return
@@ -110,13 +113,13 @@ def test_a_hook_this_torch_lacks_is_one_line_and_the_rest_is_captured(monkeypatc
     """
     import torch._dynamo.utils as du
 
-    future = _sources.FunctionHook(
+    future = points.FunctionHook(
         "recompile_reasons_v2",
         "a hook of a release to come",
         "torch._dynamo.utils",
         attrs=(("a_function_this_torch_lacks", "_recompilation_reasons"),),
     )
-    monkeypatch.setattr(_sources, "SOURCES", (*_sources.SOURCES, future))
+    monkeypatch.setattr(attach_table, "SOURCES", (*attach_table.SOURCES, future))
     lines: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
@@ -204,8 +207,8 @@ def test_what_this_release_is_documented_to_lack_is_said_once_as_the_bridge_arms
     """On 2.10 (no cache counts in CompilationMetrics) one line names it; on the others, nothing is said."""
     documented = [
         s.name
-        for s in _sources.SOURCES
-        if not s.variant and not _sources._in_releases(str(torch.__version__), s.releases)  # a variant is never lacking
+        for s in attach_table.SOURCES
+        if not s.variant and not releases.in_releases(str(torch.__version__), s.releases)  # a variant is never lacking
     ]
     lines: list[str] = []
     handler = logging.Handler()

@@ -218,7 +218,7 @@ _STATUS = {
 
 
 def _tested_status(installed: str) -> str:
-    from ._capture.sources import tested_status
+    from ._attach.releases import tested_status
 
     return tested_status(installed)
 
@@ -239,7 +239,8 @@ def _doctor(json_path: str | None) -> int:
         print(f"torch-otel doctor: torch cannot be imported ({exc}); install the torch you run", file=sys.stderr)
         return 2
 
-    from ._capture.sources import doctor_rows, release_line
+    from ._attach.releases import release_line
+    from ._capture.attach_table import doctor_rows
     from ._version import SUPPORTED_TORCH, __version__
 
     rows = doctor_rows(str(torch.__version__))

@@ -23,17 +23,18 @@ LAYERS: dict[str, int] = {
     "_core": 1,  # errors, health counts, settings, compile ids, ranks, the import watcher, torch's vocabulary
     "_otel": 2,  # OpenTelemetry providers and exporters from OTEL_*, guarded; OTLP-JSON files; ids; /metrics
     "_model": 3,  # typed events, the compile record, the Sink interface
-    "_features": 4,  # kinds of event declared once each
-    "_parse": 5,  # torch's records -> events; the TORCH_TRACE reader
-    "_analysis": 6,  # caches, recompiles, divergence, diff: what the facts mean
-    "_assemble": 7,  # events -> compile records, derived facts
-    "_sinks": 8,  # spans, metrics, log records, the run summary, the pages
-    "_capture": 8,  # live capture: the attach table and its hooks (a peer of the sinks)
-    "_pipeline": 9,  # what puts sources and sinks together: live, replay, diff
+    "_attach": 4,  # live capture's attach table: its row types, attaching them, the release policy
+    "_features": 5,  # the features: each declared once, as a plugin its pipeline owns; their registry
+    "_parse": 6,  # torch's records -> events; the TORCH_TRACE reader
+    "_analysis": 7,  # recompiles, frames left in eager, divergence, diff: what the facts mean
+    "_assemble": 8,  # events -> compile records, derived facts
+    "_sinks": 9,  # spans, metrics, log records, the run summary, the pages
+    "_capture": 9,  # live capture: the attach table and its hooks (a peer of the sinks)
+    "_pipeline": 10,  # what puts sources and sinks together: live, replay, diff
     # entry points
-    **dict.fromkeys(["_demo", "_cli", "_instrumentor", "auto", "sampling", "__init__", "__main__", "_autostart"], 10),
+    **dict.fromkeys(["_demo", "_cli", "_instrumentor", "auto", "sampling", "__init__", "__main__", "_autostart"], 11),
 }
-ENTRY = 10
+ENTRY = 11
 
 
 def layer_of(module: str) -> str:
@@ -204,15 +205,15 @@ def test_a_cycle_is_found():
 
 
 def test_an_upward_import_and_a_peer_import_are_found():
-    layers = {"_model": 3, "_sinks": 8, "_capture": 8}
+    layers = {"_model": 3, "_sinks": 9, "_capture": 9}
     graph = {
         "_model.record": {"_sinks.spans"},
         "_sinks.spans": {"_model.record", "_sinks.metrics"},
         "_capture.live_capture": {"_sinks.logs"},
     }
     assert upward_imports(graph, layers) == [
-        "_capture.live_capture imports _sinks.logs, of its peer folder _sinks (layer 8)",
-        "_model.record (layer 3) imports _sinks.spans (layer 8)",
+        "_capture.live_capture imports _sinks.logs, of its peer folder _sinks (layer 9)",
+        "_model.record (layer 3) imports _sinks.spans (layer 9)",
     ]
 
 

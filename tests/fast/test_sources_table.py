@@ -9,12 +9,13 @@ from dataclasses import dataclass, fields
 import pytest
 
 from torch_otel._assemble.assembler import Assembler
-from torch_otel._capture import sources as _sources
+from torch_otel._attach import attaching, points
+from torch_otel._capture.attach_table import SOURCES
 from torch_otel._capture.live_capture import LiveCapture
 from torch_otel._core import errors as _internal
 
 
-def _hook_refs(src: _sources.Source) -> list[object]:
+def _hook_refs(src: points.Source) -> list[object]:
     refs: list[object] = []
     for f in fields(src):
         value = getattr(src, f.name)
@@ -25,25 +26,25 @@ def _hook_refs(src: _sources.Source) -> list[object]:
     return refs
 
 
-@pytest.mark.parametrize("src", _sources.SOURCES, ids=lambda s: s.name)
+@pytest.mark.parametrize("src", SOURCES, ids=lambda s: s.name)
 def test_every_rows_hook_is_a_member_of_the_live_capture(src):
     cap = LiveCapture(Assembler([]))
     refs = _hook_refs(src)
-    if isinstance(src, (_sources.FunctionHook, _sources.StaticMethodHook, _sources.LoggerHook, _sources.ObjectHook)):
+    if isinstance(src, (points.FunctionHook, points.StaticMethodHook, points.LoggerHook, points.ObjectHook)):
         assert refs, f"{src.name} names no hook of the capture"
     for ref in refs:
         hook = ref(cap)  # type: ignore[operator]
         assert hook is not None, src.name
-        if isinstance(src, _sources.LoggerHook):
+        if isinstance(src, points.LoggerHook):
             assert isinstance(hook, logging.Handler)
-        elif isinstance(src, _sources.ObjectHook):
+        elif isinstance(src, points.ObjectHook):
             assert callable(hook.hook) and callable(hook.unhook)
         else:
             assert callable(hook)
 
 
 @dataclass(frozen=True)
-class _Broken(_sources.Source):
+class _Broken(points.Source):
     """A row whose attach fails on the bridge's side (a misspelt hook would, were it not typed)."""
 
     def attach(self, cap: object) -> bool:
@@ -54,7 +55,7 @@ class _Broken(_sources.Source):
 
 
 @dataclass(frozen=True)
-class _Lacking(_sources.Source):
+class _Lacking(points.Source):
     """A row whose attach point this torch does not have."""
 
     def attach(self, cap: object) -> bool:
@@ -69,7 +70,7 @@ def test_an_error_while_attaching_is_the_bridges_and_never_blamed_on_torch(caplo
     before = _internal.internal_error_count()
     broken, lacking = _Broken("broken_row", "something", "logging"), _Lacking("lacking_row", "another thing", "logging")
     with caplog.at_level(logging.WARNING):
-        out = _sources.attach_all(cap, "2.13.0", [broken, lacking])  # type: ignore[arg-type]
+        out = attaching.attach_all(cap, "2.13.0", [broken, lacking])  # type: ignore[arg-type]
     assert out.rows == [] and out.lacking == [lacking]
     assert _internal.internal_error_count() == before + 1  # counted as the bridge's own error
     lines = [r.getMessage() for r in caplog.records if "lacks what torch-otel attaches to" in r.getMessage()]

@@ -32,6 +32,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from .._assemble.assembler import Assembler
+from .._attach.attaching import Attached, attach_all, detach_all, reattach
+from .._attach.releases import release_line
 from .._core.compile_id import CompileId, current_compile_id, current_trace
 from .._core.errors import _in_bridge, guarded, record_error, warn_once
 from .._core.graph_breaks import parse_graph_break
@@ -49,10 +51,11 @@ from .._model.events import (
 )
 from .._model.record import ROOTS
 from .._parse.records import RecordError, chromium_to_event, metrics_to_event, parse_record
+from . import attach_table
+from .attach_table import INDUCTOR_DEBUG, WARNING_LOGGERS
 from .cpu import compile_cpu_ns
 from .frames import capture_kind, find_code_and_caller, skip_dirs
 from .mega_cache import MegaCacheHook
-from .sources import INDUCTOR_DEBUG, WARNING_LOGGERS, Attached, attach_all, detach_all, reattach, release_line
 from .torch_export import TorchExportHook
 from .warnings import WarningRecordHook
 
@@ -228,7 +231,7 @@ class LiveCapture:
             self._stop, self._worker = threading.Event(), None
             self.installed = True
         # Outside the lock: a row on a module torch has imported already attaches at once.
-        attached = attach_all(self, version)
+        attached = attach_all(self, version, attach_table.SOURCES)
         with self._lock:
             self.attached = attached
 

@@ -19,7 +19,7 @@ from typing import Any
 from .._analysis.caches import LOADED, LoadedKeys
 from .._core.errors import record_error
 from .._core.import_watch import forget, when_imported
-from .sources import report_lacking
+from .attach_table import report_lacking
 
 
 class MegaCacheHook:

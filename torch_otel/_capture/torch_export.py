@@ -25,7 +25,7 @@ from typing import Any
 from .._core.errors import _in_bridge, record_error
 from .._core.import_watch import forget, when_imported
 from .._model.events import Origin, PhaseEvent
-from .sources import report_lacking
+from .attach_table import report_lacking
 
 TRACE_MODULE = "torch.export._trace"
 DRAFT_MODULE = "torch.export._draft_export"

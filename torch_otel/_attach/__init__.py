@@ -1,0 +1,5 @@
+"""Live capture's attach table: its row types (points), how a table of rows is attached (attaching), and the
+release policy (releases). Live capture's own rows and each feature's are made of these.
+
+Imports nothing: a layer's modules are imported by name (``import torch_otel._attach.x``).
+"""

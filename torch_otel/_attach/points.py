@@ -1,0 +1,395 @@
+"""The attach table's row types: one per way live capture attaches to torch, each with its own attach and detach.
+
+As tlparse's ``default_parsers()`` lists its parsers, the attach table (torch_otel._capture.attach_table: live
+capture's own rows, and each feature's, torch_otel._features) lists where live capture attaches to torch. Each row
+says what it gives the user, which torch releases have it, which capture levels use it, and how it is attached and
+detached. A new torch release that moves or renames an attach point is a new row (with its own ``releases``), not a
+new ``if`` inside the capture.
+
+A row names the hook it attaches through a function of what it attaches to (``lambda cap: cap._gb_handler``): the
+row types are generic in that target (:class:`AttachTarget`, or live capture's own protocol for its rows), so mypy
+checks every hook a row names, and a misspelt one fails the type check and ``tests/fast``, never a user's run.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from .._core.compile_id import current_compile_id
+from .._core.errors import record_error
+
+__all__ = ["ALL_LEVELS", "AttachTarget", "CountersRead", "EventTap", "FunctionHook", "Hookable", "LoggerHook",
+           "MethodHook", "ObjectHook", "RecordFields", "Source", "StaticMethodHook"]  # fmt: skip
+
+
+ALL_LEVELS = frozenset({"default", "full"})
+
+
+class Hookable(Protocol):
+    """A hook object of the capture's with its own attach and detach (export, the mega-cache, the warnings link)."""
+
+    def hook(self) -> None: ...
+
+    def unhook(self) -> None: ...
+
+
+class AttachTarget(Protocol):
+    """What every row attaches to and reads: the live capture (torch_otel._capture.live_capture.LiveCapture)."""
+
+    level: str
+    warnings: bool
+    installed: bool
+    originals: dict[str, Any]  # torch's functions the rows replaced, by "module.name" (put back on detach)
+    attach_lock: threading.Lock
+
+    def logger_state(self, name: str, lg: logging.Logger) -> Any: ...
+
+    def restore_logger(self, name: str, lg: logging.Logger) -> None: ...
+
+    def queue_events(self, convert: Callable[[], list[Any]]) -> None: ...
+
+    @property
+    def tapped(self) -> set[type]: ...
+
+
+C = TypeVar("C", bound=AttachTarget)
+
+# A row's reference to one of its target's hooks
+HookRef = Callable[[C], Any]
+
+
+@dataclass(frozen=True)
+class Source(Generic[C]):
+    """One attach point. ``attach`` returns False when this torch lacks it (nothing is then attached)."""
+
+    name: str
+    gives: str  # what the user gets from it: the lacking line names it
+    module: str  # the torch module that has the attach point
+    releases: tuple[str | None, str | None] = ("2.10", None)  # the releases that have it (None: open-ended)
+    levels: frozenset[str] = ALL_LEVELS  # the capture levels that use it
+    lazy: bool = False  # attached once ``module`` is imported (torch loads it only when the user needs it)
+    # One release range's way to a point another row reaches on the other releases: outside ``releases`` it is left
+    # out, not reported as lacking
+    variant: bool = False
+    reattach: bool = False  # attached again as each compile starts (torch's set_logs() resets loggers)
+    only_if: Callable[[C], bool] | None = None  # a setting of the capture that it needs
+
+    def wanted(self, cap: C) -> bool:
+        return cap.level in self.levels and (self.only_if is None or self.only_if(cap))
+
+    def present(self) -> bool:
+        """Whether this torch has the attach point (imports ``module``: for the matrix and ``torch-otel doctor``)."""
+        try:
+            return self._lookup(importlib.import_module(self.module)) is not None
+        except Exception:  # noqa: BLE001 - a module torch no longer has
+            return False
+
+    def _lookup(self, mod: Any) -> Any:
+        return mod
+
+    def attach(self, cap: C) -> bool:
+        raise NotImplementedError
+
+    def detach(self, cap: C) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FunctionHook(Source[C]):
+    """Module functions replaced by the capture's hooks (``attrs``: ``(torch's name, the capture's hook)``).
+
+    torch imports some of them by name into the module that calls them: the row names that module. On
+    detach, torch's function goes back unless someone wrapped the capture's since.
+    """
+
+    attrs: tuple[tuple[str, HookRef[C]], ...] = ()
+
+    def _lookup(self, mod: Any) -> Any:
+        found = [getattr(mod, a, None) for a, _ in self.attrs]
+        return found if all(callable(f) for f in found) else None
+
+    def attach(self, cap: C) -> bool:
+        mod = sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module)
+        found = self._lookup(mod) if mod is not None else None
+        if found is None:
+            return False
+        for (attr, hook), orig in zip(self.attrs, found, strict=True):
+            ours = hook(cap)
+            if orig == ours:
+                continue
+            cap.originals[f"{self.module}.{attr}"] = orig
+            setattr(mod, attr, ours)
+        return True
+
+    def detach(self, cap: C) -> None:
+        mod = sys.modules.get(self.module)
+        for attr, hook in self.attrs:
+            orig = cap.originals.pop(f"{self.module}.{attr}", None)
+            if mod is not None and orig is not None and getattr(mod, attr, None) == hook(cap):
+                setattr(mod, attr, orig)
+
+
+@dataclass(frozen=True)
+class StaticMethodHook(Source[C]):
+    """A class's staticmethod replaced by one of the capture's (``owner.attr`` -> ``hook``)."""
+
+    owner: str = ""
+    attr: str = ""
+    hook: HookRef[C] = lambda cap: None
+
+    def _lookup(self, mod: Any) -> Any:
+        cls = getattr(mod, self.owner, None)
+        found = cls.__dict__.get(self.attr) if isinstance(cls, type) else None
+        return (cls, found) if isinstance(found, staticmethod) else None
+
+    def attach(self, cap: C) -> bool:
+        found = self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module))
+        if found is None:
+            return False
+        cls, orig = found
+        ours = self.hook(cap)
+        if orig.__func__ == ours:
+            return True
+        cap.originals[f"{self.module}.{self.owner}.{self.attr}"] = orig
+        setattr(cls, self.attr, staticmethod(ours))
+        return True
+
+    def detach(self, cap: C) -> None:
+        orig = cap.originals.pop(f"{self.module}.{self.owner}.{self.attr}", None)
+        found = self._lookup(sys.modules.get(self.module))
+        if orig is not None and found is not None and found[1].__func__ == self.hook(cap):
+            setattr(found[0], self.attr, orig)
+
+
+@dataclass(frozen=True)
+class MethodHook(Source[C]):
+    """A class's method (``owner.attr``) replaced by one the capture makes around torch's: ``hook(cap)`` is given
+    torch's function and returns the method. Detach puts torch's back unless someone replaced the capture's since."""
+
+    owner: str = ""
+    attr: str = ""
+    hook: HookRef[C] = lambda cap: None
+    # called once attached and once detached (the graph counters: their wrappers' code is kept from dynamo, and
+    # torch's callables go back on detach)
+    attached: Callable[[C], None] | None = None
+    detached: Callable[[C], None] | None = None
+
+    def _lookup(self, mod: Any) -> Any:
+        cls = getattr(mod, self.owner, None)
+        found = cls.__dict__.get(self.attr) if isinstance(cls, type) else None
+        return (cls, found) if callable(found) else None
+
+    def _key(self) -> str:
+        return f"{self.module}.{self.owner}.{self.attr}"
+
+    def attach(self, cap: C) -> bool:
+        found = self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module))
+        if found is None:
+            return False
+        cls, torch_fn = found
+        if getattr(torch_fn, "__torch_otel_hook__", None) is self:
+            return True
+        if self.attached is not None:
+            self.attached(cap)  # raises: nothing of torch's is replaced
+        ours = self.hook(cap)(torch_fn)
+        ours.__torch_otel_hook__ = self
+        cap.originals[self._key()] = torch_fn
+        setattr(cls, self.attr, ours)
+        return True
+
+    def detach(self, cap: C) -> None:
+        torch_fn = cap.originals.pop(self._key(), None)
+        found = self._lookup(sys.modules.get(self.module))
+        if torch_fn is not None and found is not None and getattr(found[1], "__torch_otel_hook__", None) is self:
+            setattr(found[0], self.attr, torch_fn)
+        if torch_fn is not None and self.detached is not None:
+            self.detached(cap)
+
+
+@dataclass(frozen=True)
+class LoggerHook(Source[C]):
+    """A handler of the capture's on torch's loggers.
+
+    ``lower``: the loggers' level is lowered so torch creates the records, with ``propagate=False`` when
+    nobody asked for them (``quiet``), so torch prints nothing new; what the capture changed is put back on
+    detach, unless someone changed it since.
+    """
+
+    loggers: tuple[str, ...] = ()
+    handler: HookRef[C] = lambda cap: None  # the capture's handler
+    lower: bool = False
+    quiet: bool = False
+    registry_name: str | None = None  # the TORCH_LOGS artifact that must exist in torch's log registry
+
+    def _lookup(self, mod: Any) -> Any:
+        if self.registry_name is None:
+            return True
+        try:
+            from torch._logging._internal import log_registry
+
+            names = getattr(log_registry, "artifact_names", None) or set()
+            return True if self.registry_name in names else None
+        except Exception:  # noqa: BLE001
+            return None
+
+    def attach(self, cap: C) -> bool:
+        if self._lookup(None) is None:
+            return False
+        handler = self.handler(cap)
+        for name in self.loggers:
+            lg = logging.getLogger(name)
+            enabled = not self.lower or lg.isEnabledFor(logging.DEBUG)
+            if handler in lg.handlers and enabled:
+                continue  # as it was left (the check that runs as each compile starts: two lookups)
+            state = cap.logger_state(name, lg)
+            if handler not in lg.handlers:
+                lg.addHandler(handler)
+            if not enabled:
+                lg.setLevel(logging.DEBUG)
+                if self.quiet:
+                    lg.propagate = False  # nobody asked for these records: they must not reach torch's stderr handler
+                state.changed = True
+            state.set_level, state.set_propagate = lg.level, lg.propagate
+        return True
+
+    def detach(self, cap: C) -> None:
+        handler = self.handler(cap)
+        for name in self.loggers:
+            lg = logging.getLogger(name)
+            if handler in lg.handlers:
+                lg.removeHandler(handler)
+            cap.restore_logger(name, lg)
+
+
+@dataclass(frozen=True)
+class ObjectHook(Source[C]):
+    """A hook object of the capture's with its own ``hook()`` and ``unhook()`` (export, the mega-cache)."""
+
+    obj: HookRef[C] = lambda cap: None  # the capture's hook object
+    probe: tuple[str, ...] = ()  # names the module must have
+
+    def _lookup(self, mod: Any) -> Any:
+        return (
+            mod if all(callable(getattr(mod, n, None)) or isinstance(getattr(mod, n, None), type) for n in self.probe) else None
+        )
+
+    def attach(self, cap: C) -> bool:
+        self.obj(cap).hook()  # waits for the module's import; a name it lacks there is reported then
+        return True
+
+    def detach(self, cap: C) -> None:
+        self.obj(cap).unhook()
+
+
+@dataclass(frozen=True)
+class CountersRead(Source[C]):
+    """torch's counters, read at scrape time: nothing to attach, only their presence to check."""
+
+    def _lookup(self, mod: Any) -> Any:
+        return getattr(mod, "counters", None)
+
+    def attach(self, cap: C) -> bool:
+        return self._lookup(importlib.import_module(self.module)) is not None
+
+    def detach(self, cap: C) -> None:
+        return None
+
+
+# A tap's conversion: torch's call arguments and the compile id in force -> the typed events they carry
+TapEvents = Callable[[tuple[Any, ...], dict[str, Any], Any], list[Any]]
+
+
+@dataclass(frozen=True)
+class EventTap(Source[C]):
+    """A torch function (``owner.attr``, or the module's ``attr``) wrapped to hand its arguments, as typed events,
+    to the capture: torch's own function runs first and unchanged, then the call is queued like every hook's,
+    and ``to_events`` turns it into events off torch's path (:mod:`torch_otel._parse` holds the conversions,
+    shared with replay).
+
+    A new kind of event torch hands a function is a row of this class: nothing in the capture changes. The
+    event types a tap delivers (``kinds``) are left out of full capture's ``torch.__trace`` records, which carry
+    the same facts once more. Detach puts torch's function back unless someone wrapped the tap since.
+    """
+
+    attr: str = ""
+    owner: str | None = None  # a class of the module whose method (or staticmethod) is tapped
+    to_events: TapEvents = lambda args, kwargs, cid: []
+    kinds: tuple[type, ...] = ()
+
+    def _lookup(self, mod: Any) -> Any:
+        holder = getattr(mod, self.owner, None) if self.owner else mod
+        if holder is None:
+            return None
+        raw = holder.__dict__.get(self.attr) if isinstance(holder, type) else getattr(holder, self.attr, None)
+        return (holder, raw) if callable(raw) or isinstance(raw, staticmethod) else None
+
+    def _key(self) -> str:
+        return f"{self.module}.{self.owner + '.' if self.owner else ''}{self.attr}"
+
+    def attach(self, cap: C) -> bool:
+        found = self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module))
+        if found is None:
+            return False
+        holder, raw = found
+        if getattr(raw, "__torch_otel_tap__", None) is self:
+            return True
+        inner: Callable[..., Any] = raw.__func__ if isinstance(raw, staticmethod) else raw
+        to_events, current_id = self.to_events, current_compile_id
+
+        @functools.wraps(inner)
+        def tap(*args: Any, **kwargs: Any) -> Any:
+            result = inner(*args, **kwargs)
+            if cap.installed:
+                try:
+                    cid = current_id()  # read now; the conversion runs off torch's path, with the queue
+                    cap.queue_events(lambda: to_events(args, kwargs, cid))
+                except Exception as exc:  # noqa: BLE001 - never into torch's call
+                    record_error(f"{self.name} tap", exc)
+            return result
+
+        tap.__torch_otel_tap__ = self  # type: ignore[attr-defined]
+        cap.originals[self._key()] = raw
+        setattr(holder, self.attr, staticmethod(tap) if isinstance(raw, staticmethod) else tap)
+        cap.tapped.update(self.kinds)
+        return True
+
+    def detach(self, cap: C) -> None:
+        raw = cap.originals.pop(self._key(), None)
+        found = self._lookup(sys.modules.get(self.module))
+        if raw is None or found is None:
+            return
+        holder, current = found
+        current_fn = current.__func__ if isinstance(current, staticmethod) else current
+        if getattr(current_fn, "__torch_otel_tap__", None) is self:
+            setattr(holder, self.attr, raw)
+        cap.tapped.difference_update(self.kinds)
+
+
+@dataclass(frozen=True)
+class RecordFields(Source[C]):
+    """Fields of a record torch hands the capture (``CompilationMetrics``): nothing to attach, their presence to check."""
+
+    owner: str = ""
+    fields: tuple[str, ...] = ()
+
+    def _lookup(self, mod: Any) -> Any:
+        import dataclasses
+
+        cls = getattr(mod, self.owner, None)
+        if not dataclasses.is_dataclass(cls):
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls if all(f in names for f in self.fields) else None
+
+    def attach(self, cap: C) -> bool:
+        return self._lookup(importlib.import_module(self.module)) is not None
+
+    def detach(self, cap: C) -> None:
+        return None
