@@ -62,7 +62,7 @@ def _block(fn: Any, args: tuple[Any, ...], n: int, repeat: int = 5) -> float:
 def percall(rounds: int = 41, n: int = 50_000) -> dict[str, Any]:
     import torch
 
-    from torch_otel._features.graph_calls import GraphCalls
+    from torch_otel._features.graph_calls.counters import GraphCalls
 
     def target(*args: Any) -> None:
         return None
@@ -87,7 +87,7 @@ def percall(rounds: int = 41, n: int = 50_000) -> dict[str, Any]:
     import torch._dynamo.output_graph as og
     from torch._dynamo.eval_frame import skip_code
 
-    from torch_otel._features.graph_calls import wrapper_codes
+    from torch_otel._features.graph_calls.counters import wrapper_codes
 
     for code in wrapper_codes():
         skip_code(code)
@@ -147,7 +147,7 @@ STACK = 20  # the in-place check: each graph behind this many counters, one insi
 def _places(graphs: list[Any]) -> list[tuple[dict[str, Any], Any]]:
     """Each counted graph's callables (torch's, behind its counter, behind STACK counters) and where it is installed
     (held here: taken out, a counter would be freed)."""
-    from torch_otel._features.graph_calls import _counting, _counting_timed
+    from torch_otel._features.graph_calls.counters import _counting, _counting_timed
 
     out = []
     for g in graphs:
@@ -180,7 +180,7 @@ def steady(pairs: int = 600, steps: int = 10) -> dict[str, Any]:
     from opentelemetry.sdk.trace import TracerProvider
 
     import torch_otel
-    from torch_otel._features.graph_calls import GRAPHS
+    from torch_otel._pipeline import bridge
 
     torch.manual_seed(0)
     torch.set_num_threads(1)  # the step on this thread alone: its CPU time is the step's (the machine is shared)
@@ -200,7 +200,7 @@ def steady(pairs: int = 600, steps: int = 10) -> dict[str, Any]:
     for _ in range(20):
         step()  # compiled (forward and its lazy backward), warm
     torch_otel.force_flush()
-    graphs = list(GRAPHS.graphs)
+    graphs = list(bridge.current().pipeline.state("graph_calls").graphs.graphs)  # the bridge's counters
     places = _places(graphs)
     calls_before = sum(g.calls for g in graphs)
     blocks: list[tuple[str, float]] = []

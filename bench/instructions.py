@@ -44,6 +44,7 @@ Nothing here asserts anything: ``tests/test_instructions.py`` is the guard that 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -251,18 +252,20 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
     calls = None
     if mode in BRIDGE:
         import torch_otel
-        from torch_otel._features.graph_calls import GRAPHS
+        from torch_otel._pipeline import bridge
 
         torch_otel.force_flush(600_000)
+        assert bridge._bridge is not None
+        graphs = bridge._bridge.pipeline.states["graph_calls"].graphs  # the graph calls' state: its counters
 
         def calls() -> int:
-            return sum(g.calls for g in GRAPHS.graphs)
+            return sum(g.calls for g in graphs.graphs)
 
         if mode == "stacked":  # each graph behind STACK counters in place of one: what one more counter costs
             sys.path.insert(0, str(HERE))
             from graph_calls import _places, _swap
 
-            _swap(_places(list(GRAPHS.graphs)), "stacked")
+            _swap(_places(list(graphs.graphs)), "stacked")
 
     before = calls() if calls else 0
     import gc
@@ -279,10 +282,9 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
 def child(what: str, mode: str, n: int) -> int:
     if os.environ.get("TORCH_OTEL_BENCH_OPCODES"):
         _Opcodes.install()
-    if mode in BRIDGE:  # with graph calls counted, the bridge's worker reads the counts every 10 s of wall time
-        from torch_otel._capture import live_capture
-
-        live_capture.TICK_S = float(DAY_MS) / 1000
+    if mode in BRIDGE:  # with graph calls counted, the bridge's worker collects their counts every 10 s of wall time
+        state = importlib.import_module("torch_otel._features.graph_calls.state").GraphCallsState
+        state.collect_every_s = float(DAY_MS) / 1000
     try:  # torch.fx's progress bar starts tqdm's monitor thread, which wakes every 10 s of wall time: not here
         import tqdm
 

@@ -185,11 +185,11 @@ def bridge_lines(stderr: str) -> list[str]:
     import torch
 
     from torch_otel._attach.releases import in_releases as _in_releases
-    from torch_otel._capture.attach_table import SOURCES
+    from torch_otel._capture.attach_table import rows
     from torch_otel._sinks.near_limit import NEAR_LIMIT_WORDS
 
     # (a variant row, one release range's way to what another row reaches on the others, is never said to be lacking)
-    lacking = [s.name for s in SOURCES if not s.variant and not _in_releases(str(torch.__version__), s.releases)]
+    lacking = [s.name for s in rows() if not s.variant and not _in_releases(str(torch.__version__), s.releases)]
     out = []
     for line in own_lines(stderr):
         if NEAR_LIMIT_WORDS in line:

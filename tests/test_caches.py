@@ -23,9 +23,9 @@ import pytest
 from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, run_python, spans_to_file
 from servers import free_port
 
-from torch_otel._analysis.cache_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, KeyIndex, index_document
-from torch_otel._analysis.caches import KeySeen
-from torch_otel._features.cache_lookups import Component
+from torch_otel._features.cache_lookups.events import Component
+from torch_otel._features.cache_lookups.explain import KeySeen
+from torch_otel._features.cache_lookups.key_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, KeyIndex, index_document
 
 SCENARIOS = ("cold", "warm", "shape", "config", "bypass")  # then the 2-rank job
 LATER = ("code", "print_in_loop", "rename", "break", "infer", "infer_warm", "frozen")  # then the directory wiped

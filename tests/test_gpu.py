@@ -198,7 +198,7 @@ def test_torchs_runtime_records_are_read_as_such_not_skipped(replayed: dict[str,
     for name, run in replayed.items():
         assert not run.stats.skipped, (name, run.stats.skipped)
         runtime = sum(1 for r in run.torch["records"] if r.get("is_runtime"))
-        assert runtime == sum(n for k, n in run.stats.kinds.items() if k.endswith("_runtime")) > 0
+        assert runtime == sum(n for k, n in run.stats.record_types.items() if k.endswith("_runtime")) > 0
 
 
 def test_triton_kernel_builds_on_the_root_are_torchs_field(replayed: dict[str, Replayed]):

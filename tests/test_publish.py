@@ -92,9 +92,12 @@ def test_sdist_carries_docs_tests_and_shipped_configs(dists: tuple[Path, Path]) 
 
 
 def test_the_wheel_and_the_sdist_carry_the_html_pages_assets(dists: tuple[Path, Path]) -> None:
-    """The run summary page's CSS and JS are package data (torch_otel/_assets/): both distributions carry every file."""
+    """The pages' CSS and JS are package data (torch_otel/_assets/, and each feature's part of the pages beside its
+    module): both distributions carry every file."""
     wheel, sdist = dists
     assets = {str(p.relative_to(ROOT)) for p in (ROOT / PKG / "_assets").iterdir() if p.is_file()}
+    assets |= {str(p.relative_to(ROOT)) for p in (ROOT / PKG / "_features").rglob("*.js")}
+    assert {f"{PKG}/_features/graph_calls/page.js", f"{PKG}/_features/cache_lookups/page.js"} <= assets
     assert {f"{PKG}/_assets/{n}" for n in ("summary.css", "summary.js", "page-kit.js", "diff.js")} <= assets, sorted(assets)
     with zipfile.ZipFile(wheel) as zf:
         in_wheel = set(zf.namelist())

@@ -35,7 +35,7 @@ def test_this_release_has_every_attach_point_its_row_promises():
     rows = attach_table.survey()
     missing = [r["name"] for r in rows if r["expected"] and not r["present"]]
     assert not missing, (
-        f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_capture/attach_table.py"
+        f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_capture/attach_table.py (or the feature's module)"
     )
     r = subprocess.run([str(BIN / "torch-otel"), "doctor"], capture_output=True, text=True, env=clean_env(), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -119,7 +119,7 @@ def test_a_hook_this_torch_lacks_is_one_line_and_the_rest_is_captured(monkeypatc
         "torch._dynamo.utils",
         attrs=(("a_function_this_torch_lacks", "_recompilation_reasons"),),
     )
-    monkeypatch.setattr(attach_table, "SOURCES", (*attach_table.SOURCES, future))
+    monkeypatch.setattr(attach_table, "CORE", (*attach_table.CORE, future))
     lines: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
@@ -207,7 +207,7 @@ def test_what_this_release_is_documented_to_lack_is_said_once_as_the_bridge_arms
     """On 2.10 (no cache counts in CompilationMetrics) one line names it; on the others, nothing is said."""
     documented = [
         s.name
-        for s in attach_table.SOURCES
+        for s in attach_table.rows()
         if not s.variant and not releases.in_releases(str(torch.__version__), s.releases)  # a variant is never lacking
     ]
     lines: list[str] = []

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from fastkit import cid
 
-from torch_otel._analysis.caches import KeyHistory, compare
-from torch_otel._features.cache_lookups import CacheLookupEvent, Component
+from torch_otel._features.cache_lookups.events import CacheLookupEvent, Component
+from torch_otel._features.cache_lookups.explain import KeyHistory, compare
 from torch_otel._model.record import CompileRecord, PhaseNode
 
 

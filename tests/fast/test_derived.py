@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
-from torch_otel._analysis.caches import LoadedKeys
 from torch_otel._assemble.assembler import Assembler
+from torch_otel._capture.mega_cache import LoadedKeys
 from torch_otel._core import errors as _internal
 from torch_otel._core.settings import Settings
 from torch_otel._model.record import CodeLocation, CompileRecord, Sink

@@ -6,6 +6,10 @@ and import neither each other (live capture and the sinks both stand on the asse
 inside functions too (a lazy import is still a dependency). A new folder or top-level module must be given its layer
 in :data:`LAYERS`; a layer's ``__init__.py`` imports nothing. ``bench/`` may import the package and
 ``tests/servers.py``, and its own modules without a cycle; the package imports neither ``bench`` nor ``tests``.
+
+The features (``_features/``) are plugins: nothing outside that folder imports a feature, only the machinery every
+feature is made of (``feature``, ``views``) and the one table of them (``registry``); inside it, only the registry
+imports a feature, and no feature imports another.
 """
 
 from __future__ import annotations
@@ -170,7 +174,7 @@ def test_the_package_is_folders_by_layer_and_its_entry_points():
 def test_a_layer_s_init_imports_nothing():
     """``import torch_otel.auto`` loads only what it names (torch_otel._core.import_watch): a layer's package adds nothing."""
     for name, deps in package_graph().items():
-        if name.endswith(".__init__") and layer_of(name) != "_autostart":
+        if name.endswith(".__init__") and name.count(".") == 1 and layer_of(name) != "_autostart":
             assert not deps, f"torch_otel/{layer_of(name)}/__init__.py imports {sorted(deps)}"
             tree = ast.parse((ROOT / "torch_otel" / layer_of(name) / "__init__.py").read_text())
             assert all(isinstance(n, ast.Expr) for n in tree.body), f"{layer_of(name)}/__init__.py holds more than a docstring"
@@ -188,6 +192,48 @@ def test_the_package_imports_neither_bench_nor_tests():
     for path in (ROOT / "torch_otel").rglob("*.py"):
         bad = {d for d in _imports(path, "torch_otel") if d.split(".")[0] in ("bench", "tests")}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+# The features' machinery and their one table: what the rest of the package may import of ``_features/``
+FEATURE_MACHINERY = {"_features.feature", "_features.views", "_features.registry", "_features.__init__"}
+
+
+def feature_of(module: str) -> str | None:
+    """``_features.graph_calls.state`` -> ``graph_calls``; None for the machinery and every other module."""
+    if layer_of(module) != "_features" or module in FEATURE_MACHINERY:
+        return None
+    return module.split(".")[1]
+
+
+def feature_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a feature from outside it that is not the registry's (a feature named outside the table)."""
+    out = []
+    for m, deps in graph.items():
+        for d in deps:
+            f = feature_of(d)
+            if f is not None and feature_of(m) != f and m != "_features.registry":
+                out.append(f"{m} imports {d}, of the feature {f}")
+    return sorted(out)
+
+
+def test_nothing_but_the_registry_imports_a_feature():
+    """A feature is a plugin: the rest of the package reads it through the registry, never by name."""
+    graph = package_graph()
+    assert {feature_of(m) for m in graph} - {None} >= {"cache_lookups", "graph_calls"}
+    assert feature_imports(graph) == []
+
+
+def test_a_feature_named_outside_the_table_is_found():
+    graph = {
+        "_features.registry": {"_features.toy"},
+        "_features.toy": {"_features.feature"},
+        "_features.other.state": {"_features.toy", "_features.views"},
+        "_sinks.summary": {"_features.registry", "_features.toy"},
+    }
+    assert feature_imports(graph) == [
+        "_features.other.state imports _features.toy, of the feature toy",
+        "_sinks.summary imports _features.toy, of the feature toy",
+    ]
 
 
 def test_bench_has_no_import_cycle():

@@ -24,7 +24,7 @@ from torch_otel._model.events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from torch_otel._parse.records import GENERIC_KINDS, HANDLERS, RecordError, chromium_to_event, metrics_to_event, parse_record
+from torch_otel._parse.records import GENERIC_RECORDS, HANDLERS, RecordError, chromium_to_event, metrics_to_event, parse_record
 
 IDS = {"rank": 0, "frame_id": 0, "frame_compile_id": 1, "attempt": 0}
 
@@ -309,7 +309,7 @@ def test_an_artifact_without_a_name_raises_record_error(value):
 # -- the generic kinds, dynamo_start, str, and the rest --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", GENERIC_KINDS)
+@pytest.mark.parametrize("kind", GENERIC_RECORDS)
 def test_each_generic_kind_is_a_named_artifact_with_its_numeric_fields(kind):
     value = {"sizes": {"l_x_": [4, 8]}, "ndim": 2, "is_leaf": True, "dtype": "torch.float32", "size": 128.5}
     md = {kind: value, **IDS, "has_payload": "42d1762ca6cd7ca79afce4a0b1b835fc"}
@@ -330,9 +330,9 @@ def test_each_generic_kind_is_a_named_artifact_with_its_numeric_fields(kind):
 
 def test_a_generic_kind_takes_the_name_its_record_gives():
     (ev,) = parse_record({"graph_dump": {"name": "pre_grad"}, **IDS}, "graph():")[1]
-    assert (ev.kind, ev.name) == ("graph_dump", "pre_grad")
+    assert (ev.record_type, ev.name) == ("graph_dump", "pre_grad")
     (ev,) = parse_record({"describe_source": "not a dict"}, None)[1]
-    assert (ev.kind, ev.name, ev.attributes) == ("describe_source", "describe_source", {})
+    assert (ev.record_type, ev.name, ev.attributes) == ("describe_source", "describe_source", {})
 
 
 def test_every_kind_in_the_table_parses_a_minimal_record():

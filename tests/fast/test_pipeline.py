@@ -1,8 +1,10 @@
-"""Fast tier: the one pipeline builder and the lifecycle it owns, with toy sinks; no torch.compile anywhere.
+"""Fast tier: the one pipeline builder and the lifecycle it owns, with toy sinks and toy states; no torch.compile.
 
 A new sink is registered through the builder (``PipelineSpec.sinks``) and gets every finished compile, then
 ``force_flush`` and ``shutdown``, in the order the builder lists the sinks, under one deadline, each call guarded:
-what this file shows for each of the three pipelines (live capture, replay, diff).
+what this file shows for each of the three pipelines (live capture, replay, diff). The features' live states are the
+pipeline's too: they see each compile before the sinks, are collected into the metrics, and flush and shut down after
+the sinks, under the same deadline, each call guarded.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from fastkit import frame, metrics
 
 from torch_otel._core import errors
 from torch_otel._core.settings import Settings
+from torch_otel._features.feature import FeatureState
 from torch_otel._model.record import CompileRecord, Sink
 from torch_otel._parse.trace_log import ReplayStats
-from torch_otel._pipeline.build import KeyIndexWriter, Pipeline, PipelineSpec, ReportSpec, build_pipeline
+from torch_otel._pipeline.build import PipelineSpec, ReportSpec, build_pipeline
+from torch_otel._pipeline.pipeline import Pipeline
 from torch_otel._sinks.replay_report import ReplayReport
 from torch_otel._sinks.summary import RunSummary, SummariesByRank
 
@@ -83,14 +87,20 @@ def test_a_toy_sink_registered_through_the_builder_gets_every_compile_then_flush
 
 def test_each_pipeline_lists_its_sinks_in_one_place_reports_first():
     live = build_pipeline(PipelineSpec("live", Settings(metrics=False, cache_index="off", summary=("stderr",))))
-    assert [type(s).__name__ for s in live.sinks] == ["KeyIndexWriter", "RunSummary", "NearLimitWarning"]
-    assert live.summary is live.sinks[1] and live.summary.destinations == ("stderr",)
+    assert [type(s).__name__ for s in live.sinks] == ["RunSummary", "NearLimitWarning"]
+    assert live.summary is live.sinks[0] and live.summary.destinations == ("stderr",)
+    # the features' live states, beside the sinks: the key history (its index written at exit), the graph counters
+    assert {n: type(s).__name__ for n, s in live.states.items()} == {
+        "cache_lookups": "CacheKeysState",
+        "graph_calls": "GraphCallsState",
+    }
     report = ReportSpec(ReplayStats(), io.StringIO(), io.StringIO())
     replay = build_pipeline(PipelineSpec("replay", QUIET, report=report))
     assert [type(s).__name__ for s in replay.sinks] == ["ReplayReport"] and isinstance(replay.report, ReplayReport)
+    assert list(replay.states) == ["cache_lookups"]  # a log holds no calls: graph calls has no state in a replay
     diff = build_pipeline(PipelineSpec("diff", QUIET, per_rank=True))
     assert [type(s).__name__ for s in diff.sinks] == ["RunSummary", "SummariesByRank"]
-    assert isinstance(diff.by_rank, SummariesByRank)
+    assert isinstance(diff.by_rank, SummariesByRank) and list(diff.states) == ["cache_lookups"]
     with pytest.raises(ValueError, match="no such pipeline source"):
         build_pipeline(PipelineSpec("nowhere"))
 
@@ -136,21 +146,91 @@ def test_the_deadline_is_shared_each_sink_has_what_is_left_and_every_one_still_s
     assert calls == ["slow.force_flush"]  # as the SDK's processors: time ran out before the next one's turn
 
 
-def test_the_run_summary_and_the_key_index_write_themselves_on_shutdown(tmp_path):
-    saved: list[int] = []
+class ToyState(FeatureState):
+    """A feature's live state of a kind the package does not know: what the pipeline calls, in order."""
+
+    collect_every_s = 5.0
+
+    def __init__(self, calls: list[str], name: str = "state", fail: str | None = None) -> None:
+        self.calls, self.name, self.fail = calls, name, fail
+        self.shutdown_timeouts: list[int] = []
+
+    def _call(self, what: str) -> None:
+        self.calls.append(f"{self.name}.{what}")
+        if self.fail == what:
+            raise RuntimeError(f"a toy {what} failed")
+
+    def on_start(self, record: CompileRecord) -> None:
+        self._call("on_start")
+
+    def on_finish(self, record: CompileRecord) -> None:
+        self._call("on_finish")
+
+    def observe(self, event: Any, torch_version: str | None) -> None:
+        self._call(f"observe {event} {torch_version}")
+
+    def collect(self) -> list[Any]:
+        self._call("collect")
+        return [("torch_compile_toy_things", ("0",), 3, None)]
+
+    def handover(self) -> Any:
+        self._call("handover")
+        return "what the next one starts from"
+
+    def after_fork(self) -> None:
+        self._call("after_fork")
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        self._call("force_flush")
+        return True
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        self.shutdown_timeouts.append(timeout_millis)
+        self._call("shutdown")
+
+
+def test_the_run_summary_and_the_states_write_themselves_on_shutdown_after_a_last_collect(tmp_path):
+    calls: list[str] = []
     out = tmp_path / "summary-{rank}.json"
     summary = RunSummary("live", destinations=(str(out),))
-    pipeline = Pipeline([KeyIndexWriter(lambda: saved.append(1)), summary])
+    pipeline = Pipeline([summary, Toy(calls)], states={"toy": ToyState(calls)})
     _one_compile(pipeline)
-    assert not (tmp_path / "summary-0.json").exists() and saved == []
+    assert not (tmp_path / "summary-0.json").exists()
+    assert calls == ["state.on_start", "state.on_finish", "toy.on_finish 0/0"]  # a state sees a compile before the sinks
+    calls.clear()
     pipeline.shutdown()
-    assert json.loads((tmp_path / "summary-0.json").read_text())["compiles"] == 1 and saved == [1]
+    assert json.loads((tmp_path / "summary-0.json").read_text())["compiles"] == 1
+    assert calls == ["state.collect", "toy.shutdown", "state.shutdown"]  # collected first; the sinks, then the states
+
+
+def test_a_state_is_collected_observes_hands_over_and_starts_afresh_after_a_fork_each_call_guarded():
+    calls: list[str] = []
+    broken, state = ToyState(calls, "broken", fail="collect"), ToyState(calls)
+    pipeline = Pipeline([], states={"broken": broken, "toy": state})
+    assert pipeline.state("toy") is state and pipeline.collect_every_s == 5.0
+    before = errors.internal_errors().get("ToyState.collect:RuntimeError", 0)
+    pipeline.collect()  # no metrics: read, and nothing applied; the broken one counted once, the next still read
+    assert calls[-2:] == ["broken.collect", "state.collect"]
+    assert errors.internal_errors()["ToyState.collect:RuntimeError"] == before + 1
+    pipeline.assembler().observe("an artifact", "2.13.0")
+    assert calls[-1] == "state.observe an artifact 2.13.0"
+    assert pipeline.handover() == {"broken": "what the next one starts from", "toy": "what the next one starts from"}
+    pipeline.after_fork()
+    assert calls[-2:] == ["broken.after_fork", "state.after_fork"]
+    assert pipeline.force_flush(1_000) is True and calls[-2:] == ["broken.force_flush", "state.force_flush"]
+
+
+def test_the_states_share_the_sinks_deadline_and_each_still_shuts_down():
+    calls: list[str] = []
+    state = ToyState(calls)
+    Pipeline([Slow(calls, "slow")], states={"toy": state}).shutdown(200)
+    assert calls == ["state.collect", "slow.shutdown", "state.shutdown"] and state.shutdown_timeouts == [0]
 
 
 def test_replay_s_report_writes_its_text_json_and_divergence_on_shutdown(tmp_path):
     text, err = io.StringIO(), io.StringIO()
     stats = ReplayStats(files=1, records=2)
-    stats.kinds["chromium_event"] += 2
+    stats.record_types["chromium_event"] += 2
     stats.problems.append("x.log: cannot read (denied)")
     report = ReportSpec(stats, text, err, json_path=str(tmp_path / "r.json"), html=str(tmp_path / "r.html"))
     pipeline = build_pipeline(PipelineSpec("replay", QUIET, report=report))

@@ -387,7 +387,7 @@ def test_two_models_through_one_library_wrapper_are_two_frames_ordered_by_cost()
 
 
 def test_the_evidence_of_graph_calls_names_the_graphs_that_ran_once_as_a_range_only_when_they_are_one() -> None:
-    from torch_otel._analysis.recompiling_frames import add_call_evidence
+    from torch_otel._features.graph_calls.summary_part import add_call_evidence
 
     def evidence(calls: list[int]) -> dict[str, Any]:
         frames: list[dict[str, Any]] = [

@@ -252,7 +252,7 @@ def test_replay_file_turns_a_log_of_one_frame_compile_into_one_record(tmp_path):
     assert (rec.trace_file, rec.torch_version) == (str(path), "2.13.0+cpu")
     assert rec.artifacts == []  # default capture: no artifacts
     assert (stats.files, stats.records) == (1, 10)
-    assert stats.kinds == Counter(
+    assert stats.record_types == Counter(
         {"chromium_event": 4, "artifact": 2, "dynamo_start": 1, "dynamo_output_graph": 1, "compilation_metrics": 1}
     )
     assert stats.skipped == Counter() and sum(stats.unmatched.values()) == 0
@@ -264,7 +264,7 @@ def test_replay_file_with_artifacts_attaches_them_and_counts_those_of_no_compile
     sink, stats = Collect(), ReplayStats()
     replay_file(path, [sink], stats, artifacts=True)
     rec = sink.only()
-    assert [(a.kind, a.name, a.size, a.digest) for a in rec.artifacts] == [
+    assert [(a.record_type, a.name, a.size, a.digest) for a in rec.artifacts] == [
         ("dynamo_output_graph", "dynamo_output_graph", len("graph():\n    return ()"), "42d1")
     ]
     assert rec.rank is None
@@ -286,7 +286,7 @@ def test_replay_file_counts_bad_records_and_unknown_kinds_and_finishes_a_cut_com
     sink, stats = Collect(), ReplayStats()
     replay_file(path, [sink], stats)
     assert stats.skipped == Counter({"chromium_event without payload": 1, "artifact without a name": 1})
-    assert stats.unknown_kinds == Counter({"a_future_kind": 1})
+    assert stats.unknown_record_types == Counter({"a_future_kind": 1})
     assert stats.unmatched == Counter({"ends with no begin open": 1, "begins never ended": 0})
     rec = sink.only()
     assert rec.incomplete == "the log ends before the compile ended"
@@ -323,10 +323,11 @@ def test_a_baselines_keys_know_their_release_from_the_first_lookup_on():
     lookups; a key without its release made a miss on another release read "torch version changed" instead of
     "torch 2.13.0+cpu → 2.15.0".
     """
-    from torch_otel._analysis.cache_index import baseline_keys
+    from torch_otel._features.cache_lookups.key_index import baseline_keys
+    from torch_otel._parse.trace_log import LOG_FILES
 
     log = Path(__file__).parent.parent / "data" / "cache-baseline-2.13"
-    keys, problems = baseline_keys(str(log))
+    keys, problems = baseline_keys(str(log), logs=LOG_FILES)
     assert keys and not problems
     assert {k.torch_version for k in keys} == {"2.13.0+cpu"}, [(k.compile_id, k.torch_version) for k in keys]
 

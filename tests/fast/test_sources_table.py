@@ -10,9 +10,11 @@ import pytest
 
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._attach import attaching, points
-from torch_otel._capture.attach_table import SOURCES
+from torch_otel._capture.attach_table import rows
 from torch_otel._capture.live_capture import LiveCapture
 from torch_otel._core import errors as _internal
+from torch_otel._core.settings import Settings
+from torch_otel._pipeline.build import PipelineSpec, build_pipeline
 
 
 def _hook_refs(src: points.Source) -> list[object]:
@@ -26,9 +28,15 @@ def _hook_refs(src: points.Source) -> list[object]:
     return refs
 
 
-@pytest.mark.parametrize("src", SOURCES, ids=lambda s: s.name)
-def test_every_rows_hook_is_a_member_of_the_live_capture(src):
-    cap = LiveCapture(Assembler([]))
+def _live_capture() -> LiveCapture:
+    """A live capture with its pipeline's features' states (a feature's row names its state's hook)."""
+    pipeline = build_pipeline(PipelineSpec("live", Settings(metrics=False, cache_index="off", graph_calls=True)))
+    return LiveCapture(pipeline.assembler(), states=pipeline.states)
+
+
+@pytest.mark.parametrize("src", rows(), ids=lambda s: s.name)
+def test_every_rows_hook_is_a_member_of_the_live_capture_or_its_features_state(src):
+    cap = _live_capture()
     refs = _hook_refs(src)
     if isinstance(src, (points.FunctionHook, points.StaticMethodHook, points.LoggerHook, points.ObjectHook)):
         assert refs, f"{src.name} names no hook of the capture"

@@ -16,15 +16,16 @@ from fastkit import frame, metrics
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from torch_otel._analysis.caches import KeyHistory
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._core.settings import Settings
-from torch_otel._features.cache_lookups import CacheLookupEvent, parse_components
+from torch_otel._features.cache_lookups.events import CacheLookupEvent, parse_components
+from torch_otel._features.cache_lookups.explain import KeyHistory
+from torch_otel._features.cache_lookups.state import CacheKeysState
 from torch_otel._features.registry import FEATURES
 from torch_otel._model.events import GraphBreakEvent, RecompileReasonsEvent
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
-from torch_otel._pipeline.build import Pipeline
 from torch_otel._pipeline.diff_command import read_side
+from torch_otel._pipeline.pipeline import Pipeline
 from torch_otel._sinks import span_model
 from torch_otel._sinks.span_model import METRIC_ATTRIBUTES, Events, Root
 from torch_otel._sinks.spans import SpanMapper
@@ -68,7 +69,7 @@ def _records_through_spans(path: Path) -> dict[str, Any]:
     provider.add_span_processor(SimpleSpanProcessor(OTLPJsonFileSpanExporter(str(path), setting="test")))
     summary = RunSummary("live")
     mapper = SpanMapper(provider.get_tracer("t"), Settings(), live=False)
-    pipeline = Pipeline([summary], tracing=mapper, cache_keys=KeyHistory())
+    pipeline = Pipeline([summary], tracing=mapper, states={"cache_lookups": CacheKeysState(KeyHistory())})
     asm = pipeline.assembler()
     parts = ["[h1] gm: GraphModule()", "[h2] inductor_config[size_asserts]: True"]
     t = 0

@@ -118,9 +118,11 @@ elif WHAT == "fork":
 elif WHAT == "many":
     n = int(sys.argv[2])
     if "torch_otel" in sys.modules and os.environ.get("GRAPH_CAP"):
-        from torch_otel._features.graph_calls import GRAPHS
+        import torch._dynamo  # noqa: F401 - arms the bridge (torch_otel.auto), whose pipeline holds the counters
 
-        GRAPHS.max_graphs = int(os.environ["GRAPH_CAP"])
+        from torch_otel._pipeline import bridge
+
+        bridge.current().pipeline.state("graph_calls").graphs.max_graphs = int(os.environ["GRAPH_CAP"])
     rss = {}
     for k in range(n):
         scope: dict = {}
@@ -138,17 +140,20 @@ elif WHAT == "many":
     report: dict = {"compiles": n, "rss_mb": rss}
     if "torch_otel" in sys.modules:
         import torch_otel
-        from torch_otel._features.graph_calls import GRAPHS, CompileCalls, Graph
+        from torch_otel._features.graph_calls.calls import CompileCalls
+        from torch_otel._features.graph_calls.counters import Graph
+        from torch_otel._pipeline import bridge
 
         torch_otel.force_flush()
+        state = bridge.current().pipeline.state("graph_calls")  # the bridge's: its counters, the compiles it kept
         report.update(
-            counters=len(GRAPHS.graphs),
-            not_counted=GRAPHS.not_counted,
-            compiles_kept=len(GRAPHS.compiles),
+            counters=len(state.graphs.graphs),
+            not_counted=state.graphs.not_counted,
+            compiles_kept=len(state.compiles),
             live_counters=sum(type(o) is Graph for o in gc.get_objects()),
             live_compile_calls=sum(type(o) is CompileCalls for o in gc.get_objects()),
-            counted_calls=sorted({g.calls for g in GRAPHS.graphs}),
-            wrappers_alive=sum(1 for g in GRAPHS.graphs if g._wrapper is not None and g._wrapper() is not None),
+            counted_calls=sorted({g.calls for g in state.graphs.graphs}),
+            wrappers_alive=sum(1 for g in state.graphs.graphs if g._wrapper is not None and g._wrapper() is not None),
             internal_errors=torch_otel.internal_error_count(),
         )
     print(json.dumps(report), flush=True)

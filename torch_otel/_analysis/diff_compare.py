@@ -19,7 +19,9 @@ from typing import Any
 
 from .._core.frame_names import match, row_where
 from .._core.merge import basename as _base
-from .caches import CLASSES
+from .._features.feature import Feature
+from .._features.registry import features_or_default
+from .._features.views import DiffView
 from .diff_gate import EXIT_GATE_FAILED, EXIT_OK, Gate, flags
 
 __all__ = ["SCHEMA_VERSION", "Side", "compare", "compare_summaries", "ranks_text"]
@@ -242,226 +244,6 @@ def _compare_failures(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, A
     return out
 
 
-def _compare_cache(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
-    cb, cn = b.get("caches") or {}, n.get("caches") or {}
-    rates: dict[str, Any] = {}
-    hb, hn = cb.get("hit_rate") or {}, cn.get("hit_rate") or {}
-    byp_b, byp_n = _bypassed(cb), _bypassed(cn)
-    for cache in sorted(set(hb) | set(hn) | set(byp_b) | set(byp_n)):
-        x, y = hb.get(cache), hn.get(cache)
-        rates[cache] = {
-            "base": None if x is None else _num(x.get("rate")),
-            "new": None if y is None else _num(y.get("rate")),
-            "base_lookups": 0 if x is None else int(_num(x.get("hits")) + _num(x.get("misses"))),
-            "new_lookups": 0 if y is None else int(_num(y.get("hits")) + _num(y.get("misses"))),
-            "base_hits": 0 if x is None else int(_num(x.get("hits"))),
-            "base_bypasses": byp_b.get(cache, 0),
-            "new_bypasses": byp_n.get(cache, 0),
-        }
-    kb, kn = _keys(cb), _keys(cn)
-    by_keys = kb is not None and kn is not None
-    new_misses = _new_misses_by_key(cb, cn, kb, kn) if kb is not None and kn is not None else _new_misses_by_count(cb, cn)
-    return {
-        "hit_rate": rates,
-        "misses": {"base": int(_num(cb.get("misses"))), "new": int(_num(cn.get("misses")))},
-        "new_misses": new_misses,
-        "new_misses_by": "key" if by_keys else "count",
-        "new_bypasses": _new_bypasses(cb, cn),
-    }
-
-
-def _bypassed(c: Mapping[str, Any]) -> dict[str, int]:
-    """A side's bypassed lookups per cache: its summary's reasons, else the lookups it logged."""
-    out: dict[str, int] = {}
-    rows = [r for r in c.get("bypasses") or [] if isinstance(r, Mapping)]
-    if not rows:
-        rows = [r for r in c.get("lookups") or [] if isinstance(r, Mapping) and r.get("result") == "bypass"]
-    for r in rows:
-        out[str(r.get("cache"))] = out.get(str(r.get("cache")), 0) + int(_num(r.get("count")))
-    return out
-
-
-def _new_bypasses(cb: Mapping[str, Any], cn: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Bypass reasons (torch's words) the new side has more of than the base."""
-    rb = {
-        (r.get("cache"), r.get("reason")): int(_num(r.get("count"))) for r in cb.get("bypasses") or [] if isinstance(r, Mapping)
-    }
-    out = []
-    for r in cn.get("bypasses") or []:
-        if not isinstance(r, Mapping):
-            continue
-        k, was = (r.get("cache"), r.get("reason")), rb.get((r.get("cache"), r.get("reason")), 0)
-        if int(_num(r.get("count"))) > was:
-            out.append(
-                {"cache": k[0], "reason": k[1], "category": r.get("category"), "base": was, "new": int(_num(r.get("count")))}
-            )
-    return out
-
-
-def _keys(c: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
-    """A side's lookups with their keys; None where its summary has none to compare (an older torch-otel's) or left
-    some out (past its bound)."""
-    k = c.get("keys")
-    if not isinstance(k, list) or _num(c.get("keys_left_out")) > 0:
-        return None
-    return [r for r in k if isinstance(r, Mapping)]
-
-
-def _slot(r: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The graph a lookup is of: its cache, its frame (the compile id without the compile's number) and its pass."""
-    return (r.get("cache"), _frame_of(r), r.get("pass"))
-
-
-def _frame_of(r: Mapping[str, Any]) -> str:
-    cid = str(r.get("id") or "")
-    return cid.rsplit("/", 1)[0] if "/" in cid else cid
-
-
-# A new miss's cause against the base, where the keys say it (docs/diff.md): the base hit it, or never looked the graph up
-_BASE_SAYS = {
-    "not_in_cache": "the base run hit the same key: this run's cache did not have it (a new or cleared cache directory, "
-    "another node's local cache, an evicted entry)",
-    "first_seen": "the base run did not look this graph up",
-}
-
-
-def _parts(r: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    p = r.get("parts")
-    return p if isinstance(p, Mapping) and p else None
-
-
-def _changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
-    """The classes of part that differ between two keys of one graph (their ``parts``: hashes per class), most
-    telling first; the graph's code first where its tensor inputs changed in number (a graph break shortened it)."""
-    a, b = _parts(old) or {}, _parts(new) or {}
-    changed = [c for c in CLASSES if a.get(c) != b.get(c)]
-    if "graph" in changed and a.get("tensors") != b.get("tensors") and changed[0] == "inputs":
-        changed.remove("graph")
-        changed.insert(0, "graph")
-    return changed
-
-
-def _causes_against(kb: list[Mapping[str, Any]], kn: list[Mapping[str, Any]]) -> dict[int, str]:
-    """Each new miss (index into ``kn``) the base did not miss, with its cause against the base, from the keys alone:
-    the same whether each side came from a log, a summary or a traces file.
-
-    - ``not_in_cache``: the base hit the same key;
-    - ``first_seen``: the base never looked that graph up (an FX graph inside an AOTAutograd hit was looked up);
-    - else the class of part that changed against the base's nearest key of that graph (a hash per class each side
-      keeps), as a run explains its own misses: autocast (in an AOTAutograd key) leads the FX graphs it changed; a
-      backward whose forward's code changed leads with its code; an AOTAutograd key with no parts listed takes its
-      FX graphs' cause, else its own side's; ``other`` where nothing says."""
-    missed = {(r.get("cache"), r.get("key")) for r in kb if r.get("result") == "miss"}
-    hit = {(r.get("cache"), r.get("key")) for r in kb if r.get("result") == "hit"}
-    by_slot: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    aot_frames = set()
-    for r in kb:
-        if r.get("result") in ("hit", "miss"):
-            by_slot.setdefault(_slot(r), []).append(r)
-            if r.get("cache") == "aot_autograd":
-                aot_frames.add((r.get("rank"), _frame_of(r)))
-    out: dict[int, str] = {}
-    pending: list[int] = []
-    for i, r in enumerate(kn):
-        k = (r.get("cache"), r.get("key"))
-        if r.get("result") != "miss" or k in missed:
-            continue
-        if k in hit:
-            out[i] = "not_in_cache"
-            continue
-        olds = by_slot.get(_slot(r), [])
-        inside_aot = r.get("cache") == "fx_graph" and any(f == _frame_of(r) for _, f in aot_frames)
-        if not olds and not inside_aot:
-            out[i] = "first_seen"
-            continue
-        with_parts = [o for o in olds if _parts(o)]
-        if _parts(r) and with_parts:
-            nearest = min(with_parts, key=lambda o: len(_changed(r, o)))
-            changed = _changed(r, nearest)
-            autocast = (_parts(nearest) or {}).get("autocast") != (_parts(r) or {}).get("autocast")
-            out[i] = "config" if autocast and r.get("cache") == "aot_autograd" else changed[0] if changed else "other"
-        else:
-            pending.append(i)
-    # by compile (rank and id): autocast in its AOTAutograd key leads its FX graphs; a backward follows its forward's
-    # changed code; an AOTAutograd key with no parts takes its FX graphs' cause
-    compile_of = {i: (kn[i].get("rank"), kn[i].get("id")) for i in out}
-    aot_config = {c for i, c in compile_of.items() if kn[i].get("cache") == "aot_autograd" and out[i] == "config"}
-    forward_graph = {c for i, c in compile_of.items() if kn[i].get("pass") == "forward" and out[i] == "graph"}
-    for i, c in compile_of.items():
-        r = kn[i]
-        if r.get("cache") == "fx_graph" and c in aot_config and out[i] in ("graph", "inputs"):
-            out[i] = "config"
-        elif r.get("pass") == "backward" and c in forward_graph and out[i] == "inputs":
-            out[i] = "graph"
-    for i in pending:
-        r = kn[i]
-        c = (r.get("rank"), r.get("id"))
-        fx = [out[j] for j, cj in compile_of.items() if cj == c and kn[j].get("cache") == "fx_graph"]
-        own = str(r.get("cause") or "other")
-        out[i] = fx[0] if fx else own if own in CLASSES else "other"
-    return out
-
-
-def _new_misses_by_key(
-    cb: Mapping[str, Any], cn: Mapping[str, Any], kb: list[Mapping[str, Any]], kn: list[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """The new side's misses of keys the base did not miss, each with its cause against the base
-    (:func:`_causes_against`); ``base``: the base's misses of the same graphs (with other keys)."""
-    causes = _causes_against(kb, kn)
-    found: dict[tuple[str, str], list[int]] = {}
-    for i, cause in causes.items():
-        found.setdefault((str(kn[i].get("cache")), cause), []).append(i)
-    reasons_b = {(r.get("cache"), r.get("reason")) for r in cb.get("top_reasons") or []}
-    out = []
-    for (cache, cause), idx in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        slots = {_slot(kn[i]) for i in idx}
-        base = sum(1 for r in kb if r.get("result") == "miss" and _slot(r) in slots)
-        if cause in _BASE_SAYS:
-            why = [_BASE_SAYS[cause]]
-        else:  # the new run's own words for its misses of this cache (against what it compared with), its cause's first
-            own = [
-                r
-                for r in cn.get("top_reasons") or []
-                if r.get("cache") == cache and (r.get("cache"), r.get("reason")) not in reasons_b
-            ]
-            why = [str(r.get("reason")) for r in sorted(own, key=lambda r: _reason_cause(r) != cause)][:3] or [
-                f"its {cause} parts differ from the base run's key of this graph"
-            ]
-        out.append({"cache": cache, "cause": cause, "base": base, "new": len(idx), "reasons": why})
-    return out
-
-
-def _new_misses_by_count(cb: Mapping[str, Any], cn: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A side without keys (a summary of an older torch-otel): misses by cache and cause that grew."""
-    mb = {(m.get("cache"), m.get("cause")): int(_num(m.get("count"))) for m in cb.get("misses_by_cache_and_cause") or []}
-    mn = {(m.get("cache"), m.get("cause")): int(_num(m.get("count"))) for m in cn.get("misses_by_cache_and_cause") or []}
-    reasons_b = {(r.get("cache"), r.get("reason")) for r in cb.get("top_reasons") or []}
-    new_misses = []
-    for (cache, cause), k in sorted(mn.items(), key=lambda kv: -kv[1]):
-        if k > mb.get((cache, cause), 0):
-            why = [
-                r.get("reason")
-                for r in cn.get("top_reasons") or []
-                if r.get("cache") == cache
-                and _reason_cause(r) in (cause, "changed" if cause not in ("first_seen", "not_in_cache") else None)
-                and (r.get("cache"), r.get("reason")) not in reasons_b
-            ]
-            new_misses.append({"cache": cache, "cause": cause, "base": mb.get((cache, cause), 0), "new": k, "reasons": why[:3]})
-    return new_misses
-
-
-def _reason_cause(r: Mapping[str, Any]) -> str:
-    """A miss reason's cause: the row's own (``cause``), else, for a summary of an older torch-otel, what its words
-    say: the two causes that have fixed words, else ``changed`` (one of the classes of a changed part)."""
-    cause = r.get("cause")
-    if isinstance(cause, str):
-        return cause
-    text = str(r.get("reason") or "")
-    return (
-        "first_seen" if text.startswith("first seen") else "not_in_cache" if text.startswith("not in this cache") else "changed"
-    )
-
-
 def _compare_recompiling_frames(b: Mapping[str, Any], n: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The new side's frames that recompiled, the costliest first, each with its base's count: the facts and hints."""
     rb, rn = _recompiling(b) or [], _recompiling(n) or []
@@ -503,63 +285,11 @@ def _compare_eager(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def _graph_calls(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    c = s.get("graph_calls")
-    return c if isinstance(c, Mapping) else None
-
-
-def _once(c: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The graphs that ran at most once (the call that compiled them), and their compile seconds."""
-    return next((r for r in c.get("ran_at_most") or [] if isinstance(r, Mapping) and r.get("calls") == 1), {})
-
-
-def _compare_graph_calls(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any] | None:
-    """How often each frame's compiled graphs ran on both sides, where both runs counted them (a live run's summary or
-    traces; a ``TORCH_TRACE`` log holds no calls): per frame, its calls, graphs, and those that ran at most once."""
-    cb, cn = _graph_calls(b), _graph_calls(n)
-    if cb is None or cn is None:
-        return None
-    frames = []
-    fb = [f for f in cb.get("frames") or [] if isinstance(f, Mapping)]
-    fn = [f for f in cn.get("frames") or [] if isinstance(f, Mapping)]
-    for x, y in match(fb, fn):
-        ref = y or x
-        assert ref is not None
-        frames.append(
-            {
-                "function": ref.get("function"),
-                "file": ref.get("file"),
-                "line": ref.get("line"),
-                "status": "both" if x is not None and y is not None else "new" if y is not None else "gone",
-                **{
-                    f"{side}_{k}": int(_num((d or {}).get(k)))
-                    for side, d in (("base", x), ("new", y))
-                    for k in ("calls", "compiles", "dead")
-                },
-                **{
-                    f"{side}_dead_compile_s": round(_num((d or {}).get("dead_compile_s")), 6)
-                    for side, d in (("base", x), ("new", y))
-                },
-            }
-        )
-    ob, on = _once(cb), _once(cn)
-    return {
-        "base_graphs": int(_num(cb.get("graphs"))),
-        "new_graphs": int(_num(cn.get("graphs"))),
-        "base_calls": int(_num(cb.get("calls"))),
-        "new_calls": int(_num(cn.get("calls"))),
-        "base_ran_once": int(_num(ob.get("compiles"))),
-        "new_ran_once": int(_num(on.get("compiles"))),
-        "base_ran_once_compile_s": round(_num(ob.get("compile_s")), 6),
-        "new_ran_once_compile_s": round(_num(on.get("compile_s")), 6),
-        "frames": sorted(frames, key=lambda f: -(f["base_calls"] + f["new_calls"])),
-    }
-
-
-def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any]:
-    """Every fact the diff shows, of two run summaries (``RunSummary.to_dict()``)."""
+def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any], features: tuple[Feature, ...] | None = None) -> dict[str, Any]:
+    """Every fact the diff shows, of two run summaries (``RunSummary.to_dict()``): the record's own, then each feature's
+    comparison (``DiffView``), after them or before the one it names."""
     bs, ns = _num(b.get("wall_s")), _num(n.get("wall_s"))
-    return {
+    own: dict[str, Any] = {
         "total": {
             "base_s": round(bs, 6),
             "new_s": round(ns, 6),
@@ -574,13 +304,31 @@ def compare_summaries(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, A
         "recompiles": _compare_recompiles(b, n),
         "failures": _compare_failures(b, n),
         "eager_frames": _compare_eager(b, n),
-        "cache": _compare_cache(b, n),
         "recompiling_frames": _compare_recompiling_frames(b, n),
-        "graph_calls": _compare_graph_calls(b, n),
     }
+    for view in _views(features):
+        own = _placed(own, view.key, view.compare(b, n), view.before)
+    return own
 
 
-def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
+def _views(features: tuple[Feature, ...] | None) -> list[DiffView]:
+    return [f.diff for f in features_or_default(features) if f.diff is not None]
+
+
+def _placed(d: dict[str, Any], key: str, value: Any, before: str | None) -> dict[str, Any]:
+    """``d`` with ``key`` added before the key ``before`` (at the end where it has none)."""
+    if before is None or before not in d:
+        d[key] = value
+        return d
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if k == before:
+            out[key] = value
+        out[k] = v
+    return out
+
+
+def compare(base: Side, new: Side, gate: Gate | None = None, features: tuple[Feature, ...] | None = None) -> dict[str, Any]:
     """The diff's facts: both sides, what is compared and what not, the run's changes, each rank's, the gate."""
     gate = gate or Gate()
     compared: list[str] = []
@@ -623,15 +371,18 @@ def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
             f"torch releases differ ({', '.join(sorted(vb))} -> {', '.join(sorted(vn))}): compile times, phases and cache "
             "keys change with the release; every fact is compared, the cause of a cache miss names the version"
         )
-    facts = compare_summaries(b_sum, n_sum)
-    facts["flags"] = flags(facts, gate)
+    for view in _views(features):  # what a feature says it cannot compare
+        if view.notes is not None:
+            compared.extend(view.notes(b_sum, n_sum))
+    facts = compare_summaries(b_sum, n_sum, features)
+    facts["flags"] = flags(facts, gate, features)
     ranks_out: dict[str, Any] = {}
     if per_rank:
         changed = []
         rows = []
         for r, (x, y) in sorted(per_rank.items()):
-            rf = compare_summaries(x, y)
-            fl = flags(rf, gate)
+            rf = compare_summaries(x, y, features)
+            fl = flags(rf, gate, features)
             rows.append(
                 {
                     "rank": r,
@@ -640,7 +391,8 @@ def compare(base: Side, new: Side, gate: Gate | None = None) -> dict[str, Any]:
                     "graph_breaks": {k: rf["graph_breaks"][k] for k in ("new", "gone", "base_total", "new_total")},
                     "recompiles": {k: rf["recompiles"][k] for k in ("new", "gone", "base_total", "new_total")},
                     "failures": {"new": rf["failures"]["new"], "limit_hits": rf["failures"]["limit_hits"]},
-                    "cache": {"hit_rate": rf["cache"]["hit_rate"], "new_misses": rf["cache"]["new_misses"]},
+                    # each feature's part of a rank's row (the caches': hit rates and new misses)
+                    **{v.key: v.per_rank(rf[v.key]) for v in _views(features) if v.per_rank is not None},
                 }
             )
             if fl:

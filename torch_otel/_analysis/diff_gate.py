@@ -14,33 +14,47 @@ from typing import Any
 
 from .._core.frame_names import row_where
 from .._core.merge import basename as _base
+from .._features.feature import Feature
+from .._features.registry import conditions as conditions_of
+from .._features.views import Condition
 
-__all__ = ["CONDITIONS", "DEFAULTS", "EXIT_GATE_FAILED", "EXIT_MISSING_PATH", "EXIT_NOTHING_PARSED", "EXIT_OK", "Gate",
+__all__ = ["CONDITIONS", "DEFAULTS", "defaults", "EXIT_GATE_FAILED", "EXIT_MISSING_PATH", "EXIT_NOTHING_PARSED", "EXIT_OK", "Gate",
            "flags", "grew", "parse_fail_on"]  # fmt: skip
 
 # Exit status: replay's (0 done, 1 nothing could be read, 2 a missing path); 3 is replay's "not exported", unused here
 EXIT_OK, EXIT_NOTHING_PARSED, EXIT_MISSING_PATH, EXIT_GATE_FAILED = 0, 1, 2, 4
 
-# The gate's conditions and their default thresholds: a time condition fails when the growth exceeds every threshold
-# it has (the percentage and the seconds), so neither a small frame's relative jitter nor a long run's absolute jitter
-# fails it. The defaults sit above the spread measured between identical runs (docs/diff.md, "How much compile time
-# varies").
-CONDITIONS = ("time", "frame-time", "graph-breaks", "recompiles", "failures", "cache")
+
+# The gate's conditions on the record's own facts and their default thresholds: a time condition fails when the growth
+# exceeds every threshold it has (the percentage and the seconds), so neither a small frame's relative jitter nor a long
+# run's absolute jitter fails it. The defaults sit above the spread measured between identical runs (docs/diff.md, "How
+# much compile time varies"). Each feature adds its own after these (``DiffView.conditions``: the caches' ``cache``).
+CONDITIONS = ("time", "frame-time", "graph-breaks", "recompiles", "failures")
 DEFAULTS: dict[str, tuple[float | None, float | None]] = {
     "time": (50.0, 4.0),  # the run's compile time: +50 % and +4 s (identical runs measured: up to +3.07 s)
     "frame-time": (100.0, 3.0),  # one frame's: +100 % and +3 s (identical runs measured: up to +2.33 s)
-    "cache": (0.0, None),  # a cache's hit rate fell (by more than 0 points)
 }
+_UNITS = {"time": ("%", "s"), "frame-time": ("%", "s")}  # the thresholds a condition takes (none: it takes none)
+_TIME_HINT = "use a percentage and/or seconds: time:20%:1s"
 _ALIASES = {
     "graph-break": "graph-breaks",
     "graph_breaks": "graph-breaks",
     "recompile": "recompiles",
     "failure": "failures",
     "frame_time": "frame-time",
-    "cache-hit-rate": "cache",
     "total-time": "time",
 }
 _THRESHOLD = re.compile(r"^(\d+(?:\.\d+)?)(%|s)$")
+
+
+def _features_conditions(features: tuple[Feature, ...] | None) -> dict[str, tuple[str, Condition]]:
+    """Each feature's conditions by name, with its comparison's key."""
+    return {c.name: (key, c) for key, c in conditions_of(features)}
+
+
+def defaults(features: tuple[Feature, ...] | None = None) -> dict[str, tuple[float | None, float | None]]:
+    """Every condition's default thresholds: the record's own, then each feature's."""
+    return {**DEFAULTS, **{name: c.defaults for name, (_, c) in _features_conditions(features).items()}}
 
 
 @dataclass
@@ -57,7 +71,7 @@ class Gate:
         return ", ".join(parts)
 
 
-def parse_fail_on(values: Iterable[str]) -> tuple[Gate, list[str]]:
+def parse_fail_on(values: Iterable[str], features: tuple[Feature, ...] | None = None) -> tuple[Gate, list[str]]:
     """``--fail-on`` values -> :class:`Gate` and problems (one line each).
 
     Each value is a comma-separated list of conditions; ``all`` is every one with its default thresholds. A time
@@ -66,35 +80,33 @@ def parse_fail_on(values: Iterable[str]) -> tuple[Gate, list[str]]:
     """
     gate = Gate()
     problems: list[str] = []
+    added = _features_conditions(features)
+    names = (*CONDITIONS, *added)
+    aliases = {**_ALIASES, **{a: name for name, (_, c) in added.items() for a in c.aliases}}
+    thresholds = defaults(features)
+    units = {**_UNITS, **{name: c.units for name, (_, c) in added.items()}}
+    hints = {"time": _TIME_HINT, "frame-time": _TIME_HINT, **{name: c.units_hint for name, (_, c) in added.items()}}
     for value in values:
         for item in (v.strip() for v in value.split(",")):
             if not item:
                 continue
             name, *ths = item.split(":")
-            name = _ALIASES.get(name.lower(), name.lower())
+            name = aliases.get(name.lower(), name.lower())
             if name == "all":
-                for c in CONDITIONS:
-                    gate.conditions.setdefault(c, DEFAULTS.get(c, (None, None)))
+                for c in names:
+                    gate.conditions.setdefault(c, thresholds.get(c, (None, None)))
                 continue
-            if name not in CONDITIONS:
+            if name not in names:
                 problems.append(
-                    f"--fail-on {item!r}: no such condition; use {', '.join(CONDITIONS)} or all (time:20%:1s sets the thresholds)"
+                    f"--fail-on {item!r}: no such condition; use {', '.join(names)} or all (time:20%:1s sets the thresholds)"
                 )
                 continue
-            pct, secs = DEFAULTS.get(name, (None, None)) if not ths else (None, None)
+            pct, secs = thresholds.get(name, (None, None)) if not ths else (None, None)
             for th in ths:
                 m = _THRESHOLD.match(th.strip())
-                if m is None or (name not in ("time", "frame-time", "cache")) or (name == "cache" and m.group(2) != "%"):
-                    problems.append(
-                        f"--fail-on {item!r}: {th!r} is not a threshold of {name}; "
-                        + (
-                            "use a percentage and/or seconds: time:20%:1s"
-                            if name in ("time", "frame-time")
-                            else "use points of hit rate: cache:5%"
-                            if name == "cache"
-                            else f"{name} takes none"
-                        )
-                    )
+                if m is None or m.group(2) not in units.get(name, ()):
+                    hint = hints.get(name) if units.get(name) else None
+                    problems.append(f"--fail-on {item!r}: {th!r} is not a threshold of {name}; " + (hint or f"{name} takes none"))
                     continue
                 if m.group(2) == "%":
                     pct = float(m.group(1))
@@ -115,10 +127,12 @@ def grew(base: float, new: float, thresholds: tuple[float | None, float | None])
     return not (secs is not None and change <= secs)
 
 
-def flags(facts: Mapping[str, Any], gate: Gate) -> list[dict[str, str]]:
+def flags(facts: Mapping[str, Any], gate: Gate, features: tuple[Feature, ...] | None = None) -> list[dict[str, str]]:
     """What changed that the gate's conditions (or, with no gate, the defaults) flag: kind and one line each."""
     out: list[dict[str, str]] = []
-    th = gate.conditions if gate.conditions else {c: DEFAULTS.get(c, (None, None)) for c in CONDITIONS}
+    added = _features_conditions(features)
+    every = defaults(features)
+    th = gate.conditions if gate.conditions else {c: every.get(c, (None, None)) for c in (*CONDITIONS, *added)}
     t = facts["total"]
     if "time" in th and grew(t["base_s"], t["new_s"], th["time"]):
         out.append(
@@ -159,21 +173,9 @@ def flags(facts: Mapping[str, Any], gate: Gate) -> list[dict[str, str]]:
         for h in facts["failures"]["limit_hits"]["new_frames"]:
             on = f" in {h['frame']}" if h.get("frame") else ""
             out.append({"kind": "failures", "text": f"new recompile-limit hit{on} ({h['count']})"})
-    if "cache" in th:
-        pct = th["cache"][0] or 0.0
-        for cache, r in facts["cache"]["hit_rate"].items():
-            if r["base"] is not None and r["new"] is not None and r["new_lookups"] and 100 * (r["base"] - r["new"]) > pct:
-                out.append({"kind": "cache", "text": f"{cache} hit rate fell: {r['base']:.0%} -> {r['new']:.0%}"})
-            if r.get("base_hits") and r.get("new_bypasses", 0) > r.get("base_bypasses", 0):
-                # a cache the base hit, now bypassed: no hit rate to fall, every compile of it done afresh
-                why = next((x["reason"] for x in facts["cache"].get("new_bypasses") or [] if x["cache"] == cache), None)
-                out.append(
-                    {
-                        "kind": "cache",
-                        "text": f"{cache} bypassed: hit {r['base_hits']} -> bypassed {r['new_bypasses']}"
-                        + (f": {why}" if why else ""),
-                    }
-                )
+    for name, (key, condition) in added.items():  # each feature's, on its comparison
+        if name in th and facts.get(key) is not None:
+            out.extend({"kind": name, "text": text} for text in condition.flags(facts[key], th[name]))
     return out
 
 

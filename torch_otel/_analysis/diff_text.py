@@ -10,6 +10,8 @@ from typing import Any
 from .._core.frame_names import row_where
 from .._core.merge import basename as _base
 from .._core.text import cut_middle, cut_where, shorten_reason, wrap
+from .._features.feature import Feature
+from .._features.registry import features_or_default
 from .diff_compare import ranks_text as _ranks
 from .diff_gate import pct_text as _pct_text
 from .diff_gate import secs_text as _secs
@@ -30,8 +32,11 @@ def _sec(title: str, lines: list[str], keep: int = 1) -> tuple[str, list[str], i
     return (title, lines, keep)
 
 
-def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES) -> str:
-    """The diff on one screen: at most ``max_lines`` lines of ``width`` columns; --json and --html hold everything."""
+def format_text(
+    d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_LINES, features: tuple[Feature, ...] | None = None
+) -> str:
+    """The diff on one screen: at most ``max_lines`` lines of ``width`` columns; --json and --html hold everything.
+    Each feature's lines come after the record's own, or before the section it names."""
     w = max(72, width)
     secs: list[tuple[str, list[str], int]] = []
     head = [
@@ -140,20 +145,6 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
     for x in lh["new_frames"]:
         lines.append(_cut(f"  new   recompile-limit hit{' in ' + x['frame'] if x.get('frame') else ''}: {x['count']}", w))
     secs.append(_sec("failures", lines, 2))
-    c = d["cache"]
-    rates = ", ".join(
-        f"{k} {_rate(v['base'], v.get('base_bypasses'))} -> {_rate(v['new'], v.get('new_bypasses'))}"
-        for k, v in c["hit_rate"].items()
-    )
-    lines = [f"cache hit rate: {rates}" if rates else "cache: no lookups on either side"]
-    lines[0] += f"; misses {c['misses']['base']} -> {c['misses']['new']}" if rates else ""
-    for x in c.get("new_bypasses") or []:  # torch's reason, in its words: the change to undo
-        lines.append(_cut(f"  new bypass  {x['cache']} {x['base']} -> {x['new']}: {x['reason']}", w))
-    for x in c["new_misses"]:
-        why = f": {x['reasons'][0]}" if x.get("reasons") else ""
-        # the counts and the change lead; what it was compared with ("against 0/0 in the base run") may be cut
-        lines.append(_cut(f"  new misses  {x['cache']} {x['cause']} {x['base']} -> {x['new']}{why}", w))
-    secs.append(_sec("cache", [_cut(x, w) for x in lines], 2))
     lines = []
     for x in d["recompiling_frames"]:
         if not keeps_recompiling(x):
@@ -163,24 +154,13 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         lines.append(f"  {cut_where(row_where(x), max(20, w - 2 - len(tail)))}{tail}")
         lines.extend(hint_lines(x, w))
     if lines:
-        secs.append(_sec("recompiling", ["frames that keep recompiling (new side, the costliest first):", *lines], 3))
-    gc = d.get("graph_calls")
-    if gc:
-        lines = [
-            f"graph calls: {gc['base_calls']:,} -> {gc['new_calls']:,} calls of {gc['base_graphs']} -> {gc['new_graphs']} "
-            f"compiled graphs; ran at most once: {gc['base_ran_once']} ({gc['base_ran_once_compile_s']:.2f} s compiling) -> "
-            f"{gc['new_ran_once']} ({gc['new_ran_once_compile_s']:.2f} s)"
-        ]
-        for x in gc["frames"]:
-            tag = " (new)" if x["status"] == "new" else " (gone)" if x["status"] == "gone" else ""
-            lines.append(
-                _cut(
-                    f"  {row_where(x)}{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
-                    f"graphs {x['base_compiles']} -> {x['new_compiles']}, ran at most once {x['base_dead']} -> {x['new_dead']}",
-                    w,
-                )
-            )
-        secs.append(_sec("graph_calls", lines, 1))
+        secs.append(_sec("recompiling_frames", ["frames that keep recompiling (new side, the costliest first):", *lines], 3))
+    for feature in features_or_default(features):
+        view = feature.diff
+        lines = view.text(d[view.key], w) if view is not None and d.get(view.key) is not None else []
+        if view is not None and lines:
+            place = next((i for i, sec in enumerate(secs) if sec[0] == view.before), len(secs))
+            secs.insert(place, _sec(view.key, lines, view.keep))
     rk = d.get("ranks") or {}
     if rk:
         changed = rk["changed"]
@@ -202,11 +182,6 @@ def format_text(d: Mapping[str, Any], width: int = WIDTH, max_lines: int = MAX_L
         lines = [_cut("changes past the default thresholds: " + ("; ".join(x["text"] for x in fl) if fl else "none"), w)]
         secs.append(_sec("flags", lines, 1))
     return "\n".join(_cut(line, w) for line in _fit(secs, max_lines)) + "\n"
-
-
-def _rate(v: float | None, bypassed: Any = 0) -> str:
-    """A hit rate; none (no hit or miss): ``bypassed`` where torch bypassed the cache, else ``-``."""
-    return ("bypassed" if bypassed else "-") if v is None else f"{v:.0%}"
 
 
 def _gb(x: Mapping[str, Any]) -> str:

@@ -61,9 +61,9 @@ _LOCAL = re.compile(r"^L\['([A-Za-z_]\w*)'\]$")
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """One guard failure, parsed: its kind, the input it is about, the dimension, and the values it saw."""
+    """One guard failure, parsed: what it checks, the input it is about, the dimension, and the values it saw."""
 
-    kind: str  # size, stride, dtype, rank, requires_grad, dispatch, global_state, int
+    check: str  # size, stride, dtype, rank, requires_grad, dispatch, global_state, int
     name: str | None = None  # the input, as torch names its source ("x", "self.weight")
     dim: int | None = None
     values: tuple[str, ...] = ()  # expected first, then actual (what torch's text gives)
@@ -72,7 +72,7 @@ class Guard:
 def parse_guard(reason: str) -> Guard | None:
     """``tensor 'x' size mismatch at index 0. expected 8, actual 16`` -> ``Guard('size', 'x', 0, ('8', '16'))``."""
     text = strip_recompile_prefix(reason)
-    for kind, pattern in _GUARDS:
+    for check, pattern in _GUARDS:
         m = pattern.search(text)
         if m is None:
             continue
@@ -83,9 +83,9 @@ def parse_guard(reason: str) -> Guard | None:
             name = local.group(1)
         dim = int(groups["dim"]) if groups.get("dim") is not None else None
         values = tuple(v for v in (groups.get("exp"), groups.get("act")) if v is not None)
-        if kind == "requires_grad" and values:  # torch names only the expected one: the other is its opposite
+        if check == "requires_grad" and values:  # torch names only the expected one: the other is its opposite
             values = (values[0], "1" if values[0] == "0" else "0")
-        return Guard(kind, name, dim, values)
+        return Guard(check, name, dim, values)
     return None
 
 
@@ -126,7 +126,7 @@ def sort_values(values: list[str]) -> list[str]:
 
 @dataclass(slots=True)
 class GuardValues:
-    kind: str
+    check: str
     name: str | None
     dim: int | None
     values: list[str] = field(default_factory=list)  # distinct, in the order seen
@@ -137,7 +137,7 @@ class GuardValues:
 
 def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     """A guard's values in words: "dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40"."""
-    kind, name, dim = g.get("kind"), g.get("input"), g.get("dim")
+    check, name, dim = g.get("kind"), g.get("input"), g.get("dim")
     values = [str(v) for v in g.get("values") or []]
     unnamed = int(g.get("unnamed_values") or 0)
     n = len(values) + int(g.get("more_values") or 0) + unnamed
@@ -150,12 +150,12 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
         "int": f"int argument '{name}'",
         "kwargs": "the number of keyword arguments",
         "global_state": "torch's global state",
-    }.get(str(kind), f"input '{name}'")
-    if kind == "dispatch":  # torch's words kept: a device, or grad mode (no_grad against inference_mode), changed
+    }.get(str(check), f"input '{name}'")
+    if check == "dispatch":  # torch's words kept: a device, or grad mode (no_grad against inference_mode), changed
         return f"input '{name}': dispatch key set mismatch (its device or grad mode changed)"
-    if kind == "global_state":
+    if check == "global_state":
         return f"torch's global state changed: {', '.join(values) or '?'}"
-    if kind == "requires_grad":
+    if check == "requires_grad":
         values = ["True" if v == "1" else "False" for v in values]
     shown = values[:SHOWN_VALUES]
     left = n - len(shown) - unnamed

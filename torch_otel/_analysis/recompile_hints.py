@@ -132,13 +132,13 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
     shapes were off, it turns them back on, which shares one graph among the other sizes), names only what the caller
     passes (else says the fix belongs at the call site), and where no change is known to be safe says so.
     """
-    kind, name, dim = g.get("kind"), str(g.get("input")), g.get("dim")
+    check, name, dim = g.get("kind"), str(g.get("input")), g.get("dim")
     line = str(g.get("line") or guard_line(g))
     values = [str(v) for v in g.get("values") or []]
     auto = ctx.automatic_dynamic
     target = _reachable(name, ctx)
     at = _at(ctx)
-    if kind == "size":
+    if check == "size":
         if any(v in ("0", "1") for v in values):
             special = "0" if "0" in values else "1"
             if auto is False:  # the rule is mark_dynamic's: automatic dynamic shapes never raise, and share the rest
@@ -205,7 +205,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                 )
             )
         return out
-    if kind == "int":
+    if check == "int":
         if not repeated and auto is not False:
             return [
                 Hint(
@@ -238,7 +238,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                 RECOMPILATION_URL,
             )
         ]
-    if kind in ("dtype", "requires_grad", "rank"):
+    if check in ("dtype", "requires_grad", "rank"):
         change = {
             "dtype": ("in one dtype (cast it before the call)", "a dtype cannot be dynamic: each dtype compiles its own graph"),
             "requires_grad": (
@@ -246,7 +246,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                 "requires_grad is guarded: each setting compiles its own graph",
             ),
             "rank": ("with one number of dimensions", "dynamic shapes do not cover a change in the number of dimensions"),
-        }[str(kind)]
+        }[str(check)]
         if target is None:
             return [
                 Hint(
@@ -259,7 +259,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                 )
             ]
         return [Hint(line, f"pass '{target}' {change[0]}", f"{change[1]}; before the call{at}", "call_site", RECOMPILATION_URL)]
-    if kind == "kwargs":
+    if check == "kwargs":
         who = (
             "the calls are the user's: the fix belongs at the call site" + at + " (pass the same keyword arguments)"
             if ctx.called_directly or not ctx.library

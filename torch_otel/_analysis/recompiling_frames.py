@@ -8,7 +8,6 @@ summary's part, with each frame's guards in words and its hints (torch_otel._ana
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from .recompile_guards import (
 )
 from .recompile_hints import FrameContext, advise
 
-__all__ = ["FrameRecompiles", "RecompilingFrames", "add_call_evidence", "frame_lines", "hint_lines", "keeps_recompiling",
+__all__ = ["FrameRecompiles", "RecompilingFrames", "frame_lines", "hint_lines", "keeps_recompiling",
            "limit_words"]  # fmt: skip
 MAX_FRAMES = 1000  # frames whose recompiles are followed
 MAX_GUARDS = 16  # distinct guards per frame
@@ -126,14 +125,14 @@ class RecompilingFrames:
         if g is None:
             f.unparsed += 1
             return
-        gk = (g.kind, g.name, g.dim)
+        gk = (g.check, g.name, g.dim)
         gv = f.guards.get(gk)
         if gv is None:
             if len(f.guards) >= MAX_GUARDS:
                 return
-            gv = f.guards[gk] = GuardValues(g.kind, g.name, g.dim)
+            gv = f.guards[gk] = GuardValues(g.check, g.name, g.dim)
         gv.failures += 1
-        if g.kind in EXPECTED_ONLY:
+        if g.check in EXPECTED_ONLY:
             gv.unnamed = 1  # until a later failure names it, the value this recompile compiled for is unnamed
         for v in g.values:
             if v in gv.values:
@@ -150,9 +149,9 @@ class RecompilingFrames:
             fn, path, line = key[0], key[1], key[2]
             guards = []
             for g in sorted(f.guards.values(), key=lambda g: -g.failures):
-                shown = self.capture_payloads or g.kind != "int"  # an int's values may be data: counted, not shown
+                shown = self.capture_payloads or g.check != "int"  # an int's values may be data: counted, not shown
                 d: dict[str, Any] = {
-                    "kind": g.kind,
+                    "kind": g.check,
                     "input": g.name,
                     "dim": g.dim,
                     "values": sort_values(list(g.values)) if shown else [],
@@ -207,51 +206,6 @@ class RecompilingFrames:
                 }
             )
         return out
-
-
-def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, Any] | None) -> None:
-    """Each recompiling frame's evidence from its graphs' calls (a live run's summary): the graphs that ran at most
-    once, what compiling them cost, and the fix that would have saved it: ``frame["evidence"]``."""
-    if not isinstance(graph_calls, Mapping):
-        return
-    by_frame = {
-        (g.get("function"), _basename(g.get("file")), g.get("line")): g
-        for g in graph_calls.get("frames") or []
-        if isinstance(g, Mapping)
-    }
-    for f in frames:
-        calls = by_frame.get((f.get("function"), _basename(f.get("file")), f.get("line")))
-        graphs = [g for g in (calls or {}).get("graphs") or [] if isinstance(g, Mapping) and g.get("kind") == "frame"]
-        once = [g for g in graphs if isinstance(g.get("calls"), int) and g["calls"] <= 1]
-        if not once:
-            continue
-        ids = [str(g.get("id")) for g in once]
-        named = _named(ids)
-        cost = sum(float(g.get("compile_s") or 0) for g in once)
-        fixes = [h for h in f.get("hints") or f.get("fixes") or [] if isinstance(h, Mapping) and h.get("fix")]
-        line = (
-            f"graph{'s' if len(ids) > 1 else ''} {named} ran {'at most once each' if len(ids) > 1 else 'at most once'} "
-            f"and cost {cost:.2f} s of compiling" + (f": {fixes[0]['fix']} would have saved it" if fixes else "")
-        )
-        f["evidence"] = {"ran_once": len(ids), "of": len(graphs), "ids": ids[:64], "compile_s": round(cost, 6), "line": line}
-
-
-def _named(ids: list[str]) -> str:
-    """``0/1``, ``0/1 and 0/3``, ``0/1 to 0/7`` (every graph between), or ``0/1, 0/3, 0/5`` (at most 4 named)."""
-    if len(ids) <= 2:
-        return " and ".join(ids)
-    try:
-        numbers = [int(i.rsplit("/", 1)[1]) for i in ids]
-        frames = {i.rsplit("/", 1)[0] for i in ids}
-    except (IndexError, ValueError):
-        numbers, frames = [], set()
-    if len(frames) == 1 and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
-        return f"{ids[0]} to {ids[-1]}"
-    return ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
-
-
-def _basename(path: Any) -> str | None:
-    return re.split(r"[\\/]", path)[-1] if isinstance(path, str) and path else None
 
 
 def keeps_recompiling(f: Mapping[str, Any]) -> bool:

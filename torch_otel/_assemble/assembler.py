@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._core.compile_id import CompileId
-from .._core.errors import record_error
 from .._features.feature import Attach, Feature
 from .._features.registry import features_or_default
 from .._model.events import (
@@ -43,6 +42,7 @@ from .._model.events import (
 )
 from .._model.record import ROOTS, RUNTIME, STANDALONE, WORKER_ARG, CompileRecord, PhaseNode, Sink
 from .derive import RECENT, CacheLoads, Derive, Tracing, guard
+from .fanout import Fanout
 
 __all__ = ["ATTACH", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
 
@@ -111,8 +111,10 @@ class Assembler:
         stamp: Callable[[CompileRecord, bool], None] | None = None,
         recent: int | None = None,
         recompile_limit: Callable[[], int | None] | None = None,
+        out: Fanout | None = None,
     ) -> None:
-        self.sinks: list[Sink] = list(sinks)
+        self.out = Fanout(sinks) if out is None else out
+        self.states: tuple[Any, ...] = tuple((feature_states or {}).values())
         self.max_open = max_open
         self.stamp = stamp
         features = features_or_default(features)
@@ -126,7 +128,7 @@ class Assembler:
         )
         # how each event type joins its compile: the record's own rows, then the added features' (kept in attached)
         self._attach_rows: dict[type, tuple[Attach, bool]] = {t: (row, False) for t, row in ATTACH.items()}
-        self._attach_rows.update({k.event: (k.attach, True) for k in features})
+        self._attach_rows.update({f.event: (f.attach, True) for f in features if f.event is not None and f.attach is not None})
         self._open: OrderedDict[tuple[CompileId | None, str], CompileRecord] = OrderedDict()
         self._backwards: dict[CompileId | None, int] = {}  # lazy backwards seen per compile id
         self._next_reasons: dict[str, list[str]] = {}  # kind -> why the next compile of that kind happens
@@ -152,6 +154,12 @@ class Assembler:
             handler = self._handlers.get(type(event))
             if handler is not None:
                 handler(event)
+
+    def observe(self, event: Any, torch_version: str | None = None) -> None:
+        """An event that joins no compile, offered to the features' live states (replay: each artifact it reads, with
+        the torch release its log was written by)."""
+        for state in self.states:
+            guard(f"{type(state).__name__}.observe", state.observe, event, torch_version)
 
     def _attach(self, event: Any) -> None:
         row, added_kind = self._attach_rows[type(event)]
@@ -583,15 +591,10 @@ class Assembler:
         return guard(what, fn, *args)
 
     def _notify_orphan_log(self, ev: LogEvent) -> None:
-        for sink in self.sinks:
-            try:
-                sink.on_orphan_log(ev)
-            except Exception as exc:  # noqa: BLE001
-                record_error(f"{type(sink).__name__}.on_orphan_log", exc)
+        self.out.on_orphan_log(ev)
 
     def _notify(self, what: str, rec: CompileRecord) -> None:
-        for sink in self.sinks:
-            try:
-                getattr(sink, what)(rec)
-            except Exception as exc:  # noqa: BLE001 - one sink must not starve the others
-                record_error(f"{type(sink).__name__}.{what}", exc)
+        if what == "on_finish":
+            self.out.on_finish(rec)
+        else:
+            self.out.on_start(rec)

@@ -13,6 +13,10 @@
   var D = {};
   guard("the diff", function () { D = obj(JSON.parse(document.getElementById("diff").textContent)); });
   var drawn = 0;
+  // What a feature's part of this page (K.part) draws with: the diff, and this page's helpers beside the kit's
+  var P = { D: D, table: table, rate: rate, signed: signed, pctText: pctText, updown: updown,
+            drew: function () { drawn += 1; } };
+  Object.keys(K).forEach(function (k) { if (!(k in P)) P[k] = K[k]; });
 
   // cols: [header, cell(row) -> text, numeric?, class(row) -> extra class]
   function table(rows, cols, rowClass, deltaOf, deltaMax) {
@@ -163,41 +167,6 @@
     ], function () { return "err"; }));
   }
 
-  function drawCache() {
-    var c = obj(D.cache), rates = obj(c.hit_rate);
-    var names = Object.keys(rates);
-    var s = section("Caches", "misses " + num(obj(c.misses).base) + " \u2192 " + num(obj(c.misses)["new"]) + ".");
-    if (!names.length) return none(s, "no lookups on either side");
-    s.appendChild(table(names.map(function (k) { return { name: k, r: obj(rates[k]) }; }), [
-      ["cache", function (x) { return x.name; }],
-      ["base hit rate", function (x) { return x.r.base === null && num(x.r.base_bypasses) ? "bypassed" : rate(x.r.base); }, true],
-      ["new hit rate", function (x) { return x.r["new"] === null && num(x.r.new_bypasses) ? "bypassed" : rate(x.r["new"]); }, true],
-      ["base lookups", function (x) { return num(x.r.base_lookups); }, true],
-      ["new lookups", function (x) { return num(x.r.new_lookups); }, true]
-    ]));
-    var byp = arr(c.new_bypasses);
-    if (byp.length) {
-      s.appendChild(el("h3", null, "New bypasses: compiled afresh on every run"));
-      s.appendChild(table(byp, [
-        ["cache", function (x) { return str(x.cache); }],
-        ["base", function (x) { return num(x.base); }, true],
-        ["new", function (x) { return num(x["new"]); }, true],
-        ["torch's reason", function (x) { return str(x.reason); }]
-      ], function () { return "err"; }));
-    }
-    var miss = arr(c.new_misses);
-    if (miss.length) {
-      s.appendChild(el("h3", null, "New misses, and why"));
-      s.appendChild(table(miss, [
-        ["cache", function (x) { return str(x.cache); }],
-        ["cause", function (x) { return str(x.cause); }],
-        ["base", function (x) { return num(x.base); }, true],
-        ["new", function (x) { return num(x["new"]); }, true],
-        ["why", function (x) { return arr(x.reasons).join("; "); }]
-      ], function () { return "err"; }));
-    }
-  }
-
   function drawRecompiling() {
     var rows = arr(D.recompiling_frames);
     if (!rows.length) return;
@@ -243,29 +212,9 @@
     ], function (x) { return arr(x.flags).length ? "err" : null; }));
   }
 
-  // How often each frame's compiled graphs ran, on both sides (where both runs counted them: live runs).
-  function drawGraphCalls() {
-    if (!D.graph_calls || typeof D.graph_calls !== "object") return;
-    var g = obj(D.graph_calls);
-    var s = section("Graph calls",
-      num(g.base_calls).toLocaleString("en-US") + " \u2192 " + num(g.new_calls).toLocaleString("en-US") + " calls of " +
-      num(g.base_graphs) + " \u2192 " + num(g.new_graphs) + " compiled graphs; ran at most once: " + num(g.base_ran_once) +
-      " (" + fix3(g.base_ran_once_compile_s) + " s compiling) \u2192 " + num(g.new_ran_once) + " (" +
-      fix3(g.new_ran_once_compile_s) + " s).");
-    s.appendChild(table(arr(g.frames), [
-      ["frame", function (x) { return where(x.function, x.file, x.line) + (x.status === "both" ? "" : " (" + str(x.status) + ")"); }],
-      ["base calls", function (x) { return num(x.base_calls).toLocaleString("en-US"); }, true],
-      ["new calls", function (x) { return num(x.new_calls).toLocaleString("en-US"); }, true],
-      ["graphs", function (x) { return num(x.base_compiles) + " \u2192 " + num(x.new_compiles); }, true],
-      ["ran at most once", function (x) { return num(x.base_dead) + " \u2192 " + num(x.new_dead); }, true]
-    ], function (x) { return num(x.new_dead) > num(x.base_dead) ? "err" : null; }));
-    drawn += 1;
-  }
-
   guard("the header", drawHeader);
-  [["frames", drawFrames], ["phases", drawPhases], ["graph breaks", drawGraphBreaks], ["recompiles", drawRecompiles],
-   ["failures", drawFailures], ["caches", drawCache], ["recompiling frames", drawRecompiling], ["ranks", drawRanks],
-   ["graph calls", drawGraphCalls]]
+  K.placed([["frames", drawFrames], ["phases", drawPhases], ["graph breaks", drawGraphBreaks], ["recompiles", drawRecompiles],
+   ["failures", drawFailures], ["recompiling frames", drawRecompiling], ["ranks", drawRanks]], "diff", P)
     .forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.rendered = String(drawn);
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));

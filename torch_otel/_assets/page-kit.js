@@ -60,5 +60,27 @@ window.TorchOtelPage = (function () {
     return s;
   }
 
-  return { num: num, arr: arr, obj: obj, str: str, el: el, fix3: fix3, where: where, guard: guard, link: link, none: none, card: card, section: section };
+  // Each feature's part of the pages (torch_otel._features: its PageView's script, inlined after this kit), registered
+  // with part({summary: {tiles: function (P, cards), sections: [...]}, diff: {sections: [...]}}) before the page draws.
+  // A section is [name, draw(P), the name of the page's own section it comes before (none: after the page's own)];
+  // P holds the page's facts and what it draws with.
+  var parts = [];
+  function part(p) { parts.push(obj(p)); }
+  function placed(own, page, P) {
+    var out = own.slice();
+    parts.forEach(function (p) {
+      arr(obj(p[page]).sections).forEach(function (s) {
+        var draw = function () { s[1](P); };
+        var at = s[2] ? out.map(function (o) { return o[0]; }).indexOf(s[2]) : -1;
+        if (at < 0) out.push([s[0], draw]); else out.splice(at, 0, [s[0], draw]);
+      });
+    });
+    return out;
+  }
+  function tiles(page, P, cards) {
+    parts.forEach(function (p) { var t = obj(p[page]).tiles; if (typeof t === "function") t(P, cards); });
+  }
+
+  return { num: num, arr: arr, obj: obj, str: str, el: el, fix3: fix3, where: where, guard: guard, link: link, none: none, card: card,
+           section: section, part: part, placed: placed, tiles: tiles };
 })();

@@ -23,6 +23,9 @@
   var started = performance.now();
   var S = {};
   guard("the summary", function () { S = obj(JSON.parse(document.getElementById("summary").textContent)); });
+  // What a feature's part of this page (K.part) draws with: the summary, and this page's helpers beside the kit's
+  var P = { S: S, fmtS: fmtS, pct: pct, plural: plural, count: count, table: table, countsOf: countsOf };
+  Object.keys(K).forEach(function (k) { if (!(k in P)) P[k] = K[k]; });
 
   // -- header ----------------------------------------------------------------
   function drawHeader() {
@@ -36,7 +39,7 @@
     cards.id = "tiles";
     card(cards, String(compiles), plural(compiles, "compile"));
     card(cards, fmtS(S.wall_s), "compile time (wall, summed over compiles)");
-    cacheTiles(cards);
+    K.tiles("summary", P, cards);   // each feature's tiles (the caches' hit rates): could the time have been skipped?
     var recompiles = num(obj(S.recompiles).total), breaks = num(obj(S.graph_breaks).total);
     card(cards, String(recompiles), plural(recompiles, "recompile"));
     card(cards, String(breaks), plural(breaks, "graph break"));
@@ -52,35 +55,6 @@
     var rt = obj(S.runtime);
     if (num(rt.records) > 0) card(cards, fmtS(rt.total_s), count(num(rt.records), "runtime record") + " (not compile time)");
     head.appendChild(cards);
-  }
-
-  // Hits and misses per cache: torch's counts (caches.hit_rate) where the summary has them, else its lookups.
-  function cacheRates() {
-    var rates = {}, given = obj(obj(S.caches).hit_rate);
-    Object.keys(given).forEach(function (k) { rates[k] = { hits: num(obj(given[k]).hits), misses: num(obj(given[k]).misses) }; });
-    if (!Object.keys(rates).length) {
-      arr(S.cache).forEach(function (r) {
-        r = obj(r);
-        var k = str(r.cache), c = rates[k] || (rates[k] = { hits: 0, misses: 0 });
-        if (r.result === "hit") c.hits += num(r.count); else if (r.result === "miss") c.misses += num(r.count);
-      });
-    }
-    return rates;
-  }
-
-  function cacheTiles(cards) {
-    var rates = cacheRates(), names = Object.keys(rates).filter(function (k) { return rates[k].hits + rates[k].misses > 0; });
-    if (!names.length) {
-      card(cards, "none", "cache lookups (inductor's and AOTAutograd's caches were not asked)", false, "cache");
-      return;
-    }
-    names.sort().forEach(function (k) {
-      var r = rates[k], n = r.hits + r.misses;
-      card(cards, pct(r.hits, n), k + " cache hit rate (" + r.hits + " of " + count(n, "lookup") + ")", false, "cache");
-    });
-    var c = obj(S.caches);
-    if (c.miss_cost_s !== undefined) card(cards, fmtS(c.miss_cost_s), "cold work: compiles a warm cache would skip", false, "cache");
-    if (num(c.saved_s) > 0) card(cards, fmtS(c.saved_s), "saved by cache hits (torch's record)", false, "cache");
   }
 
   // -- the icicle chart --------------------------------------------------------
@@ -425,51 +399,6 @@
     ]));
   }
 
-  function drawColdWarm() {
-    var c = obj(S.caches);
-    var rates = obj(c.hit_rate), causes = countsOf(c.misses_by_cause), byp = arr(c.bypasses);
-    if (!Object.keys(rates).length && !causes.length && !byp.length) return;
-    var s = section("Cold and warm starts",
-      "cold work (the compiles of the lookups that missed) " + fix3(c.miss_cost_s) + " s; loading from caches " +
-      fix3(c.load_s) + " s; saved by hits " + fix3(c.saved_s) + " s (torch's remote_cache_time_saved_s).");
-    s.appendChild(table(Object.keys(rates).map(function (k) { return { cache: k, r: obj(rates[k]) }; }), [
-      ["cache", function (r) { return r.cache; }],
-      ["hits", function (r) { return num(r.r.hits); }, true],
-      ["misses", function (r) { return num(r.r.misses); }, true],
-      ["hit rate", function (r) { return pct(r.r.hits, num(r.r.hits) + num(r.r.misses)); }, true,
-        function (r) { return num(r.r.rate); }]
-    ]));
-    if (causes.length) {
-      s.appendChild(el("h3", null, "Why lookups missed"));
-      s.appendChild(table(arr(c.top_reasons), [
-        ["cache", function (r) { return str(r.cache); }, false, null, "nw"],
-        ["reason", function (r) { return str(r.reason); }],
-        ["count", function (r) { return num(r.count); }, true]
-      ]));
-    }
-    if (byp.length) {
-      // a bypass compiles afresh on every run: torch's reason, in its words, is what to change
-      s.appendChild(el("h3", null, "Bypassed: compiled afresh on every run" +
-        (num(c.bypass_cost_s) > 0 ? " (" + fix3(c.bypass_cost_s) + " s here)" : "")));
-      s.appendChild(table(byp, [
-        ["cache", function (r) { return str(r.cache); }, false, null, "nw"],
-        ["torch's reason", function (r) { return str(r.reason); }],
-        ["count", function (r) { return num(r.count); }, true]
-      ], function () { return "err"; }));
-    }
-    var odd = arr(c.odd_ranks);
-    if (odd.length) {
-      s.appendChild(el("h3", null, "Ranks that missed what the others hit"));
-      s.appendChild(table(odd, [
-        ["rank", function (r) { return num(r.rank); }, true],
-        ["cache", function (r) { return str(r.cache); }, false, null, "nw"],
-        ["graph", function (r) { return str(r.graph); }, false, null, "nw"],
-        ["hit on ranks", function (r) { return arr(r.hit_on).join(", "); }],
-        ["why", function (r) { return str(r.reason); }]
-      ], function () { return "err"; }));
-    }
-  }
-
   function drawFailures() {
     var fl = obj(S.failures), types = countsOf(fl.by_type);
     var s = section("Failures",
@@ -536,47 +465,14 @@
     s.appendChild(ul);
   }
 
-  // How often each compiled graph ran (a live run): which compiles paid for themselves, and which were thrown away.
-  function drawGraphCalls() {
-    if (!S.graph_calls || typeof S.graph_calls !== "object") return;
-    var c = obj(S.graph_calls), at = arr(c.ran_at_most);
-    var once = obj(at.filter(function (r) { return num(obj(r).calls) === 1; })[0]);
-    var s = section("Graph calls: did compiling pay off",
-      num(c.graphs) + " compiled graph" + (num(c.graphs) === 1 ? "" : "s") + " ran " + num(c.calls).toLocaleString("en-US") +
-      " times; " + num(once.compiles) + " ran at most once (the call that compiled them): " + fmtS(once.compile_s) +
-      " of compiling, " + pct(once.compile_s, once.of_compile_s) + " of all compile time." +
-      (num(c.uncounted) ? " " + num(c.uncounted) + " compile(s) not counted (past the bound)." : ""));
-    s.appendChild(table(at, [
-      ["graphs that ran at most", function (r) { return num(r.calls) + " time" + (num(r.calls) === 1 ? "" : "s"); }],
-      ["graphs", function (r) { return num(r.compiles); }, true],
-      ["compile s", function (r) { return fix3(r.compile_s); }, true],
-      ["of all compile time", function (r) { return pct(r.compile_s, r.of_compile_s); }, true, function (r) { return num(r.share); }]
-    ]));
-    arr(c.frames).forEach(function (f) {
-      f = obj(f);
-      s.appendChild(el("h3", num(f.dead) ? "fail" : null, where(f.function, f.file, f.line) + ": " + num(f.compiles) +
-        " graph" + (num(f.compiles) === 1 ? "" : "s") + ", " + fmtS(f.compile_s) + " compiling, " + num(f.dead) +
-        " ran at most once (" + fmtS(f.dead_compile_s) + ")"));
-      s.appendChild(table(arr(f.graphs), [
-        ["graph", function (r) { return str(r.id); }, false, null, "nw"],
-        ["pass", function (r) { return r.kind === "backward" ? "backward" : "forward"; }, false, null, "nw"],
-        ["calls", function (r) { return num(r.calls).toLocaleString("en-US"); }, true],
-        ["compile", function (r) { return r.with_forward ? "with its forward" : fmtS(r.compile_s); }, true],
-        ["compile per call", function (r) { return r.compile_s_per_call === null ? "\u2013" : fmtS(r.compile_s_per_call); }, true],
-        ["run per call", function (r) { return r.run_s_mean === null || r.run_s_mean === undefined ? "\u2013" : fmtS(r.run_s_mean); }, true]
-      ], function (r) { return num(r.calls) <= 1 ? "err" : null; }));
-      if (num(f.more_graphs)) s.appendChild(el("p", "muted", "(" + num(f.more_graphs) + " more graphs: the JSON lists them)"));
-    });
-  }
-
   guard("the header", drawHeader);
   guard("the chart", initChart);
   guard("frames left in eager", drawEager);
-  // The sections, two to a row: where the time went, whether a warm cache would have saved it, what recompiled or
-  // broke, then the details.
-  [["time by phase", drawPhases], ["top frames", drawFrames], ["cold and warm starts", drawColdWarm],
+  // The sections, two to a row: where the time went, whether a warm cache would have saved it (the caches' part),
+  // what recompiled or broke, then the details; each feature's where it says.
+  K.placed([["time by phase", drawPhases], ["top frames", drawFrames],
    ["recompiles", drawRecompiles], ["graph breaks", drawGraphBreaks], ["failures", drawFailures],
    ["recompiling frames", drawRecompiling], ["slowest compiles", drawSlowest],
-   ["cache lookups", drawCache], ["graph calls", drawGraphCalls]].forEach(function (p) { guard(p[0], p[1]); });
+   ["cache lookups", drawCache]], "summary", P).forEach(function (p) { guard(p[0], p[1]); });
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 })();

@@ -53,7 +53,19 @@ class AttachTarget(Protocol):
 
     def restore_logger(self, name: str, lg: logging.Logger) -> None: ...
 
-    def queue_events(self, convert: Callable[[], list[Any]]) -> None: ...
+    def queue_events(self, convert: Callable[[], list[Any]]) -> None:
+        """An EventTap row's call: ``convert`` runs off torch's path, with the queue, and its events are processed."""
+
+    def queue_event(self, event: Any) -> None:
+        """An event made on torch's path (a feature's hook), processed off it with the queue."""
+
+    def state(self, name: str) -> Any:
+        """The live state of the feature ``name`` in the capture's pipeline (None: it has none)."""
+
+    def at_root_end(self, root: str, fn: Callable[[], None]) -> None:
+        """Call ``fn`` on torch's thread as a compile's root phase ``root`` ends, before its end is queued."""
+
+    def forget_root_end(self, root: str, fn: Callable[[], None]) -> None: ...
 
     @property
     def tapped(self) -> set[type]: ...
@@ -314,14 +326,14 @@ class EventTap(Source[C]):
     shared with replay).
 
     A new kind of event torch hands a function is a row of this class: nothing in the capture changes. The
-    event types a tap delivers (``kinds``) are left out of full capture's ``torch.__trace`` records, which carry
+    event types a tap delivers (``delivers``) are left out of full capture's ``torch.__trace`` records, which carry
     the same facts once more. Detach puts torch's function back unless someone wrapped the tap since.
     """
 
     attr: str = ""
     owner: str | None = None  # a class of the module whose method (or staticmethod) is tapped
     to_events: TapEvents = lambda args, kwargs, cid: []
-    kinds: tuple[type, ...] = ()
+    delivers: tuple[type, ...] = ()
 
     def _lookup(self, mod: Any) -> Any:
         holder = getattr(mod, self.owner, None) if self.owner else mod
@@ -357,7 +369,7 @@ class EventTap(Source[C]):
         tap.__torch_otel_tap__ = self  # type: ignore[attr-defined]
         cap.originals[self._key()] = raw
         setattr(holder, self.attr, staticmethod(tap) if isinstance(raw, staticmethod) else tap)
-        cap.tapped.update(self.kinds)
+        cap.tapped.update(self.delivers)
         return True
 
     def detach(self, cap: C) -> None:
@@ -369,7 +381,7 @@ class EventTap(Source[C]):
         current_fn = current.__func__ if isinstance(current, staticmethod) else current
         if getattr(current_fn, "__torch_otel_tap__", None) is self:
             setattr(holder, self.attr, raw)
-        cap.tapped.difference_update(self.kinds)
+        cap.tapped.difference_update(self.delivers)
 
 
 @dataclass(frozen=True)

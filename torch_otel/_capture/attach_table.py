@@ -1,7 +1,8 @@
 """Every point where live capture attaches to torch: one row each, in one table.
 
-As tlparse's ``default_parsers()`` lists its parsers, :data:`SOURCES` lists the live capture's sources (the row types:
-torch_otel._attach.points). :class:`~torch_otel._capture.live_capture.LiveCapture` walks the table
+As tlparse's ``default_parsers()`` lists its parsers, :func:`rows` lists the live capture's sources (the row types:
+torch_otel._attach.points): its own (:data:`CORE`, :data:`ROOT_HOOKS`) and each feature's, whose hooks are the
+feature's own (torch_otel._features). :class:`~torch_otel._capture.live_capture.LiveCapture` walks the table
 (torch_otel._attach.attaching).
 
 A row whose attach point this torch lacks is skipped, and the capture says once, in one line, what this release cannot
@@ -11,50 +12,35 @@ the mega-cache) attach once the module is imported; a point missing there is rep
 
 from __future__ import annotations
 
-import importlib
 import logging
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .._attach.attaching import report_lacking_row
 from .._attach.points import (
     AttachTarget,
     CountersRead,
-    EventTap,
     FunctionHook,
     Hookable,
     LoggerHook,
-    MethodHook,
     ObjectHook,
     RecordFields,
     Source,
     StaticMethodHook,
 )
 from .._attach.releases import in_releases as _in_releases
-from .._features.cache_lookups import CacheLookupEvent
-from .._parse.records import instant_events
+from .._features.feature import Feature
+from .._features.registry import hooks_of
 
-__all__ = ["SOURCES", "Capture", "doctor_rows", "report_lacking", "survey"]
+__all__ = ["CORE", "ROOT_HOOKS", "Capture", "doctor_rows", "report_lacking", "rows", "survey"]
 
 
 class Capture(AttachTarget, Protocol):
-    """What the rows of :data:`SOURCES` attach and read, beside what every row does: the live capture (:class:`torch_otel._capture.live_capture.LiveCapture`).
+    """What the rows of :data:`CORE` and :data:`ROOT_HOOKS` attach and read, beside what every row does: the live capture (:class:`torch_otel._capture.live_capture.LiveCapture`).
 
     Each row names the capture's hook by a function of the capture (``lambda cap: cap._gb_handler``), so mypy
     checks every name in the table against this protocol, and the capture against it where it attaches the table:
     a misspelt hook fails the type check and ``tests/fast``, never a user's run.
     """
-
-    count_graphs: bool
-    # where a lazily compiled backward's callable lives as its compile ends: (function on the stack, the local or free
-    # variable there that holds it, its attribute), put by the CompiledBackward rows
-    backward_holders: list[tuple[str, str, str]]
-
-    def graphs_attached(self) -> None: ...
-
-    def graphs_detached(self) -> None: ...
 
     # the hooks the table attaches
     def _record_chromium_event(self, event: dict[str, Any]) -> None: ...
@@ -87,51 +73,6 @@ class Capture(AttachTarget, Protocol):
     @property
     def _mega_cache_hook(self) -> Hookable: ...
 
-    def _install_global_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]: ...
-
-    def _backward_compiler_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]: ...
-
-
-@dataclass(frozen=True)
-class CompiledBackward(Source[Capture]):
-    """Where a lazily compiled backward's callable lives as its compile ends: the frame of ``function`` on the stack
-    holds it in ``holder`` (a local or free variable), as ``attr``. Nothing of torch's is replaced: the capture reads
-    it there when the compile's root ends (torch's ``entire_backward_compile`` end, on the compile's own stack) and
-    puts the counter in front of it. ``probe``: a name the module has; ``absent``: one it must not have."""
-
-    function: str = ""
-    holder: str = ""
-    attr: str = "compiled_bw"
-    probe: str = ""
-    absent: str = ""
-
-    def _lookup(self, mod: Any) -> Any:
-        if mod is None or not hasattr(mod, self.probe) or (self.absent and hasattr(mod, self.absent)):
-            return None
-        return mod
-
-    def attach(self, cap: Capture) -> bool:
-        if self._lookup(sys.modules.get(self.module) if self.lazy else importlib.import_module(self.module)) is None:
-            return False
-        where = (self.function, self.holder, self.attr)
-        if where not in cap.backward_holders:
-            cap.backward_holders.append(where)
-        return True
-
-    def detach(self, cap: Capture) -> None:
-        where = (self.function, self.holder, self.attr)
-        if where in cap.backward_holders:
-            cap.backward_holders.remove(where)
-
-
-def _instant_call_events(args: tuple[Any, ...], kwargs: dict[str, Any], cid: Any) -> list[Any]:
-    """``ChromiumEventLogger.log_instant_event(self, event_name, time_ns, metadata, ...)`` -> the events of its row."""
-    named = dict(zip(("self", "event_name", "time_ns", "metadata"), args, strict=False)) | kwargs
-    name, ts = named.get("event_name"), named.get("time_ns")
-    if not isinstance(name, str):
-        return []
-    return instant_events(name, ts if isinstance(ts, int) else None, named.get("metadata"), cid) or []
-
 
 GRAPH_BREAK_LOGGERS = (
     "torch._dynamo.symbolic_convert.__graph_breaks",
@@ -144,8 +85,8 @@ INDUCTOR_DEBUG = "torch._inductor.debug"
 WARNING_LOGGERS = ("torch._dynamo", "torch._inductor")
 
 
-# The table. Order matters only for attaching: phases first, so a compile is never seen half-hooked.
-SOURCES: tuple[Source[Capture], ...] = (
+# Live capture's own rows. Order matters only for attaching: phases first, so a compile is never seen half-hooked.
+CORE: tuple[Source[Capture], ...] = (
     FunctionHook(
         "chromium_events",
         "compile phases (the child spans) and the phase metric",
@@ -243,63 +184,11 @@ SOURCES: tuple[Source[Capture], ...] = (
         attr="create_debug_dir",
         hook=lambda cap: cap._create_debug_dir,
     ),
-    EventTap(
-        "cache_lookups",
-        "each FX graph and AOTAutograd cache lookup: its key, result, time saved, and why a miss missed",
-        "torch._dynamo.utils",
-        owner="ChromiumEventLogger",
-        attr="log_instant_event",  # every instant torch logs: its cache lookups among them, at no payload cost
-        to_events=_instant_call_events,
-        kinds=(CacheLookupEvent,),
-    ),
-    MethodHook(
-        "graph_calls",
-        "how often each compiled graph ran, its first and last call (the run summary's graph calls)",
-        "torch._dynamo.output_graph",
-        only_if=lambda cap: cap.count_graphs,
-        owner="OutputGraph",
-        attr="install_global_unsafe",  # dynamo installs each compiled graph as a global of its frame through it
-        hook=lambda cap: cap._install_global_hook,
-        attached=lambda cap: cap.graphs_attached(),
-        detached=lambda cap: cap.graphs_detached(),
-    ),
-    CompiledBackward(
-        "graph_calls_lazy_backward",
-        "how often each lazily compiled backward ran",
-        "torch._functorch._aot_autograd.runtime_wrappers",
-        releases=("2.12", None),
-        lazy=True,
-        variant=True,
-        only_if=lambda cap: cap.count_graphs,
-        function="get_or_compile",  # _AutogradBackwardCompiler.get_or_compile returns self.compiled_bw
-        holder="self",
-        probe="_AutogradBackwardCompiler",
-    ),
-    CompiledBackward(
-        "graph_calls_lazy_backward_2_10",
-        "how often each lazily compiled backward ran",
-        "torch._functorch._aot_autograd.runtime_wrappers",
-        releases=("2.10", "2.11"),
-        lazy=True,
-        variant=True,
-        only_if=lambda cap: cap.count_graphs,
-        function="_backward_impl",  # calls CompiledFunction.compiled_bw, a class made per graph in post_compile
-        holder="CompiledFunction",
-        probe="AOTDispatchAutograd",
-        absent="_AutogradBackwardCompiler",
-    ),
-    MethodHook(
-        "graph_calls_cached_backward",
-        "how often a backward compiled with its forward ran (AOTAutograd's cache served it)",
-        "torch._functorch._aot_autograd.runtime_wrappers",
-        releases=("2.12", None),  # 2.10 and 2.11 keep it in a class made per graph, out of reach until it runs
-        lazy=True,
-        variant=True,
-        only_if=lambda cap: cap.count_graphs,
-        owner="_AutogradBackwardCompiler",
-        attr="__init__",
-        hook=lambda cap: cap._backward_compiler_hook,
-    ),
+    # the features' rows come here (torch_otel._features: each feature's ``hooks``)
+)
+
+# After the features' rows: the hook objects that find torch's names only as their module is imported
+ROOT_HOOKS: tuple[Source[Capture], ...] = (
     ObjectHook(
         "export",
         "torch.export and draft_export as traces of their own",
@@ -317,10 +206,15 @@ SOURCES: tuple[Source[Capture], ...] = (
 )
 
 
+def rows(features: tuple[Feature, ...] | None = None) -> tuple[Source[Any], ...]:
+    """The whole table: live capture's own rows, each feature's (as the features' registry stands), the root hooks."""
+    return (*CORE, *hooks_of(features), *ROOT_HOOKS)
+
+
 def report_lacking(name: str) -> None:
     """A row whose attach point turned out missing once its module was imported (lazy rows, and the export and
     mega-cache hooks, which find torch's names only then): its one line, once per row."""
-    report_lacking_row(next(s for s in SOURCES if s.name == name))
+    report_lacking_row(next(s for s in rows() if s.name == name))
 
 
 def survey(version: str | None = None) -> list[dict[str, Any]]:
@@ -332,9 +226,9 @@ def survey(version: str | None = None) -> list[dict[str, Any]]:
         import torch
 
         version = str(torch.__version__)
-    rows = []
-    for src in SOURCES:
-        rows.append(
+    out = []
+    for src in rows():
+        out.append(
             {
                 "name": src.name,
                 "gives": src.gives,
@@ -345,7 +239,7 @@ def survey(version: str | None = None) -> list[dict[str, Any]]:
                 "variant": src.variant,
             }
         )
-    return rows
+    return out
 
 
 def _range_words(releases: tuple[str | None, str | None]) -> str:

@@ -15,7 +15,7 @@ from types import FrameType
 
 from .._model.events import Origin
 
-__all__ = ["MAX_STACK", "capture_kind", "class_name", "find_code_and_caller", "object_classes", "skip_dirs"]
+__all__ = ["MAX_STACK", "class_name", "compile_kind_of_capture", "find_code_and_caller", "object_classes", "skip_dirs"]
 
 MAX_STACK = 8  # frames kept in ``code.stacktrace``: from the compiled call out to the user's line
 
@@ -113,7 +113,7 @@ def object_classes(frame_locals: object, frame: object = None) -> dict[str, str]
     return out
 
 
-def capture_kind() -> str:
+def compile_kind_of_capture() -> str:
     """Who called torch's ``fullgraph_capture``: an AOT precompile (``torch.compile(...).aot_compile``) or an export."""
     frame: FrameType | None = sys._getframe(2)
     for _ in range(40):

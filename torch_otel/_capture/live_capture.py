@@ -24,9 +24,8 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from threading import get_ident
-from types import FrameType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,15 +33,11 @@ from opentelemetry import context as otel_context
 from .._assemble.assembler import Assembler
 from .._attach.attaching import Attached, attach_all, detach_all, reattach
 from .._attach.releases import release_line
-from .._core.compile_id import CompileId, current_compile_id, current_trace
+from .._core.compile_id import current_compile_id
 from .._core.errors import _in_bridge, guarded, record_error, warn_once
-from .._core.graph_breaks import parse_graph_break
-from .._features.graph_calls import GRAPHS, GraphCalls, GraphEvent, wrapper_codes
 from .._model.events import (
-    ArtifactEvent,
     DebugDirEvent,
     Event,
-    GraphBreakEvent,
     GraphScheduleEvent,
     LogEvent,
     Origin,
@@ -50,17 +45,16 @@ from .._model.events import (
     RecompileReasonsEvent,
 )
 from .._model.record import ROOTS
-from .._parse.records import RecordError, chromium_to_event, metrics_to_event, parse_record
 from . import attach_table
 from .attach_table import INDUCTOR_DEBUG, WARNING_LOGGERS
 from .cpu import compile_cpu_ns
-from .frames import capture_kind, find_code_and_caller, skip_dirs
+from .frames import compile_kind_of_capture, find_code_and_caller, skip_dirs
 from .mega_cache import MegaCacheHook
+from .processing import Processing
 from .torch_export import TorchExportHook
 from .warnings import WarningRecordHook
 
 BATCH_DELAY_S = 0.5  # a finished compile becomes spans and metrics at most this much later
-TICK_S = 10.0  # with graphs counted, the worker reads their counts this often (when each last ran; the metrics)
 MAX_PENDING = 50_000  # queued events; past this the hook processes them itself (memory stays bounded)
 
 
@@ -88,18 +82,6 @@ def _cuda_device() -> int | None:
     except Exception:  # noqa: BLE001 - a broken CUDA runtime names no device
         return None
     return None
-
-
-def _on_cpu(output_graph: Any) -> bool:
-    """Whether every tensor input of the graph dynamo compiled is on the CPU: its calls can then be timed with no sync."""
-    try:
-        for t in output_graph.example_inputs():
-            device = getattr(t, "device", None)
-            if device is not None and getattr(device, "type", None) != "cpu":
-                return False
-    except Exception:  # noqa: BLE001 - an output graph of another shape: not timed
-        return False
-    return True
 
 
 def _aot_graph() -> str | None:
@@ -165,17 +147,18 @@ class LiveCapture:
         warnings: bool = False,
         on_first_compile: list[Callable[[], None]] | None = None,
         after_compile_in_child: Callable[[], None] | None = None,
-        count_graphs: bool = True,
-        graphs: GraphCalls | None = None,
+        states: Mapping[str, Any] | None = None,
         on_tick: Callable[[], None] | None = None,
+        tick_s: float | None = None,
     ) -> None:
         self.assembler = assembler
-        # How often each compiled graph runs (torch_otel._features.graph_calls): the counters, and where a lazily compiled
-        # backward's callable lives as its compile ends (the attach table's CompiledBackward rows fill it)
-        self.count_graphs = count_graphs
-        self.graphs = GRAPHS if graphs is None else graphs
-        self.backward_holders: list[tuple[str, str, str]] = []
-        self._on_tick = on_tick  # every TICK_S on the worker thread: the counts read, the sampled metrics refreshed
+        # The features' live states in the capture's pipeline: their rows' hooks are the states' own (``state``)
+        self.states: Mapping[str, Any] = dict(states or {})
+        # Called on torch's thread as a root phase ends, before its end is queued (a feature's rows register them)
+        self._root_end: dict[str, list[Callable[[], None]]] = {}
+        # Every ``tick_s`` on the worker thread, once it runs: the pipeline collects its features' states
+        self._on_tick = on_tick if tick_s else None
+        self._tick_s = tick_s
         # A forked child processes each compile as it ends, then calls this (the bridge exports at once)
         self._after_compile_in_child = after_compile_in_child
         # Run once, as the first compile starts (lazy servers, arming the push).
@@ -197,7 +180,6 @@ class LiveCapture:
         self._ca_miss_handler = _ForwardingHandler(self._on_compiled_autograd_miss)
         self._trace_handler = _TraceHandler(self)
         self._logger_states: dict[str, _LoggerState] = {}
-        self._interned: dict[int, str] = {}
         self._skip: tuple[str, ...] = ()
         self._libraries: tuple[str, ...] = ()
         self._lock = threading.Lock()
@@ -212,6 +194,12 @@ class LiveCapture:
         self._pid = os.getpid()  # in a forked child there is no worker: each compile is processed as it ends
         # event types an attached tap (an EventTap row) delivers: full capture's trace records skip them
         self.tapped: set[type] = set()
+        # what each queued item is processed with, off torch's path (bound once: the hooks append them)
+        proc = self.processing = Processing(assembler, self.tapped)
+        self._process_event, self._process_events = proc.event, proc.events
+        self._process_chromium, self._process_root_end, self._process_phase = proc.chromium, proc.root_end, proc.phase
+        self._process_metrics, self._process_graph_break = proc.metrics, proc.graph_break
+        self._process_trace_record = proc.trace_record
         self._torch_export_hook = TorchExportHook(self._on_export, self._origin)
         self._mega_cache_hook = MegaCacheHook()
 
@@ -231,7 +219,7 @@ class LiveCapture:
             self._stop, self._worker = threading.Event(), None
             self.installed = True
         # Outside the lock: a row on a module torch has imported already attaches at once.
-        attached = attach_all(self, version, attach_table.SOURCES)
+        attached = attach_all(self, version, attach_table.rows())
         with self._lock:
             self.attached = attached
 
@@ -305,16 +293,29 @@ class LiveCapture:
                 _in_bridge.reset(token)
 
     def after_fork_in_child(self) -> None:
-        """The parent's queued events are the parent's to report; the locks may be held by its threads. A child
-        counts its own calls of the graphs it inherited."""
+        """The parent's queued events are the parent's to report; the locks may be held by its threads."""
         self._pending.clear()
         self._drain_lock = threading.RLock()
         self._wake = threading.Event()
         self._worker = None
-        try:
-            self.graphs.after_fork_in_child()
-        except Exception as exc:  # noqa: BLE001 - never into the fork
-            record_error("graph calls after fork", exc)
+
+    # -- what the features' rows use (torch_otel._attach.points.AttachTarget) ------------------------------------
+    def state(self, name: str) -> Any:
+        return self.states.get(name)
+
+    def queue_event(self, event: Event) -> None:
+        """An event a feature's hook made on torch's path: processed off it, in order with the others."""
+        self._pending.append((self._process_event, event, None, None))
+
+    def at_root_end(self, root: str, fn: Callable[[], None]) -> None:
+        hooks = self._root_end.setdefault(root, [])
+        if fn not in hooks:
+            hooks.append(fn)
+
+    def forget_root_end(self, root: str, fn: Callable[[], None]) -> None:
+        hooks = self._root_end.get(root)
+        if hooks and fn in hooks:
+            hooks.remove(fn)
 
     def _run_first_compile(self) -> None:
         callbacks, self._first_compile = self._first_compile, []
@@ -348,7 +349,7 @@ class LiveCapture:
     def _run(self) -> None:
         wake, stop = self._wake, self._stop
         while True:
-            if not wake.wait(TICK_S if self._on_tick is not None else None):
+            if not wake.wait(self._tick_s if self._on_tick is not None else None):
                 if stop.is_set():
                     return
                 self._tick()
@@ -361,104 +362,11 @@ class LiveCapture:
             self.drain()
 
     def _tick(self) -> None:
-        if self._on_tick is not None and len(self.graphs):
+        if self._on_tick is not None:
             try:
                 self._on_tick()
             except Exception as exc:  # noqa: BLE001
-                record_error("graph calls sample", exc)
-
-    # -- the graph counters (torch_otel._features.graph_calls) ----------------------
-    def graphs_attached(self) -> None:
-        """Dynamo must never trace a counter's wrapper (it would compile it as a frame of its own): its code is marked
-        skipped, once. Raises where this torch cannot: the graphs are then not counted."""
-        from torch._dynamo.eval_frame import skip_code
-
-        for code in wrapper_codes():
-            skip_code(code)
-
-    def graphs_detached(self) -> None:
-        """The counts read a last time, and torch's own callables put back where the wrappers still are."""
-        self.graphs.sample()
-        self.graphs.restore()
-
-    def _install_global_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``OutputGraph.install_global_unsafe``, which installs each compiled graph as a global of its frame: the
-        counter goes in front of the graph (its name is ``__compiled_fn_N``)."""
-        installed = self._graph_installed
-
-        def install_global_unsafe(output_graph: Any, name: str, value: Any) -> Any:
-            return torch_fn(output_graph, name, installed(output_graph, name, value))
-
-        return install_global_unsafe
-
-    def _graph_installed(self, output_graph: Any, name: str, value: Any) -> Any:
-        """The value dynamo installs: a compiled graph, behind its counter (an export's graph is never called)."""
-        if not (self.installed and self.count_graphs) or not callable(value):
-            return value
-        if not isinstance(name, str) or not name.startswith("__compiled_fn"):
-            return value
-        try:
-            if getattr(output_graph, "export", False):
-                return value
-            cid, attempt = current_trace()
-            graph, wrapper = self.graphs.wrap(
-                value, cid, attempt, "forward", _on_cpu(output_graph), scope=output_graph.global_scope, name=name
-            )
-            self._pending.append((self._process_event, GraphEvent(cid, graph, attempt), None, None))
-            return wrapper
-        except Exception as exc:  # noqa: BLE001 - torch's graph, uncounted, never an error in the user's compile
-            record_error("graph calls hook", exc)
-            return value
-
-    def _backward_compiler_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``_AutogradBackwardCompiler.__init__``: a backward that comes with its forward (AOTAutograd's cache served
-        both) has its callable from the start, and never compiles lazily."""
-        made = self._backward_compiler_made
-
-        def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
-            torch_fn(obj, *args, **kwargs)
-            made(obj)
-
-        return __init__
-
-    def _backward_compiler_made(self, obj: Any) -> None:
-        try:
-            fn = getattr(obj, "compiled_bw", None)
-            if not (self.installed and self.count_graphs) or fn is None or getattr(fn, "__torch_otel_graph__", False):
-                return
-            cid, attempt = current_trace()
-            graph, wrapper = self.graphs.wrap(
-                fn, cid, attempt, "backward", None, holder=obj, attr="compiled_bw", with_forward=True
-            )
-            obj.compiled_bw = wrapper
-            self._pending.append((self._process_event, GraphEvent(cid, graph, attempt), None, None))
-        except Exception as exc:  # noqa: BLE001 - never into torch's compile
-            record_error("graph calls: a backward compiled with its forward", exc)
-
-    def _lazy_backward_compiled(self) -> None:
-        """A lazy backward's compile is ending (its root's end event, on its own stack): its callable is in place in
-        the frame the attach table names (``backward_holders``), and goes behind a counter before its first call.
-        Called from the chromium hook (already guarded): never raises."""
-        try:
-            frame: FrameType | None = sys._getframe(1)
-            for _ in range(64):
-                if frame is None:
-                    return
-                for function, holder_name, attr in self.backward_holders:
-                    if frame.f_code.co_name != function:
-                        continue
-                    holder = frame.f_locals.get(holder_name)
-                    fn = getattr(holder, attr, None) if holder is not None else None
-                    if fn is None or getattr(fn, "__torch_otel_graph__", False):
-                        return
-                    cid, attempt = current_trace()
-                    graph, wrapper = self.graphs.wrap(fn, cid, attempt, "backward", None, holder=holder, attr=attr)
-                    setattr(holder, attr, wrapper)
-                    self._pending.append((self._process_event, GraphEvent(cid, graph, attempt), None, None))
-                    return
-                frame = frame.f_back
-        except Exception as exc:  # noqa: BLE001 - never into torch's compile
-            record_error("graph calls: a lazily compiled backward", exc)
+                record_error("live capture tick", exc)
 
     # -- hooks (on torch's path: take what must be read now, queue the rest) ----
     def _record_chromium_event(self, event: dict[str, Any]) -> None:
@@ -536,15 +444,20 @@ class LiveCapture:
                 if name == "entire_backward_compile":
                     origin.aot_graph = _aot_graph()
                 elif name == "fullgraph_capture":
-                    origin.root_kind = capture_kind()
+                    origin.root_kind = compile_kind_of_capture()
                 self._pending.append((self._process_chromium, event, origin, _rank()))
                 self._reattach()  # torch's set_logs() clears handlers: put ours back
                 if self._first_compile:
                     self._run_first_compile()
                 return
             if ph == "E":
-                if name == "entire_backward_compile" and self.backward_holders and self.count_graphs:
-                    self._lazy_backward_compiled()  # its graph event goes before its end: it joins the open compile
+                hooks = self._root_end.get(name)
+                if hooks:  # a feature's (a lazy backward's graph): its events go before the end, into the open compile
+                    for fn in list(hooks):
+                        try:
+                            fn()
+                        except Exception as exc:  # noqa: BLE001 - never into torch's compile
+                            record_error(f"root end hook {name}", exc)
                 self._pending.append((self._process_root_end, event, None, compile_cpu_ns()))
                 self._compile_ended()
             else:
@@ -631,72 +544,3 @@ class LiveCapture:
         self._pending.append(item)
         if "compilation_metrics" in md:
             self._compile_ended()
-
-    # -- processing (off the compile's path) ------------------------------------
-    def _malformed(self, exc: RecordError) -> None:
-        """A torch record of a shape the parser cannot use: torch's, not the bridge's error. Counted."""
-        self.assembler.stats[f"malformed:{str(exc).split(':', 1)[0]}"] += 1
-
-    def _process_event(self, ev: Event, origin: Origin | None, rank: int | None) -> None:
-        if origin is not None and isinstance(ev, PhaseEvent):
-            ev.origin = origin
-            if ev.rank is None:
-                ev.rank = rank
-        self.assembler.feed(ev)
-
-    def _event(self, event: Any) -> PhaseEvent | None:
-        try:
-            return chromium_to_event(event)
-        except RecordError as exc:
-            self._malformed(exc)
-            return None
-
-    def _process_events(self, convert: Callable[[], list[Event]], _b: None, _c: None) -> None:
-        for ev in convert():
-            self.assembler.feed(ev)
-
-    def _process_chromium(self, event: Any, origin: Origin | None, rank: int | None) -> None:
-        ev = self._event(event)
-        if ev is not None:
-            self._process_event(ev, origin, rank)
-
-    def _process_root_end(self, event: Any, _origin: None, cpu: tuple[int, int]) -> None:
-        ev = self._event(event)
-        if ev is not None:
-            ev.cpu_ns, ev.child_cpu_ns = cpu
-            self._process_event(ev, None, None)
-
-    def _process_phase(self, event: Any, _origin: None, thread: int) -> None:
-        ev = self._event(event)
-        if ev is not None:
-            ev.thread = thread
-            self.assembler.feed(ev)
-
-    def _process_metrics(self, fields: dict[str, Any], _b: None, _c: None) -> None:
-        self.assembler.feed(metrics_to_event(fields))
-
-    def _process_graph_break(self, cid: CompileId | None, message: str, ts_ns: int) -> None:
-        gb = parse_graph_break(message)
-        self.assembler.feed(
-            GraphBreakEvent(
-                cid, gb.reason, gb.gb_type, gb.filename, gb.lineno, gb.skipped_frame, ts_ns=ts_ns, ends_frame=gb.ends_frame
-            )
-        )
-
-    def _process_trace_record(self, md: dict[str, Any], payload: str | None, ts_ns: int) -> None:
-        try:
-            kind, events = parse_record(md, payload, self._interned)
-        except RecordError as exc:
-            self._malformed(exc)
-            return
-        if events is None:
-            self.assembler.stats[f"unknown_kind:{kind}"] += 1
-            return
-        for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
-            if isinstance(ev, GraphScheduleEvent) and ev.tensor_meta is None:
-                continue  # the schedule hook delivered it, for every graph (this record only comes with collectives)
-            if type(ev) in self.tapped:
-                continue  # a tap delivered it as torch made it
-            if isinstance(ev, (GraphBreakEvent, ArtifactEvent)):
-                ev.ts_ns = ts_ns  # when torch logged it
-            self.assembler.feed(ev)

@@ -7,6 +7,7 @@ one span/metric mapping consume them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,7 +91,7 @@ class ArtifactEvent:
     """Full capture only: a named structured-trace record and its payload's size/hash."""
 
     compile_id: CompileId | None
-    kind: str  # the record's first metadata key: artifact, dynamo_output_graph, ...
+    record_type: str  # the record's first metadata key: artifact, dynamo_output_graph, ...
     name: str
     size: int = 0
     digest: str | None = None
@@ -180,3 +181,13 @@ class Event(Protocol):
     """
 
     compile_id: CompileId | None
+
+
+def torch_version_of(payload: str | None) -> str | None:
+    """The torch release a ``torch_version`` artifact names (its writer's), or None."""
+    try:
+        v = json.loads(payload or "null")
+    except ValueError:
+        return None
+    version = v.get("pytorch_version") if isinstance(v, dict) else None
+    return version if isinstance(version, str) and version else None

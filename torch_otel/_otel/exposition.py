@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -60,27 +61,38 @@ def start_prometheus_server(
     return server, server.server_address[1]
 
 
-# What brings the registry up to date before a scrape: the running bridge's queue drain (set by the bridge as it
-# instruments, cleared as it stops). None: nothing to process.
-_before_scrape: Callable[[], None] | None = None
+# What brings a registry up to date before a scrape, by registry: each live pipeline that serves it registers (the
+# bridge: its queue processed, its features' states collected) as it starts, and unregisters as it stops.
+_scrape_syncs: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+_scrape_lock = threading.Lock()
 
 
-def set_before_scrape(drain: Callable[[], None] | None) -> None:
-    """The bridge's ``LiveCapture.drain`` (or None): run before each scrape, so compiles that ended are served."""
-    global _before_scrape
-    _before_scrape = drain
+def sync_before_scrape(registry: Any, sync: Callable[[], None]) -> Callable[[], None]:
+    """Run ``sync`` before each scrape of ``registry`` (so compiles that ended, and what the features' states stand
+    at, are served); returns what unregisters it."""
+    with _scrape_lock:
+        _scrape_syncs.setdefault(registry, []).append(sync)
+
+    def unregister() -> None:
+        with _scrape_lock:
+            syncs = _scrape_syncs.get(registry)
+            if syncs is not None and sync in syncs:
+                syncs.remove(sync)
+
+    return unregister
 
 
 class _UpToDate:
-    """The registry as the endpoint serves it: compiles that ended are processed before each scrape."""
+    """The registry as the endpoint serves it: brought up to date before each scrape (:func:`sync_before_scrape`)."""
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
 
     def _sync(self) -> None:
-        drain = _before_scrape
-        if drain is not None:
-            drain()
+        with _scrape_lock:
+            syncs = list(_scrape_syncs.get(self.registry, ()))
+        for sync in syncs:
+            sync()
 
     def collect(self) -> Any:
         self._sync()

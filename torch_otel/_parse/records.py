@@ -1,8 +1,9 @@
-"""Structured-trace records -> typed events: one handler per record kind, one table.
+"""Structured-trace records -> typed events: one handler per record type, one table.
 
 Used by full live capture (a handler on ``torch.__trace``) and by replay of
-``TORCH_TRACE`` logs, so both produce the very same events. Unknown kinds are
-counted by the caller, never fatal.
+``TORCH_TRACE`` logs, so both produce the very same events. Unknown record types are
+counted by the caller, never fatal. The features' rows (instants and artifacts of their own,
+torch_otel._features) join the tables below as the features' registry stands.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 from .._core.compile_id import CompileId, compile_id_from_metadata, parse_compile_id
 from .._core.graph_breaks import parse_graph_break
-from .._features import cache_lookups
+from .._features import registry
+from .._features.feature import InstantHandler
 from .._model.events import (
     ArtifactEvent,
     Event,
@@ -55,23 +57,12 @@ def _chromium(
     return [phase]
 
 
-# (name, ts_ns, args, compile id, attempt, rank) -> events, or None when the instant is not the row's
-InstantHandler = Callable[[str, int | None, Any, CompileId | None, int, int | None], list[Event] | None]
-
-
-# torch's instant events that carry a kind of their own, by name prefix: replay reads them from the log's chromium
-# events, live capture from torch's call (the ``cache_lookups`` row of torch_otel._capture.sources), both through here.
-INSTANTS: tuple[tuple[str, InstantHandler], ...] = (
-    # each lookup of inductor's FX graph cache and of AOTAutograd's (torch_otel._features.cache_lookups)
-    *((prefix, cache_lookups.from_instant(cache, prefix)) for cache, (prefix, _) in cache_lookups.LOGGED_AS.items()),
-)
-
-
 def instant_events(
     name: str, ts_ns: int | None, args: Any, cid: CompileId | None, attempt: int = 0, rank: int | None = None
 ) -> list[Event] | None:
-    """The events of one of torch's instant events, or None when :data:`INSTANTS` has no row for it."""
-    for prefix, handler in INSTANTS:
+    """The events of one of torch's instant events that is a feature's (by name prefix: each feature's
+    ``parse.instants``, torch_otel._features), or None when no feature has a row for it."""
+    for prefix, handler in _tables()[1]:
         if name.startswith(prefix):
             return handler(name, ts_ns, args, cid, attempt, rank)
     return None
@@ -180,7 +171,7 @@ ArtifactHandler = Callable[[str | None, CompileId | None, int, int | None], list
 # The artifacts the mapping reads, one row each, as tlparse lists its parsers: replay keeps their payloads (they
 # are small) and the handler turns each into its events. A row without a handler is an ArtifactEvent whose payload
 # a reader uses (replay: the writer's torch version). Every other artifact is an ArtifactEvent, its payload only
-# measured and hashed.
+# measured and hashed. The features' rows join these (:func:`artifacts`).
 ARTIFACTS: dict[str, ArtifactHandler | None] = {
     "recompile_reasons": _recompile_reasons,
     "compiled_autograd_compile_reasons": _compiled_autograd_reasons,
@@ -188,9 +179,23 @@ ARTIFACTS: dict[str, ArtifactHandler | None] = {
     "inductor_runtime_and_tensor_meta": _tensor_meta,
     "dynamo_graph_break_reason": _graph_break_reason,
     "torch_version": None,
-    # each cache lookup's key and parts (both of inductor's paths): replay and a baseline learn the keys from them
-    **dict.fromkeys(cache_lookups.artifact_names(), None),
 }
+
+# The tables with the features' rows in, made once for each registry's table (a test adds a feature through its row)
+_made: tuple[Any, dict[str, ArtifactHandler | None], tuple[tuple[str, InstantHandler], ...]] | None = None
+
+
+def _tables() -> tuple[dict[str, ArtifactHandler | None], tuple[tuple[str, InstantHandler], ...]]:
+    global _made
+    made, features = _made, registry.FEATURES
+    if made is None or made[0] is not features:
+        made = _made = (features, {**ARTIFACTS, **registry.parse_artifacts(features)}, registry.parse_instants(features))
+    return made[1], made[2]
+
+
+def artifacts() -> dict[str, ArtifactHandler | None]:
+    """Every artifact whose payload is kept, with its handler: :data:`ARTIFACTS` and each feature's."""
+    return _tables()[0]
 
 
 def _artifact(
@@ -199,7 +204,7 @@ def _artifact(
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise RecordError("artifact without a name")
     name = value["name"]
-    handler = ARTIFACTS.get(name)
+    handler = _tables()[0].get(name)
     if handler is not None:
         return handler(payload, cid, attempt, rank)
     return [
@@ -238,8 +243,8 @@ def _dynamo_start(
     return [StartEvent(cid, stack if isinstance(stack, list) else [], attempt, rank)]
 
 
-def _generic(kind: str) -> Handler:
-    """The trivial kinds: graphs, guards, tensor descriptions -> named artifacts."""
+def _generic(record_type: str) -> Handler:
+    """The trivial record types: graphs, guards, tensor descriptions -> named artifacts."""
 
     def handler(
         value: Any, md: dict[str, Any], payload: str | None, cid: CompileId | None, attempt: int, rank: int | None
@@ -250,8 +255,8 @@ def _generic(kind: str) -> Handler:
                 if isinstance(v, (int, float, bool)):
                     attrs[k] = v
         given = value.get("name") if isinstance(value, dict) else None
-        name = given if isinstance(given, str) else kind
-        return [ArtifactEvent(cid, kind, name, len(payload or ""), _digest(md, payload), payload, attrs, attempt, rank)]
+        name = given if isinstance(given, str) else record_type
+        return [ArtifactEvent(cid, record_type, name, len(payload or ""), _digest(md, payload), payload, attrs, attempt, rank)]
 
     return handler
 
@@ -297,7 +302,7 @@ def _guards(
     return events
 
 
-GENERIC_KINDS = (
+GENERIC_RECORDS = (
     "dynamo_output_graph",
     "optimize_ddp_split_graph",
     "optimize_ddp_split_child",
@@ -339,7 +344,7 @@ GENERIC_KINDS = (
     "recompile_reasons",
 )
 
-# The single registry of record kinds. ``str`` records (interned file names)
+# The single registry of record types. ``str`` records (interned file names)
 # are handled by the replay reader itself, like tlparse does.
 HANDLERS: dict[str, Handler] = {
     "chromium_event": _chromium,
@@ -352,7 +357,7 @@ HANDLERS: dict[str, Handler] = {
     "artifact": _artifact,
     "dynamo_start": _dynamo_start,
     "str": _ignore,
-    **{k: _generic(k) for k in GENERIC_KINDS},
+    **{k: _generic(k) for k in GENERIC_RECORDS},
     "dynamo_cpp_guards_str": _guards,
 }
 
@@ -360,31 +365,31 @@ HANDLERS: dict[str, Handler] = {
 def parse_record(
     md: dict[str, Any], payload: str | None, interned: dict[int, str] | None = None, payload_size: int | None = None
 ) -> tuple[str, list[Event] | None]:
-    """Parse one record. Returns ``(kind, events)``; ``events`` is None for an unknown kind.
+    """Parse one record. Returns ``(record type, events)``; ``events`` is None for an unknown record type.
 
     ``interned`` is the reader's table of ``str`` records (file names are
     interned to ints, as tlparse resolves them). ``payload_size`` is the size of
     a payload the reader measured but did not keep (``payload`` is then None). Raises :class:`RecordError`
-    for a known kind of unusable shape.
+    for a known record type of unusable shape.
     """
     if not md or not isinstance(md, dict):
         raise RecordError("empty metadata")
-    kind = next(iter(md))
-    if kind == "str" and interned is not None:
+    record_type = next(iter(md))
+    if record_type == "str" and interned is not None:
         v = md["str"]
         if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], int)):
             raise RecordError("str record is not [text, id]")
         if len(interned) < 1_000_000:
             interned[v[1]] = v[0]
-        return kind, []
-    handler = HANDLERS.get(kind)
+        return record_type, []
+    handler = HANDLERS.get(record_type)
     if handler is None:
-        return kind, None
+        return record_type, None
     cid, attempt = compile_id_from_metadata(md)
     rank = md.get("rank")
     if not isinstance(rank, int) or isinstance(rank, bool):
         rank = None
-    events = handler(md[kind], md, payload, cid, attempt, rank)
+    events = handler(md[record_type], md, payload, cid, attempt, rank)
     if payload is None and payload_size:
         for ev in events:
             if isinstance(ev, ArtifactEvent):
@@ -395,4 +400,4 @@ def parse_record(
                 for frame in ev.stack:
                     if isinstance(frame, dict) and isinstance(frame.get("filename"), int):
                         frame["filename_str"] = interned.get(frame["filename"])
-    return kind, events
+    return record_type, events

@@ -1,7 +1,7 @@
 """Reading ``TORCH_TRACE`` logs (tlparse's input): files, lines, records, their writer, and what could not be read.
 
 Streaming: one record in memory at a time, and a payload's text is kept only
-for the kinds the mapping reads (chromium events, graph-break reasons) or when
+for the record types the mapping reads (chromium events, graph-break reasons) or when
 payloads were asked for; other payloads are only measured and hashed.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .records import ARTIFACTS, FRAME_OBJECT_LINES, FRAME_OBJECT_MARKS, RecordError, parse_record
+from .records import FRAME_OBJECT_LINES, FRAME_OBJECT_MARKS, RecordError, artifacts, parse_record
 
 # glog prefix as torch writes it (and tlparse reads it): "V1122 17:02:04.816000 3142 path.py:123] {json}"
 _GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] ")
@@ -27,7 +27,7 @@ _GLOG_RE = re.compile(r"^[VIWEC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) 
 _MONTH_DAYS = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
 _ZONE_STEP_NS = 900 * 10**9  # time zones are whole quarter hours apart
 RANK_IN_NAME = re.compile(r"rank_(\d+)")
-_KEEP_PAYLOAD = {"chromium_event"}  # and the artifacts of the parser's table (ARTIFACTS)
+_KEEP_PAYLOAD = {"chromium_event"}  # and the artifacts of the parser's tables (records.artifacts())
 
 
 @dataclass
@@ -37,8 +37,8 @@ class ReplayStats:
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     unmatched: Counter[str] = field(default_factory=Counter)  # phase begins never ended, ends with nothing open
-    unknown_kinds: Counter[str] = field(default_factory=Counter)
-    kinds: Counter[str] = field(default_factory=Counter)  # records parsed, by kind
+    unknown_record_types: Counter[str] = field(default_factory=Counter)
+    record_types: Counter[str] = field(default_factory=Counter)  # records parsed, by record type
     problems: list[str] = field(default_factory=list)
 
 
@@ -130,6 +130,7 @@ def iter_records(
     sniff = False  # a guards record not kept: only its lines on the frame's own objects are (FRAME_OBJECT_MARKS)
     sniffed: list[str] = []
     size = lines = 0
+    kept = artifacts()  # the artifacts whose payloads are kept: the parser's and each feature's
 
     def finish() -> tuple[dict[str, Any], str | None, int]:
         assert md is not None
@@ -178,14 +179,14 @@ def iter_records(
             if writer is not None:
                 writer.pid = int(m.group(7))
                 writer.clock = m
-            kind = next(iter(md))
+            record_type = next(iter(md))
             art = md.get("artifact")
             keep = (
                 keep_all_payloads
-                or kind in _KEEP_PAYLOAD
-                or (kind == "artifact" and isinstance(art, dict) and art.get("name") in ARTIFACTS)
+                or record_type in _KEEP_PAYLOAD
+                or (record_type == "artifact" and isinstance(art, dict) and art.get("name") in kept)
             )
-            sniff = not keep and kind == "dynamo_cpp_guards_str"
+            sniff = not keep and record_type == "dynamo_cpp_guards_str"
             chunks, sniffed, size, lines = [], [], 0, 0
         if md is not None:
             yield finish()
@@ -228,15 +229,6 @@ class Progress:
         self.out.flush()
 
 
-def torch_version_of(payload: str | None) -> str | None:
-    try:
-        v = json.loads(payload or "null")
-    except ValueError:
-        return None
-    version = v.get("pytorch_version") if isinstance(v, dict) else None
-    return version if isinstance(version, str) and version else None
-
-
 def log_events(
     path: Path,
     stats: ReplayStats,
@@ -244,7 +236,7 @@ def log_events(
     writer: Writer | None = None,
     progress: Progress | None = None,
 ) -> Iterator[tuple[str, list[Any]]]:
-    """The events of one ``TORCH_TRACE`` log, record by record: ``(kind, events)``. The one read loop: replay feeds
+    """The events of one ``TORCH_TRACE`` log, record by record: ``(record type, events)``. The one read loop: replay feeds
     them to its assembler, a baseline keeps the cache keys. What cannot be read is counted in ``stats`` (a file that
     cannot be opened is one of its ``problems``); a rank's file name gives its records their rank."""
     rank_hint = RANK_IN_NAME.search(path.name)
@@ -263,7 +255,7 @@ def log_events(
             if rank_hint and "rank" not in md:
                 md["rank"] = int(rank_hint.group(1))
             try:
-                kind, events = parse_record(md, payload, interned, payload_size=size)
+                record_type, events = parse_record(md, payload, interned, payload_size=size)
             except RecordError as exc:
                 stats.skipped[str(exc)] += 1
                 continue
@@ -271,8 +263,26 @@ def log_events(
                 stats.skipped[f"unusable {type(exc).__name__}"] += 1
                 continue
             if events is None:
-                stats.unknown_kinds[kind] += 1
+                stats.unknown_record_types[record_type] += 1
                 continue
-            if kind != "str":
-                stats.kinds[kind] += 1
-            yield kind, events
+            if record_type != "str":
+                stats.record_types[record_type] += 1
+            yield record_type, events
+
+
+class LogFiles:
+    """The reader of ``TORCH_TRACE`` logs the pipelines give their features' states (a baseline given as a previous
+    run's logs: torch_otel._features.feature.LogReader)."""
+
+    def files(self, path: str) -> list[str]:
+        """The logs at ``path`` (a log, or a job's directory of them); what is not a log is left out."""
+        return [str(f) for f in log_files(Path(path)) if not not_a_trace_log(f)]
+
+    def records(self, file: str, problems: list[str]) -> Iterator[tuple[str, list[Any]]]:
+        """One log's records, as :func:`log_events` reads them; what it could not read goes to ``problems``."""
+        stats = ReplayStats()
+        yield from log_events(Path(file), stats)
+        problems.extend(stats.problems)
+
+
+LOG_FILES = LogFiles()

@@ -25,13 +25,13 @@ from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
 from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
-from .._features.graph_calls import GRAPHS
-from .._otel.exposition import set_before_scrape
+from .._otel.exposition import sync_before_scrape
 from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
 from .._sinks.summary import RunSummary
 from .._version import __version__
-from .build import MetricsSpec, Pipeline, PipelineSpec, build_pipeline
+from .build import MetricsSpec, PipelineSpec, build_pipeline
+from .pipeline import Pipeline
 
 _lock = threading.RLock()
 _CHILD_FLUSH_MS = 1_000  # a slow collector costs a forked child's compile at most this
@@ -48,9 +48,10 @@ class Bridge:
     assembler: Assembler
     capture: LiveCapture
     tracer_provider: Any
-    pipeline: Pipeline  # the sinks and their lifecycle: the run summary, the cache key index, metrics, log records
+    pipeline: Pipeline  # the sinks, the features' states and their lifecycle: the run summary, metrics, log records
     owned: list[Any] = field(default_factory=list)  # providers/servers we created and must shut down
     closing: Callable[[], None] | None = None  # nothing configured: the line that says where things went, at the end
+    unsync: Callable[[], None] | None = None  # takes the bridge off its registry's scrapes
 
     @property
     def metrics(self) -> CompileMetrics | None:
@@ -102,6 +103,8 @@ def instrument(
                 logger.warning("%s", p)
         if level == "off":
             return None
+        if level != settings.capture:
+            settings = dataclasses.replace(settings, capture=level)  # the level this bridge runs at: its features read it
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("torch_otel", __version__)
         metrics = None
@@ -118,17 +121,15 @@ def instrument(
             )
         )
         assembler = pipeline.assembler(max_open=settings.max_open_compiles)
-        GRAPHS.clear()  # this bridge's graphs (an earlier bridge's, if any, were given back to torch as it stopped)
-        refresh = _refresh(pipeline)
         cap = LiveCapture(
             assembler,
             level,
             warnings=logger_provider is not None,
             on_first_compile=_on_first_compile,
             after_compile_in_child=_flush_in_child,
-            count_graphs=settings.graph_calls or level == "full",
-            graphs=GRAPHS,
-            on_tick=refresh,
+            states=pipeline.states,  # the features' rows attach their states' own hooks
+            on_tick=pipeline.collect,  # the states the pipeline reads while the process runs (graph calls: every 10 s)
+            tick_s=pipeline.collect_every_s,
         )
         try:
             cap.install()
@@ -137,7 +138,8 @@ def instrument(
             return None
         _bridge = Bridge(settings, assembler, cap, provider, pipeline, list(_owned or []))
         set_live_stats(assembler.stats)
-        set_before_scrape(_before_scrape(cap, refresh))  # /metrics serves the compiles that ended, and the calls now
+        if metrics is not None and metrics.registry is not None:  # /metrics serves the compiles that ended, the states now
+            _bridge.unsync = sync_before_scrape(metrics.registry, _before_scrape(cap, pipeline))
         if not _atexit_registered:
             atexit.register(shutdown)
             os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -146,24 +148,10 @@ def instrument(
         return _bridge
 
 
-def _refresh(pipeline: Pipeline) -> Callable[[], None]:
-    """Read the graph counters (when each last ran) and the metrics sampled from them."""
-
-    def refresh() -> None:
-        try:
-            GRAPHS.sample()
-            if pipeline.metrics is not None:
-                pipeline.metrics.refresh()
-        except Exception as exc:  # noqa: BLE001 - never into a scrape
-            record_error("graph calls refresh", exc)
-
-    return refresh
-
-
-def _before_scrape(cap: LiveCapture, refresh: Callable[[], None]) -> Callable[[], None]:
+def _before_scrape(cap: LiveCapture, pipeline: Pipeline) -> Callable[[], None]:
     def before() -> None:
         cap.drain()
-        refresh()
+        pipeline.collect()
 
     return before
 
@@ -192,7 +180,8 @@ def uninstrument(timeout_millis: int | None = None) -> None:
             return
         _bridge = None
         set_live_stats(None)
-        set_before_scrape(None)
+        if b.unsync is not None:
+            b.unsync()
         try:
             b.capture.uninstall()
         except Exception as exc:  # noqa: BLE001
@@ -285,7 +274,7 @@ def force_flush(timeout_millis: int = 10_000) -> bool:
     sinks_done = True
     if b is not None:
         b.capture.drain()  # the compiles that ended: their spans and metrics, now
-        _refresh(b.pipeline)()  # and the graph calls so far, as a scrape reads them
+        b.pipeline.collect()  # and the graph calls so far, as a scrape reads them
         sinks_done = b.pipeline.force_flush(timeout_millis)  # what the sinks hold (none buffers today)
         timeout_millis = max(0, int((deadline - time.monotonic()) * 1000))
     provider = b.tracer_provider if b is not None else trace.get_tracer_provider()
@@ -413,8 +402,7 @@ def _after_fork_in_child() -> None:
         return
     # The parent's compiles in flight are the parent's to report.
     b.capture.after_fork_in_child()
-    if b.pipeline.metrics is not None:
-        b.pipeline.metrics.after_fork_in_child()
+    b.pipeline.after_fork()  # the features' states (a child counts its own calls) and the metrics
     b.assembler._open.clear()
     b.assembler._lock = threading.RLock()
 

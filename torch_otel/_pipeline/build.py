@@ -1,34 +1,32 @@
-"""The one builder of pipelines, and the pipeline: its sinks and their lifecycle.
+"""The one builder of pipelines: what live capture, ``torch-otel replay`` and ``torch-otel diff`` each need.
 
-Live capture, ``torch-otel replay`` and ``torch-otel diff`` each describe what they need in a :class:`PipelineSpec`;
-:func:`build_pipeline` is the one place that makes sinks from it, and :func:`metrics_backends` the one that builds
-metrics backends. A :class:`Pipeline` owns its sinks as the OpenTelemetry SDK's tracer provider owns its span
-processors: it makes the assemblers that feed them (with the derive step's parts: the tracing, the cache key history,
-the mega-cache loads), and calls ``force_flush`` and ``shutdown`` on each in order, under one deadline shared by all,
-each call guarded (an exception is caught, counted and logged once, and the next sink still runs).
+Each describes what it needs in a :class:`PipelineSpec`; :func:`build_pipeline` is the one place that makes the
+features' live states (each feature's ``state``, torch_otel._features) and the sinks from it, and
+:func:`metrics_backends` the one that builds metrics backends. The :class:`~torch_otel._pipeline.pipeline.Pipeline` it
+returns owns them all and their lifecycle.
 
-Sinks are listed so that what is written on this machine comes before what waits on the network: the cache key index
-and the run summary (or replay's report) first, then the delivery of spans and metrics.
+Sinks are listed so that what is written on this machine comes before what waits on the network: the run summary (or
+replay's report) first, then the delivery of spans and metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .._analysis.cache_index import live_key_history
-from .._analysis.caches import LOADED, KeyHistory
 from .._analysis.recompile_guards import live_recompile_limit
-from .._assemble.assembler import Assembler, CacheLoads, Tracing
+from .._assemble.assembler import Tracing
+from .._capture.mega_cache import LOADED
 from .._core.errors import record_error
 from .._core.settings import Settings
-from .._features import cache_lookups, graph_calls
+from .._features.feature import Feature, FeatureState, StateContext
+from .._features.registry import features_or_default
 from .._model.record import CompileRecord, Sink
-from .._parse.trace_log import ReplayStats
+from .._parse.trace_log import LOG_FILES, ReplayStats
 from .._sinks.late_spans import LateSpans
 from .._sinks.logs import LogSink
 from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend, series_table
@@ -36,18 +34,18 @@ from .._sinks.near_limit import NearLimitWarning
 from .._sinks.replay_report import ReplayReport
 from .._sinks.summary import RunSummary, SummariesByRank
 from .._version import __version__
+from .pipeline import DEFAULT_TIMEOUT_MS, Pipeline
 
 __all__ = [
     "MetricsSpec",
     "Pipeline",
     "PipelineSpec",
+    "feature_states",
     "Push",
     "ReportSpec",
     "build_pipeline",
     "metrics_backends",
 ]
-
-DEFAULT_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -95,11 +93,16 @@ class ReportSpec:
 class PipelineSpec:
     """One pipeline, described: which source feeds it and what each sink needs (None or False: not built).
 
-    ``source`` is ``"live"`` (the bridge: the cache key index and the near-limit warning come with it, and a run
-    summary when ``settings.summary`` names destinations or ``summary`` is given), ``"replay"`` (``report``: the
-    summary, the divergence report and the reader's text) or ``"diff"`` (one run summary, and with ``per_rank`` one
-    per rank; ``summary_source`` says what the summaries call their source). ``tracing`` builds each compile's
-    trace in the derive step; ``spans`` (replay) delivers it. ``sinks`` are the caller's own, after the built ones.
+    ``source`` is ``"live"`` (the bridge: the near-limit warning comes with it, and a run summary when
+    ``settings.summary`` names destinations or ``summary`` is given), ``"replay"`` (``report``: the summary, the
+    divergence report and the reader's text) or ``"diff"`` (one run summary, and with ``per_rank`` one per rank;
+    ``summary_source`` says what the summaries call their source). ``tracing`` builds each compile's trace in the
+    derive step; ``spans`` (replay) delivers it. ``sinks`` are the caller's own, after the built ones.
+
+    Each feature's live state is made with what the spec gives (torch_otel._features.feature.StateContext):
+    ``baseline``, a previous run the user named (``replay --baseline``); ``previous``, by feature name, what the
+    states of the pipeline before handed over (``Pipeline.handover``: the base side's, for a diff's new side); ``say``,
+    where a state's one-line problems go (replay: its stderr). ``features``: the registry's table unless given.
     """
 
     source: str
@@ -112,122 +115,14 @@ class PipelineSpec:
     report: ReportSpec | None = None
     per_rank: bool = False
     summary_source: str = "replay"
-    cache_keys: KeyHistory | None = None  # replay and diff: the key history (live builds its own from the settings)
-    graphs: graph_calls.GraphCalls | None = None  # live: the graph counters (default: the process's)
     sinks: tuple[Sink, ...] = ()
-
-
-class Pipeline:
-    """Sinks, the derive step's parts, and the sinks' lifecycle: ``force_flush`` and ``shutdown`` in order, under one
-    deadline, each guarded; ``shutdown`` is safe twice. What a caller reads back is kept by name: ``summary``,
-    ``by_rank`` (diff), ``report`` (replay), ``metrics``, ``spans`` (replay's delivery: the spans it made)."""
-
-    def __init__(
-        self,
-        sinks: Sequence[Sink],
-        *,
-        tracing: Tracing | None = None,
-        cache_keys: KeyHistory | None = None,
-        cache_loads: CacheLoads | None = None,
-        recompile_limit: Callable[[], int | None] | None = None,
-        graphs: graph_calls.GraphCalls | None = None,
-    ) -> None:
-        self.sinks: tuple[Sink, ...] = tuple(sinks)
-        self.tracing = tracing
-        self.cache_keys = cache_keys
-        self.graphs = graphs  # live: the graph counters the derive step tells each compile's graphs to
-        self.cache_loads = cache_loads
-        self.recompile_limit = recompile_limit
-        self.summary: RunSummary | None = None
-        self.by_rank: SummariesByRank | None = None
-        self.report: ReplayReport | None = None
-        self.metrics: CompileMetrics | None = None
-        self.spans: SpanDelivery | None = None
-        self._lock = threading.Lock()
-        self._shut_down = False
-
-    def assembler(
-        self, max_open: int = 256, stamp: Callable[[CompileRecord, bool], None] | None = None, recent: int | None = None
-    ) -> Assembler:
-        """An assembler that hands its finished compiles to these sinks, deriving their facts with these parts."""
-        parts: dict[str, Any] = {}
-        if self.cache_keys is not None:
-            parts[cache_lookups.NAME] = self.cache_keys
-        if self.graphs is not None:
-            parts[graph_calls.NAME] = self.graphs
-        return Assembler(
-            self.sinks,
-            max_open,
-            tracing=self.tracing,
-            cache_loads=self.cache_loads,
-            feature_states=parts or None,
-            stamp=stamp,
-            recent=recent,
-            recompile_limit=self.recompile_limit,
-        )
-
-    def finish(self, record: CompileRecord) -> None:
-        """A record made elsewhere (diff rebuilds them from spans): to every sink, as the assembler hands them."""
-        for sink in self.sinks:
-            try:
-                sink.on_finish(record)
-            except Exception as exc:  # noqa: BLE001 - one sink must not starve the others
-                record_error(f"{type(sink).__name__}.on_finish", exc)
-
-    def force_flush(self, timeout_millis: int = DEFAULT_TIMEOUT_MS) -> bool:
-        """Each sink delivers what it holds, in order, within what is left of ``timeout_millis``; False when one did
-        not, or time ran out before every sink had its turn (as the SDK's span processors flush)."""
-        deadline = time.monotonic() + timeout_millis / 1000
-        done = True
-        for sink in self.sinks:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                done = bool(sink.force_flush(int(left * 1000))) and done
-            except Exception as exc:  # noqa: BLE001
-                record_error(f"{type(sink).__name__}.force_flush", exc)
-                done = False
-        return done
-
-    def shutdown(self, timeout_millis: int = DEFAULT_TIMEOUT_MS) -> None:
-        """Each sink writes and delivers what it holds, then lets go, in order; every sink has its turn, with what is
-        left of ``timeout_millis`` (none once it is spent). A second call does nothing."""
-        with self._lock:
-            if self._shut_down:
-                return
-            self._shut_down = True
-        deadline = time.monotonic() + timeout_millis / 1000
-        for sink in self.sinks:
-            left = max(0, int((deadline - time.monotonic()) * 1000))
-            try:
-                sink.shutdown(left)
-            except Exception as exc:  # noqa: BLE001
-                record_error(f"{type(sink).__name__}.shutdown", exc)
+    baseline: str | None = None
+    previous: Mapping[str, Any] | None = None
+    say: Callable[[str], None] | None = None
+    features: tuple[Feature, ...] | None = None
 
 
 # -- the sinks the builder adds around the others' ---------------------------------------------------------------
-
-
-class KeyIndexWriter(Sink):
-    """The cache key index, the next run's baseline: its keys come from the derive step's key history; saved at
-    shutdown (torch_otel._analysis.cache_index)."""
-
-    def __init__(self, save: Callable[[], None]) -> None:
-        self.save = save
-        self._saved = False
-
-    def on_finish(self, record: CompileRecord) -> None:
-        pass
-
-    def shutdown(self, timeout_millis: int = DEFAULT_TIMEOUT_MS) -> None:
-        if self._saved:
-            return
-        self._saved = True
-        try:
-            self.save()
-        except Exception as exc:  # noqa: BLE001 - the run is over; never fail its exit
-            record_error("cache key index", exc)
 
 
 class SpanDelivery(Sink):
@@ -316,40 +211,69 @@ def metrics_backends(spec: MetricsSpec) -> list[Backend]:
     return out
 
 
+def feature_states(spec: PipelineSpec, features: tuple[Feature, ...]) -> dict[str, FeatureState]:
+    """Each feature's live state for the pipeline ``spec`` describes (a feature with none, or whose state could not be
+    made, has none: counted and logged once, never raised)."""
+    ctx = StateContext(
+        spec.source,
+        spec.settings,
+        tracer=getattr(spec.tracing, "tracer", None),
+        baseline=spec.baseline,
+        logs=LOG_FILES,
+        **({"say": spec.say} if spec.say is not None else {}),
+    )
+    previous = spec.previous or {}
+    states: dict[str, FeatureState] = {}
+    for f in features:
+        if f.state is None:
+            continue
+        try:
+            state = f.state(dataclasses.replace(ctx, previous=previous.get(f.name)))
+        except Exception as exc:  # noqa: BLE001 - the pipeline goes on without it
+            record_error(f"{f.name} state", exc)
+            continue
+        if state is not None:
+            states[f.name] = state
+    return states
+
+
 def build_pipeline(spec: PipelineSpec) -> Pipeline:
-    """The pipeline ``spec`` describes: every sink, in the order their ``shutdown`` runs (module docstring)."""
+    """The pipeline ``spec`` describes: the features' states, every sink, in the order their ``shutdown`` runs
+    (module docstring)."""
     settings = spec.settings
+    features = features_or_default(spec.features)
+    if spec.source not in ("live", "replay", "diff"):
+        raise ValueError(f"no such pipeline source: {spec.source!r}; use live, replay or diff")
+    if spec.source == "replay" and spec.report is None:
+        raise ValueError("a replay's pipeline needs its report (ReportSpec)")
+    states = feature_states(spec, features)
     sinks: list[Sink] = []
-    cache_keys, cache_loads, recompile_limit = spec.cache_keys, None, None
+    cache_loads, recompile_limit = None, None
     summary: RunSummary | None = None
     by_rank: SummariesByRank | None = None
     report: ReplayReport | None = None
     if spec.source == "live":
-        cache_keys, save_index = live_key_history(settings)
-        sinks.append(KeyIndexWriter(save_index))
         cache_loads, recompile_limit = LOADED, live_recompile_limit
         summary = spec.summary
         if summary is None and settings.summary:
-            summary = RunSummary("live", settings.capture_payloads)
+            summary = RunSummary("live", settings.capture_payloads, features=features)
         if summary is not None:
+            summary.bind(states)  # the features' parts read their states (a summary the caller made has none yet)
             if settings.summary:
                 summary.destinations = settings.summary  # TORCH_OTEL_SUMMARY: written at shutdown
             sinks.append(summary)
     elif spec.source == "replay":
-        if spec.report is None:
-            raise ValueError("a replay's pipeline needs its report (ReportSpec)")
         r = spec.report
-        report = ReplayReport(r.stats, r.text, r.err, r.json_path, r.html, r.capture_payloads)
+        assert r is not None
+        report = ReplayReport(r.stats, r.text, r.err, r.json_path, r.html, r.capture_payloads, states=states)
         summary = report.summary
         sinks.append(report)
-    elif spec.source == "diff":
-        summary = RunSummary(spec.summary_source)
+    else:
+        summary = RunSummary(spec.summary_source, features=features, states=states)
         sinks.append(summary)
         if spec.per_rank:
             by_rank = SummariesByRank(spec.summary_source)
             sinks.append(by_rank)
-    else:
-        raise ValueError(f"no such pipeline source: {spec.source!r}; use live, replay or diff")
     spans = None
     if spec.spans is not None:
         spans = SpanDelivery(spec.spans)
@@ -366,21 +290,19 @@ def build_pipeline(spec: PipelineSpec) -> Pipeline:
         sinks.append(
             LogSink(spec.logger_provider, settings.attribute_max_length, settings.redact_paths, not settings.capture_payloads)
         )
-    graphs = None
     if spec.source == "live":
         sinks.append(NearLimitWarning())  # one line per frame near the recompile limit
-        graphs = spec.graphs if spec.graphs is not None else graph_calls.GRAPHS
         tracer = getattr(spec.tracing, "tracer", None)
-        if tracer is not None:  # each compiled graph's calls, at exit, in its compile's trace
-            sinks.append(LateSpans(tracer, before=graphs.sample))
+        if tracer is not None:  # the features' spans written at exit (each compiled graph's calls), in the compile's trace
+            sinks.append(LateSpans(tracer, features))
     sinks.extend(spec.sinks)
     pipeline = Pipeline(
         sinks,
         tracing=spec.tracing,
-        cache_keys=cache_keys,
+        states=states,
         cache_loads=cache_loads,
         recompile_limit=recompile_limit,
-        graphs=graphs,
+        features=features,
     )
     pipeline.summary, pipeline.by_rank, pipeline.report, pipeline.metrics = summary, by_rank, report, metrics
     pipeline.spans = spans

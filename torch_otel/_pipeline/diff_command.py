@@ -16,7 +16,6 @@ and writes ``--json`` and ``--html``.
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import re
@@ -27,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .._analysis.caches import KeyHistory, KeySeen
 from .._analysis.diff_compare import Side, compare
 from .._analysis.diff_gate import EXIT_MISSING_PATH, EXIT_NOTHING_PARSED, EXIT_OK, parse_fail_on
 from .._analysis.diff_text import format_text
@@ -44,7 +42,6 @@ from .replay import replay_paths
 
 __all__ = ["DiffOptions", "read_side", "run_diff"]
 
-BASE_RUN = "in the base run"
 MAX_PENDING_SPANS = 200_000  # spans of traces whose root has not come yet (a traces file)
 _RANK_IN_NAME = re.compile(r"(?:rank[_-]?|-|_)(\d+)\.[a-z]+$")
 
@@ -88,8 +85,9 @@ def _kind_of_file(path: Path) -> str:
     return "log"
 
 
-def read_side(path: str, err: IO[str], baseline: list[KeySeen] | None = None) -> tuple[Side | None, int, list[KeySeen]]:
-    """One side of the diff; the exit status (replay's: 2 a missing path, 1 nothing readable) and its cache keys."""
+def read_side(path: str, err: IO[str], previous: Mapping[str, Any] | None = None) -> tuple[Side | None, int, dict[str, Any]]:
+    """One side of the diff; the exit status (replay's: 2 a missing path, 1 nothing readable), and what its pipeline's
+    features' states hand over to the other side's (``previous``: the base side's; the cache lookups': its keys)."""
     p = Path(path)
     if not p.exists():
         _problem(
@@ -97,7 +95,7 @@ def read_side(path: str, err: IO[str], baseline: list[KeySeen] | None = None) ->
             "no such file or directory; pass a TORCH_TRACE log or directory, a run summary's JSON, or an OTLP-JSON traces file",
             err,
         )
-        return None, EXIT_MISSING_PATH, []
+        return None, EXIT_MISSING_PATH, {}
     if p.is_dir():
         files = log_files(p)
         kinds = {f: _kind_of_file(f) for f in files}
@@ -105,28 +103,30 @@ def read_side(path: str, err: IO[str], baseline: list[KeySeen] | None = None) ->
             return _summaries_side(path, files, err)
         if files and all(k == "otlp" for k in kinds.values()):
             return _otlp_side(path, files, err)
-        return _log_side(path, err, baseline, directory=True)
+        return _log_side(path, err, previous, directory=True)
     kind = _kind_of_file(p)
     if kind == "summary":
         return _summaries_side(path, [p], err)
     if kind == "otlp":
         return _otlp_side(path, [p], err)
-    return _log_side(path, err, baseline, directory=False)
+    return _log_side(path, err, previous, directory=False)
 
 
 # -- TORCH_TRACE logs ------------------------------------------------------------------------------------------
 
 
-def _log_side(path: str, err: IO[str], baseline: list[KeySeen] | None, directory: bool) -> tuple[Side | None, int, list[KeySeen]]:
-    history = KeyHistory(baseline or (), independent=True)  # the base is another run: a key both missed is no news
-    pipeline = build_pipeline(PipelineSpec("diff", per_rank=directory, cache_keys=history))
+def _log_side(
+    path: str, err: IO[str], previous: Mapping[str, Any] | None, directory: bool
+) -> tuple[Side | None, int, dict[str, Any]]:
+    # the new side's states start from the base side's (another run: a cache key both missed is no news)
+    pipeline = build_pipeline(PipelineSpec("diff", per_rank=directory, previous=previous))
     stats = ReplayStats()
     code = replay_paths([path], pipeline, stats)
     pipeline.shutdown()
     for line in problem_lines(stats, "torch-otel diff"):  # the reader's, as replay says them
         sys.stderr.write(line)
     if code != EXIT_OK or pipeline.summary is None:
-        return None, code, []
+        return None, code, {}
     per_rank = pipeline.by_rank
     notes = []
     if per_rank is not None and per_rank.overflow:
@@ -136,14 +136,13 @@ def _log_side(path: str, err: IO[str], baseline: list[KeySeen] | None, directory
         notes.append(f"{skipped} log lines could not be read (torch-otel replay {path} lists them)")
     ranks = {r: s.to_dict() for r, s in per_rank.ranks.items()} if per_rank is not None and len(per_rank.ranks) > 1 else {}
     form = f"TORCH_TRACE directory, {stats.files} logs" if directory and stats.files > 1 else "TORCH_TRACE log"
-    seen = [dataclasses.replace(k, where=BASE_RUN) for k in history.seen()]
-    return Side(path, form, pipeline.summary.to_dict(), ranks, notes), EXIT_OK, seen
+    return Side(path, form, pipeline.summary.to_dict(), ranks, notes), EXIT_OK, pipeline.handover()
 
 
 # -- run summaries ---------------------------------------------------------------------------------------------
 
 
-def _summaries_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None, int, list[KeySeen]]:
+def _summaries_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None, int, dict[str, Any]]:
     docs: list[tuple[Path, dict[str, Any]]] = []
     for f in files:
         try:
@@ -154,7 +153,7 @@ def _summaries_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | 
                 f"cannot be read as a run summary's JSON ({exc}); pass the file TORCH_OTEL_SUMMARY or replay --json wrote",
                 err,
             )
-            return None, EXIT_NOTHING_PARSED, []
+            return None, EXIT_NOTHING_PARSED, {}
         version = doc.get("schema_version") if isinstance(doc, dict) else None
         if version != SCHEMA_VERSION:
             _problem(
@@ -163,7 +162,7 @@ def _summaries_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | 
                 f"{SCHEMA_VERSION} (diff the TORCH_TRACE logs instead, or use the torch-otel that wrote it)",
                 err,
             )
-            return None, EXIT_NOTHING_PARSED, []
+            return None, EXIT_NOTHING_PARSED, {}
         docs.append((f, doc))
     notes = []
     if not all("recompiling_frames" in d and "by_location" in (d.get("graph_breaks") or {}) for _, d in docs):
@@ -178,7 +177,7 @@ def _summaries_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | 
             )
         if len(doc.get("frames") or []) >= 50:
             notes.append("a summary lists its 50 costliest frames: the others are not compared")
-        return Side(path, "run summary", doc, {}, notes), EXIT_OK, []
+        return Side(path, "run summary", doc, {}, notes), EXIT_OK, {}
     ranks: dict[int, dict[str, Any]] = {}
     for f, d in docs:
         own = d.get("ranks") or []
@@ -190,7 +189,7 @@ def _summaries_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | 
             break
         ranks[r] = d
     whole = merge_summaries([d for _, d in docs])
-    return Side(path, f"run summaries, {len(docs)} files", whole, ranks, notes), EXIT_OK, []
+    return Side(path, f"run summaries, {len(docs)} files", whole, ranks, notes), EXIT_OK, {}
 
 
 def _read_text(f: Path) -> str:
@@ -231,7 +230,7 @@ def _is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None, int, list[KeySeen]]:
+def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None, int, dict[str, Any]]:
     pipeline = build_pipeline(PipelineSpec("diff", per_rank=True, summary_source="live"))
     whole, per_rank = pipeline.summary, pipeline.by_rank
     assert whole is not None and per_rank is not None
@@ -281,15 +280,15 @@ def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None,
                 pipeline.finish(rec)
         except (OSError, UnicodeDecodeError, EOFError) as exc:
             _problem(str(f), f"cannot be read ({exc}); pass an OTLP-JSON traces file", err)
-            return None, EXIT_NOTHING_PARSED, []
+            return None, EXIT_NOTHING_PARSED, {}
     if not found:
         _problem(
             path, "holds no torch.compile span (an OTLP-JSON traces file of a run with the bridge on has one per compile)", err
         )
-        return None, EXIT_NOTHING_PARSED, []
+        return None, EXIT_NOTHING_PARSED, {}
     ranks = {r: s.to_dict() for r, s in per_rank.ranks.items()} if len(per_rank.ranks) > 1 else {}
     form = "OTLP-JSON traces" + (f", {len(files)} files" if len(files) > 1 else "")
-    return Side(path, form, whole.to_dict(), ranks, notes), EXIT_OK, []
+    return Side(path, form, whole.to_dict(), ranks, notes), EXIT_OK, {}
 
 
 def _descendants(root_id: str, spans: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -328,10 +327,10 @@ def run_diff(opts: DiffOptions) -> int:
             err.write(f"torch-otel diff: {line}\n")
     if problems:
         return EXIT_MISSING_PATH
-    base, code, keys = read_side(opts.base, err)
+    base, code, handed = read_side(opts.base, err)
     if base is None:
         return code
-    new, code, _ = read_side(opts.new, err, baseline=keys)
+    new, code, _ = read_side(opts.new, err, previous=handed)
     if new is None:
         return code
     doc = compare(base, new, gate)

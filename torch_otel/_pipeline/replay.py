@@ -13,21 +13,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .._analysis.cache_index import baseline_keys, remember_key
-from .._analysis.caches import KeyHistory
-from .._assemble.assembler import Assembler, Tracing
+from .._assemble.assembler import Tracing
 from .._core.paths import check_writable
 from .._core.settings import load_settings, url_problem, url_setting
-from .._features import cache_lookups
-from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent
+from .._model.events import ArtifactEvent, GraphBreakEvent, PhaseEvent, torch_version_of
 from .._model.record import CompileRecord, Sink
-from .._parse.trace_log import Progress, ReplayStats, Writer, log_events, log_files, not_a_trace_log, torch_version_of
-from .build import MetricsSpec, Pipeline, PipelineSpec, Push, ReportSpec, build_pipeline
+from .._parse.trace_log import Progress, ReplayStats, Writer, log_events, log_files, not_a_trace_log
+from .build import MetricsSpec, PipelineSpec, Push, ReportSpec, build_pipeline
+from .pipeline import Pipeline
 
 __all__ = ["ReplayOptions", "replay_file", "replay_paths", "run_replay"]
 
@@ -69,20 +67,21 @@ def _stamp(writer: Writer) -> Callable[[CompileRecord, bool], None]:
 
 def replay_file(
     path: Path,
-    sinks: list[Sink],
+    into: Pipeline | Sequence[Sink],
     stats: ReplayStats,
     keep_all_payloads: bool = False,
     progress: Progress | None = None,
     artifacts: bool = False,
     tracing: Tracing | None = None,
-    cache_keys: KeyHistory | None = None,
 ) -> None:
-    """One log into ``sinks``, through an assembler of its own (its records' process, log and torch stamped on each
-    compile); ``cache_keys`` (the replay's key history) learns the keys of every lookup torch logged."""
+    """One log into a pipeline (or sinks alone: a pipeline of them, with ``tracing``), through an assembler of its own
+    that the pipeline makes (its records' process, log and torch stamped on each compile). Every artifact read is
+    offered to the pipeline's features' states, with the torch release the log was written by (the cache lookups'
+    state learns the keys of every lookup torch logged)."""
     stats.files += 1
     writer = Writer(path=str(path))
-    parts = {cache_lookups.NAME: cache_keys} if cache_keys is not None else None
-    assembler = Assembler(sinks, max_open=4096, tracing=tracing, feature_states=parts, stamp=_stamp(writer))
+    pipeline = into if isinstance(into, Pipeline) else Pipeline(into, tracing=tracing)
+    assembler = pipeline.assembler(max_open=4096, stamp=_stamp(writer))
     for _kind, events in log_events(path, stats, keep_all_payloads, writer, progress):
         for ev in events:
             if isinstance(ev, PhaseEvent):
@@ -92,10 +91,10 @@ def replay_file(
                 ev.ts_ns = writer.line_ns()  # the reader's own word: its line's time (else: the compile's latest event's)
             if isinstance(ev, ArtifactEvent) and ev.name == "torch_version":
                 writer.torch_version = torch_version_of(ev.payload) or writer.torch_version
-            if isinstance(ev, ArtifactEvent) and cache_keys is not None:
-                remember_key(cache_keys, ev, writer.torch_version)
-            if isinstance(ev, ArtifactEvent) and not artifacts:
-                continue  # default capture: the same events a live default capture sees
+            if isinstance(ev, ArtifactEvent):
+                assembler.observe(ev, writer.torch_version)  # joins no compile: the features' states learn from it
+                if not artifacts:
+                    continue  # default capture: the same events a live default capture sees
             assembler.feed(ev)
     assembler.flush("the log ends before the compile ended")
     for k, v in assembler.stats.items():
@@ -138,12 +137,12 @@ def replay_paths(
     stats.bytes = total_bytes
     progress = Progress(total_bytes, sys.stderr) if sys.stderr.isatty() else None
     for f in files:
-        replay_file(f, list(pipeline.sinks), stats, keep_all_payloads, progress, artifacts, pipeline.tracing, pipeline.cache_keys)
+        replay_file(f, pipeline, stats, keep_all_payloads, progress, artifacts)
         if progress is not None:
             progress.file_done(f.stat().st_size)
     if progress is not None:
         progress.close()
-    if not stats.kinds and not stats.unknown_kinds:
+    if not stats.record_types and not stats.unknown_record_types:
         return EXIT_NOTHING_PARSED
     return EXIT_OK
 
@@ -260,12 +259,6 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
     lost_before = dropped()["traces"]
     code = EXIT_OK
     metrics = _metrics(opts.pushgateway, run, env, err, lambda: code == EXIT_OK)
-    keys = KeyHistory()
-    if opts.baseline:
-        found, problems = baseline_keys(opts.baseline, setting="--baseline")
-        for p in problems:
-            print(f"torch-otel replay: {p}", file=err)
-        keys = KeyHistory(found)
     text = err if opts.json_path == "-" else sys.stdout  # stdout is the JSON's
     stats = ReplayStats()
     pipeline = build_pipeline(
@@ -276,7 +269,8 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
             spans=tracers,
             metrics=metrics,
             report=ReportSpec(stats, text, err, opts.json_path, opts.html, capture_payloads=opts.payloads),
-            cache_keys=keys,
+            baseline=opts.baseline,  # what cache misses are explained against (the cache lookups' state reads it)
+            say=lambda line: print(f"torch-otel replay: {line}", file=err),
         )
     )
     code = replay_paths(opts.paths, pipeline, stats, keep_all_payloads=opts.payloads, artifacts=opts.capture == "full")

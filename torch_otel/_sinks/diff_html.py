@@ -1,8 +1,8 @@
 """``torch-otel diff --html``: the diff as one self-contained page, side by side, in the run summary page's style.
 
 As :mod:`torch_otel._sinks.html`: no outside reference (no CDN, font or image), the CSS and JavaScript are package data
-(``torch_otel/_assets/summary.css``, ``diff.css``, ``catch-errors.js``, ``page-kit.js``, ``diff.js``) inlined once per
-process, and the diff's facts are embedded as JSON in a ``<script type="application/json">`` element, read with
+(``torch_otel/_assets/summary.css``, ``diff.css``, ``catch-errors.js``, ``page-kit.js``, ``diff.js``, and each feature's
+page script) inlined, and the diff's facts are embedded as JSON in a ``<script type="application/json">`` element, read with
 ``textContent`` only, so a name, reason or path from user code can never become markup. ``page-kit.js`` holds the
 helpers both pages draw with.
 """
@@ -35,7 +35,7 @@ _AFTER_TITLE = """</title>
 
 _AFTER_JSON = """</script>
 <script>
-{page-kit.js}{diff.js}</script>
+{page-kit.js}{features.js}{diff.js}</script>
 </body>
 </html>
 """

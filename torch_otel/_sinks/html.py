@@ -24,6 +24,9 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from .._features.feature import Feature
+from .._features.registry import features_or_default
+
 __all__ = ["render_html"]
 
 _PAGE_HEAD = """<!DOCTYPE html>
@@ -65,7 +68,7 @@ inside it; the gap that remains is its self time. Hover for details, click to zo
 
 _AFTER_JSON = """</script>
 <script>
-{page-kit.js}{summary.js}</script>
+{page-kit.js}{features.js}{summary.js}</script>
 </body>
 </html>
 """
@@ -87,9 +90,22 @@ def _asset(name: str) -> str:
 
 
 @functools.cache
+def _script(package: str, name: str) -> str:
+    """The text of a feature's page script (package data of its package), read once per process."""
+    text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
+    if "</script" in text.lower():
+        raise ValueError(f"{package}/{name} holds '</script': inlined, it would end its element early")
+    return text
+
+
+def _feature_scripts(features: tuple[Feature, ...] | None = None) -> str:
+    """Each feature's part of the pages (its ``PageView``), in the features' order: after the kit, before the page."""
+    return "".join(_script(f.page.package, f.page.script) for f in features_or_default(features) if f.page is not None)
+
+
 def _inlined(template: str) -> str:
-    """``template`` with each ``{name}`` replaced by that asset's text: built once per process."""
-    return _PLACEHOLDER.sub(lambda m: _asset(m.group(1)), template)
+    """``template`` with each ``{name}`` replaced by that asset's text (``{features.js}``: the features' scripts)."""
+    return _PLACEHOLDER.sub(lambda m: _feature_scripts() if m.group(1) == "features.js" else _asset(m.group(1)), template)
 
 
 def _plain(value: Any) -> Any:

@@ -22,8 +22,9 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Tracer
 
 from .._core.errors import record_error
-from .._features.feature import Feature, LateSpan
+from .._features.feature import Feature
 from .._features.registry import features_or_default
+from .._features.views import LateSpan
 from .._model.record import CompileRecord, Sink
 from .._otel.ids import own_ids, private_random
 
@@ -31,17 +32,10 @@ MAX_KEPT = 10_000
 
 
 class LateSpans(Sink):
-    """See the module. ``before`` runs first at shutdown (the counters' last read)."""
+    """See the module. Its pipeline collects its features' states (the counters' last read) before it shuts it down."""
 
-    def __init__(
-        self,
-        tracer: Tracer,
-        features: tuple[Feature, ...] | None = None,
-        before: Callable[[], None] | None = None,
-        max_kept: int = MAX_KEPT,
-    ) -> None:
+    def __init__(self, tracer: Tracer, features: tuple[Feature, ...] | None = None, max_kept: int = MAX_KEPT) -> None:
         self.tracer = tracer
-        self.before = before
         self.max_kept = max_kept
         self._views = tuple(
             (k.name, k.spans.write_late) for k in features_or_default(features) if k.spans is not None and k.spans.write_late
@@ -66,11 +60,6 @@ class LateSpans(Sink):
         if self._done:
             return
         self._done = True
-        if self.before is not None:
-            try:
-                self.before()
-            except Exception as exc:  # noqa: BLE001
-                record_error("late spans: before", exc)
         tracer = self.tracer
         with nullcontext() if own_ids(tracer) else private_random():
             pid = os.getpid()

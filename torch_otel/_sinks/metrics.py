@@ -29,8 +29,9 @@ from .._core.categories import PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels,
 from .._core.errors import record_error
 from .._core.graph_breaks import graph_break_code
 from .._core.ranks import RankSet, env_rank
-from .._features.feature import Feature, Observation, Series
+from .._features.feature import Feature
 from .._features.registry import features_or_default, series_of
+from .._features.views import Observation, Series
 from .._model.record import RUNTIME, CompileRecord, PhaseNode, Sink
 from .._version import __version__, torch_version
 
@@ -146,7 +147,7 @@ class PrometheusBackend:
         series = SERIES if series is None else series
         self._table = _SeriesTable(series)
         for s in series.values():
-            if s.kind == "histogram":
+            if s.instrument == "histogram":
                 self._histograms[s.name] = Histogram(
                     s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry
                 )
@@ -177,19 +178,19 @@ class _SeriesTable:
         self._series = SERIES if series is None else series
         self.detail_ranks = RankSet("all")  # the ranks whose counters carry ``_created`` (the rank is the first label)
         self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
-            s.name: {} for s in self._series.values() if s.kind != "histogram"
+            s.name: {} for s in self._series.values() if s.instrument != "histogram"
         }
 
     def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
         series = self._values[name]
         with self._lock:
             cell = series.get(labels)
-            if self._series[name].kind == "info":  # the rank's one series: a new label set replaces its last
+            if self._series[name].instrument == "info":  # the rank's one series: a new label set replaces its last
                 for other in [k for k in series if k[0] == labels[0] and k != labels]:
                     del series[other]
             if cell is None:
                 series[labels] = [value, time.time()]  # the value, and when the series was created
-            elif self._series[name].kind in ("gauge", "info"):
+            elif self._series[name].instrument in ("gauge", "info"):
                 cell[0] = value
             else:
                 cell[0] += value
@@ -207,7 +208,7 @@ class _SeriesTable:
             s = self._series[name]
             fam = _family(s)
             for labels, value, since in self.rows(name):
-                if s.kind == "counter":
+                if s.instrument == "counter":
                     fam.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
                 else:
                     fam.add_metric(labels, value)
@@ -222,7 +223,7 @@ def _family(s: Series) -> Any:
     """``s`` as an empty prometheus_client family (a counter, else a gauge): what ``collect`` fills, ``describe`` returns."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    return (CounterMetricFamily if s.kind == "counter" else GaugeMetricFamily)(s.name, s.help, labels=s.labels)
+    return (CounterMetricFamily if s.instrument == "counter" else GaugeMetricFamily)(s.name, s.help, labels=s.labels)
 
 
 class _Families:
@@ -351,7 +352,7 @@ class OTelBackend:
         self._table = _SeriesTable(self._series)
         self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
         for s in self._series.values():
-            if s.kind == "histogram":
+            if s.instrument == "histogram":
                 inst = meter.create_histogram(
                     s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
                 )
@@ -361,7 +362,7 @@ class OTelBackend:
                     "gauge": meter.create_observable_gauge,
                     "info": meter.create_observable_gauge,
                     "updown": meter.create_observable_up_down_counter,
-                }[s.kind]
+                }[s.instrument]
                 inst = create(s.name, callbacks=[functools.partial(self._observe, s.name)], unit=s.unit, description=s.help)
             self._instruments[s.name] = inst
 
@@ -377,7 +378,7 @@ class OTelBackend:
         return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        if self._series[name].kind != "histogram":
+        if self._series[name].instrument != "histogram":
             self._table.apply(name, labels, value)
             return
         ctx = _span_context(exemplar) if exemplar else None
@@ -428,12 +429,10 @@ class CompileMetrics(Sink):
         self.backends = backends
         # the added features that observe series of their own (torch_otel._features): the cache lookups' misses, bypasses
         self._views = tuple(k.metrics for k in features_or_default(features) if k.metrics is not None)
-        # and those read from live state (each compiled graph's calls): read by ``refresh``
-        self._sampled = tuple(v.sampled for v in self._views if v.sampled is not None)
-        self._series_kinds = {name: s.kind for name, s in series_table(features).items()}
+        self._instruments = {name: s.instrument for name, s in series_table(features).items()}
+        # the collected series' totals so far (a counter applies its growth): ``apply_collected``
         self._sampled_totals: dict[tuple[str, tuple[str, ...]], float] = {}
         self._sampled_lock = threading.Lock()
-        self._rank_label: str | None = None  # the rank label of the compiles seen (the sampled series carry it)
         self.run_id = default_run_id() if run_id is None else run_id
         self.detail_ranks = RankSet() if detail_ranks is None else detail_ranks
         for b in backends:
@@ -456,38 +455,27 @@ class CompileMetrics(Sink):
                     record_error(f"metrics backend {type(b).__name__}", exc)
 
     def _rank(self, rec: CompileRecord) -> str:
-        rank = str(rec.rank) if rec.rank is not None else default_rank()
-        self._rank_label = rank
-        return rank
+        return str(rec.rank) if rec.rank is not None else default_rank()
 
     def after_fork_in_child(self) -> None:
         """A forked child: the parent's threads may have held the sampled series' lock as it forked."""
         self._sampled_lock = threading.Lock()
 
-    def refresh(self) -> None:
-        """Read the series the features sample from live state (each compiled graph's calls) into every backend: a
-        gauge as it stands, a counter by its growth since the last read. Live capture calls it before each scrape,
-        every few seconds, and at shutdown."""
-        if not self._sampled:
-            return
-        rank = self._rank_label or default_rank()
-        detail = rank in self.detail_ranks
+    def apply_collected(self, observations: list[Observation]) -> None:
+        """The series the features' live states stand at (``FeatureState.collect``: each compiled graph's calls), into
+        every backend: a gauge as it stands, a counter by its growth since the last read. The pipeline collects before
+        each scrape, every few seconds, and at shutdown (before the meter's last export and the Pushgateway's push)."""
         out: list[Observation] = []
         with self._sampled_lock:
-            for sampled in self._sampled:
-                for name, labels, value, ex in sampled(rank, detail):
-                    if self._series_kinds.get(name) == "counter":
-                        before = self._sampled_totals.get((name, labels), 0.0)
-                        if value <= before:
-                            continue  # counts only grow (a lost increment never shows as a decrease)
-                        self._sampled_totals[(name, labels)] = value
-                        value -= before
-                    out.append((name, labels, value, ex))
+            for name, labels, value, ex in observations:
+                if self._instruments.get(name) == "counter":
+                    before = self._sampled_totals.get((name, labels), 0.0)
+                    if value <= before:
+                        continue  # counts only grow (a lost increment never shows as a decrease)
+                    self._sampled_totals[(name, labels)] = value
+                    value -= before
+                out.append((name, labels, value, ex))
             self._emit(iter(out))
-
-    def shutdown(self, timeout_millis: int = 30_000) -> None:
-        """The sampled series' last values, before the meter's last export and the Pushgateway's push."""
-        self.refresh()
 
     def _info(self, rank: str) -> Iterator[Observation]:
         """Once per rank: the build info, and the alerting counters at 0.

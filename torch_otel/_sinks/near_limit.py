@@ -32,7 +32,7 @@ class NearLimitWarning(Sink):
         why = f"; last reason: {shorten_reason(scrub_guard_text(strip_recompile_prefix(reason)), 160)}" if reason else ""
         fix = ""
         if g is not None:
-            d: dict[str, Any] = {"kind": g.kind, "input": g.name, "dim": g.dim, "values": list(g.values), "failures": 2}
+            d: dict[str, Any] = {"kind": g.check, "input": g.name, "dim": g.dim, "values": list(g.values), "failures": 2}
             d["line"] = guard_line(d)
             ctx = FrameContext(
                 code.function, code.file, call_site_of(record), record.called_directly, automatic_dynamic_of(record.metrics)

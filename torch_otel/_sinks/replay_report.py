@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import IO, Any
 
 from .._analysis.divergence import DivergenceReport
@@ -28,8 +29,8 @@ def print_summary(stats: ReplayStats, run: RunSummary | None, out: IO[str]) -> N
     out.write(f"replayed {stats.files} file(s), {stats.bytes / 1e6:.1f} MB, {stats.records} records\n")
     if run is not None:
         out.write(run.format_text())
-    if not (run and run.by_kind) and stats.kinds:
-        held = ", ".join(f"{n} {k}" for k, n in stats.kinds.most_common(8) if k != "str")
+    if not (run and run.by_kind) and stats.record_types:
+        held = ", ".join(f"{n} {k}" for k, n in stats.record_types.most_common(8) if k != "str")
         out.write(f"no compile in this log (a non-strict export logs none); it holds: {held or 'only interned file names'}\n")
     out.write("\n")
     unmatched = sum(stats.unmatched.values())
@@ -41,8 +42,8 @@ def print_summary(stats: ReplayStats, run: RunSummary | None, out: IO[str]) -> N
     out.write(f"lines skipped: {sum(stats.skipped.values())}\n")
     for k, v in stats.skipped.most_common():
         out.write(f"  {v:6d}  {k}\n")
-    out.write("event kinds not recognised:" + (" none" if not stats.unknown_kinds else "") + "\n")
-    for k, v in stats.unknown_kinds.most_common():
+    out.write("event kinds not recognised:" + (" none" if not stats.unknown_record_types else "") + "\n")
+    for k, v in stats.unknown_record_types.most_common():
         out.write(f"  {v:6d}  {k}\n")
 
 
@@ -50,7 +51,7 @@ def problem_lines(stats: ReplayStats, command: str = "torch-otel replay") -> lis
     """One line per path the reader could not use, and one when nothing at all could be parsed; each starts with the
     command the user ran (``torch-otel diff`` reads its logs with replay's reader)."""
     lines = [f"{command}: {p}\n" for p in stats.problems]
-    if stats.files and not stats.kinds and not stats.unknown_kinds:
+    if stats.files and not stats.record_types and not stats.unknown_record_types:
         lines.append(f"{command}: nothing in the given path(s) could be parsed as a TORCH_TRACE log\n")
     return lines
 
@@ -64,7 +65,7 @@ def replay_document(stats: ReplayStats, run: RunSummary, divergence: dict[str, A
         "records": stats.records,
         "lines_skipped": dict(stats.skipped),
         "phase_events_unmatched": dict(stats.unmatched),
-        "unknown_kinds": dict(stats.unknown_kinds),
+        "unknown_kinds": dict(stats.unknown_record_types),
     }
     doc["divergence"] = divergence
     return doc
@@ -81,9 +82,10 @@ class ReplayReport(Sink):
         json_path: str | None = None,
         html: str | None = None,
         capture_payloads: bool = False,
+        states: Mapping[str, Any] | None = None,
     ) -> None:
         self.stats = stats
-        self.summary = RunSummary("replay", capture_payloads=capture_payloads)
+        self.summary = RunSummary("replay", capture_payloads=capture_payloads, states=states)
         self.divergence = DivergenceReport()
         self.text, self.err = text, err
         self.json_path, self.html = json_path, html

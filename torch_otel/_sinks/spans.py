@@ -392,7 +392,7 @@ class SpanMapper:
         for art in rec.artifacts[:room]:
             aa: dict[str, Any] = {
                 "torch.compile.artifact.name": art.name,
-                "torch.compile.artifact.kind": art.kind,
+                "torch.compile.artifact.kind": art.record_type,
                 "torch.compile.artifact.size": art.size,
             }
             if art.digest:

@@ -16,18 +16,18 @@ import os
 import sys
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._analysis.eager import EagerFrames
-from .._analysis.recompiling_frames import RecompilingFrames, add_call_evidence
+from .._analysis.recompiling_frames import RecompilingFrames
 from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
 from .._core.paths import in_installed_package, path_problem
 from .._core.ranks import env_rank
 from .._features.feature import Feature
-from .._features.graph_calls import compile_calls
 from .._features.registry import features_or_default
 from .._model.compilation_metrics import user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CompileRecord, PhaseNode, Sink
@@ -90,14 +90,21 @@ def _dur(node: PhaseNode) -> int:
     return max(0, (node.end_ns if node.end_ns is not None else node.start_ns) - node.start_ns)
 
 
-_CALLS = "_calls"  # a compile's graphs (its calls are read when the summary is written)
+_MORE = "_more"  # what the features add to a compile the summary lists, read when the summary is written
 
 
 def _public(facts: dict[str, Any]) -> dict[str, Any]:
-    """A compile's facts as the JSON has them: with ``calls``, how many times its graph ran (None: not known)."""
-    out = {k: v for k, v in facts.items() if k != _CALLS}
-    cc = facts.get(_CALLS)
-    out["calls"] = cc.calls() if cc is not None else None
+    """A compile's facts as the JSON has them: its own, then each feature's (graph calls': ``calls``, how many times
+    its graph ran)."""
+    out = {k: v for k, v in facts.items() if k != _MORE}
+    out.update(_more(facts))
+    return out
+
+
+def _more(facts: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for read in facts.get(_MORE) or ():
+        out.update(read())
     return out
 
 
@@ -116,6 +123,7 @@ class RunSummary(Sink):
         max_tree_compiles: int = MAX_TREE_COMPILES,
         destinations: tuple[str, ...] = (),
         features: tuple[Feature, ...] | None = None,
+        states: Mapping[str, Any] | None = None,
     ) -> None:
         self.source = source
         self.destinations = destinations
@@ -147,15 +155,23 @@ class RunSummary(Sink):
         self.runtime_ns = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        # each added feature's part (torch_otel._features): the cache lookups' is ``caches``, cold and warm starts
+        # each feature's part (torch_otel._features), given its live state: the cache lookups' is ``caches``, cold and
+        # warm starts; and what each adds to a compile the summary lists (graph calls: its calls)
         self.features = features_or_default(features)
-        self.parts = [(k.summary.key, k.summary.part()) for k in self.features if k.summary is not None]
+        self.views = tuple(f.summary for f in self.features if f.summary is not None)
+        self._compile_facts = tuple(v.compile_facts for v in self.views if v.compile_facts is not None)
+        self.bind(states or {})
         # graph breaks by location, failures by frame, the frames that recompile: what torch-otel diff compares
         self.extra = _Extra(capture_payloads, source == "live")
         # the slowest compiles: (duration, seq, facts) in a min-heap; and those keeping their tree
         self._slowest: list[tuple[int, int, dict[str, Any]]] = []
         self._trees: list[tuple[int, int, FrameKey, dict[str, Any], _Tree]] = []
         self._seq = itertools.count()
+
+    def bind(self, states: Mapping[str, Any]) -> None:
+        """The features' parts, made with the features' live states of the summary's pipeline (the pipeline's builder
+        binds a summary made before it, ``instrument(summary=...)``, before any compile)."""
+        self.parts = [(f.summary.key, f.summary.part(states.get(f.name))) for f in self.features if f.summary is not None]
 
     # -- the sink --------------------------------------------------------------
     def on_finish(self, record: CompileRecord) -> None:
@@ -222,7 +238,7 @@ class RunSummary(Sink):
         }
         if rec.rank is not None:
             facts["rank"] = rec.rank
-        facts[_CALLS] = compile_calls(rec)  # read when the summary is written (torch_otel._features.graph_calls)
+        facts[_MORE] = [f for f in (read(rec) for read in self._compile_facts) if f is not None]
         seq = next(self._seq)
         self._keep(self._slowest, (dur, seq, facts), SLOWEST)
         dropped = self._keep(self._trees, (dur, seq, key, facts, tree), self.max_tree_compiles)
@@ -318,7 +334,9 @@ class RunSummary(Sink):
         """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
         with self._lock:
             d = self.extra.extend(self._dict())
-        add_call_evidence(d["recompiling_frames"], d.get("graph_calls"))  # the graphs each recompile left behind
+        for view in self.views:  # each feature's last word (graph calls: the graphs each recompile left behind)
+            if view.finish is not None:
+                view.finish(d)
         return d
 
     def _dict(self) -> dict[str, Any]:
@@ -396,7 +414,7 @@ class RunSummary(Sink):
         for _, _, key, facts, tree in sorted(self._trees, key=lambda t: (-t[0], t[1])):
             node = tree.to_dict(f"{facts['kind']} {facts['id']}", "compile")
             node["status"] = facts["status"]
-            node["calls"] = _public(facts)["calls"]
+            node.update(_more(facts))
             node["detail"] = f"{facts['kind']} compile of {_row_where(facts)}"
             kept.setdefault(key, []).append(node)
         frames = []

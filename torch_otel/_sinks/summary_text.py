@@ -58,7 +58,8 @@ def _rows_block(head: list[str], rows: list[str], n: int, usual: int, what: str)
 
 
 def format_text(facts: dict[str, Any], width: int = 100, features: tuple[Feature, ...] | None = None) -> str:
-    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text (the added features' lines with them).
+    """The summary's facts (:meth:`RunSummary.to_dict`) as one screen of text, each feature's lines with them (its
+    ``head`` leads the text, its ``text`` after the graph breaks).
 
     The frames torch left in eager come first: they are the costliest outcome, and the compile time alone reads
     like an improvement. A line cut to the width keeps its numbers: names are cut, never values. At most
@@ -66,7 +67,9 @@ def format_text(facts: dict[str, Any], width: int = 100, features: tuple[Feature
     the phases, the costliest frames, then the added features', the graph breaks' and the reasons' rows), each saying how
     many rows more the JSON and the page have, so that the frames that keep recompiling keep their place.
     """
+    views = [f.summary for f in features_or_default(features) if f.summary is not None]
     w = max(60, width)
+    lead = [line for v in views if v.head is not None for line in v.head(facts, w)]  # each feature's head, first
     name_w = w - 42
     by_kind = ", ".join(f"{n} {k}" for k, n in facts["by_kind"].items())
     wall = facts["wall_s"]
@@ -77,12 +80,12 @@ def format_text(facts: dict[str, Any], width: int = 100, features: tuple[Feature
         + f", {wall:.2f} s compiling{cpu}"
     )
     if not facts["compiles"]:
-        return "\n".join([head, "no compiles"]) + "\n"
+        return "\n".join([*lead, head, "no compiles"]) + "\n"
 
     def fixed(lines: list[str]) -> _Block:  # a block that never gives way
         return _Block(lambda n: lines, 0, 0)
 
-    blocks: list[_Block] = [fixed([head, *eager_lines(facts.get("eager_frames") or [], w, row_where)])]
+    blocks: list[_Block] = [fixed([*lead, head, *eager_lines(facts.get("eager_frames") or [], w, row_where)])]
 
     phases = facts["phases"]
 
@@ -171,14 +174,13 @@ def format_text(facts: dict[str, Any], width: int = 100, features: tuple[Feature
     blocks.append(
         _Block(lambda n: _rows_block([], ends, n, 2, "places a break ended its frame"), min(2, len(ends)), min(1, len(ends)), 7)
     )
-    for feature in features_or_default(features):
-        if feature.summary is not None:
-            lines = feature.summary.text(facts, w)
+    for view in views:
+        lines = view.text(facts, w)
 
-            def feature_lines(n: int, lines: list[str] = lines) -> list[str]:
-                return lines if n >= len(lines) else [*lines[: n - 1], f"  ({len(lines) - n + 1} more lines: {_MORE})"]
+        def feature_lines(n: int, lines: list[str] = lines) -> list[str]:
+            return lines if n >= len(lines) else [*lines[: n - 1], f"  ({len(lines) - n + 1} more lines: {_MORE})"]
 
-            blocks.append(_Block(feature_lines, len(lines), min(2, len(lines)), 4 if feature.summary.key == "graph_calls" else 5))
+        blocks.append(_Block(feature_lines, len(lines), min(2, len(lines)), view.gives_way))
     fl = facts["failures"]
     types = ", ".join(f"{k} {v}" for k, v in fl["by_type"].items())
     # frames, where the summary lists them (an older summary has the compiles that left their frame in eager only)

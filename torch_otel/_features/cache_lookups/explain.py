@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.compile_id import CompileId
-from .._features.cache_lookups import CacheLookupEvent, Component, component_class, tensor_inputs
-from .._model.compilation_metrics import compile_on_one_rank
-from .._model.record import CompileRecord
+from ..._core.compile_id import CompileId
+from ..._model.compilation_metrics import compile_on_one_rank
+from ..._model.record import CompileRecord
+from .events import CacheLookupEvent, Component, component_class, tensor_inputs
 
-__all__ = ["CAUSES", "CLASSES", "LOADED", "Explanation", "KeyHistory", "KeySeen", "LoadedKeys", "functorch_digest"]
+__all__ = ["CAUSES", "CLASSES", "Explanation", "KeyHistory", "KeySeen", "functorch_digest"]
 
 # What changed, most telling first (a miss's cause is the class of its first change)
 CLASSES = ("versions", "system", "config", "inputs", "graph", "other")
@@ -601,65 +601,3 @@ def _autocast_leads(
                 (name, *e.components),
             )
     return lead
-
-
-# -- compiles served from torch's portable "mega-cache" (torch.compiler.load_cache_artifacts) ----------------------
-# ``load_cache_artifacts`` writes a previous run's cache entries into this process's local caches and returns their
-# keys; a later compile whose AOTAutograd or FX graph cache hit has one of those keys (torch puts the key and the
-# outcome on the ``backend_compile`` and ``inductor_compile`` phases) was served from the mega-cache. The live hook
-# (torch_otel._capture.mega_cache) hands the keys to :data:`LOADED`. A ``TORCH_TRACE`` log does not record the load.
-
-MAX_LOADED_KEYS = 100_000
-# torch's artifact type (CacheInfo.artifacts) -> our cache name; the phase that reports that cache's key
-LOADED_CACHES = {"aot_autograd": "aot_autograd", "inductor": "fx_graph"}
-KEY_PHASES = {"backend_compile": "aot_autograd", "inductor_compile": "fx_graph"}
-
-
-class LoadedKeys:
-    """The keys a mega-cache load put in this process's caches (bounded); the assembler asks it for a compile's hits."""
-
-    def __init__(self, max_keys: int = MAX_LOADED_KEYS) -> None:
-        self.max_keys = max_keys
-        self._lock = threading.Lock()
-        self._loaded: dict[str, set[str]] = {}  # cache -> keys loaded in this process
-
-    def remember(self, info: Any) -> int:
-        """Keep the keys of a ``CacheInfo``; returns how many were new."""
-        artifacts = getattr(info, "artifacts", None)
-        if not isinstance(artifacts, dict):
-            return 0
-        added = 0
-        with self._lock:
-            total = sum(len(v) for v in self._loaded.values())
-            for kind, keys in artifacts.items():
-                cache = LOADED_CACHES.get(kind)
-                if cache is None or not isinstance(keys, list):
-                    continue
-                known = self._loaded.setdefault(cache, set())
-                for k in keys:
-                    if isinstance(k, str) and k not in known and total < self.max_keys:
-                        known.add(k)
-                        added += 1
-                        total += 1
-        return added
-
-    def hits(self, rec: CompileRecord) -> dict[str, int]:
-        """The compile's cache hits on entries a ``load_cache_artifacts`` put there: ``cache -> count``."""
-        loaded = self._loaded
-        if not loaded:
-            return {}
-        out: dict[str, int] = {}
-        for node, _ in rec.root.walk():
-            cache = KEY_PHASES.get(node.name)
-            if cache is not None and node.args.get("cache_state") == "hit" and node.args.get("key") in loaded.get(cache, ()):
-                out[cache] = out.get(cache, 0) + 1
-                if cache == "aot_autograd" and loaded.get("fx_graph"):
-                    # the entry's FX graphs come from the same load (torch counts them as FX graph cache hits)
-                    n = sum(1 for inner, _ in node.walk() if inner.name == "AOTAutogradCache.inductor_load")
-                    if n:
-                        out["fx_graph"] = out.get("fx_graph", 0) + n
-        return out
-
-
-# The process's loads: the live bridge's default (a load is process-wide, as torch's caches are)
-LOADED = LoadedKeys()

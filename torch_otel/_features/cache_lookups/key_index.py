@@ -21,18 +21,18 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._core.errors import logger, warn_once
-from .._core.ranks import env_rank
-from .._core.settings import Settings
-from .._features.cache_lookups import Component, key_of_artifact
-from .._model.events import ArtifactEvent, MetricsEvent
-from .._parse.trace_log import ReplayStats, log_events, log_files, not_a_trace_log, torch_version_of
-from .caches import KeyHistory, KeySeen, functorch_digest
+from ..._core.errors import logger, warn_once
+from ..._core.ranks import env_rank
+from ..._core.settings import Settings
+from ..._model.events import ArtifactEvent, MetricsEvent, torch_version_of
+from ..feature import LogReader
+from .events import Component, key_of_artifact
+from .explain import KeyHistory, KeySeen, functorch_digest
 
 __all__ = ["KeyIndex", "baseline_keys", "index_document", "keys_of_logs", "live_key_history", "read_index"]
 
@@ -44,9 +44,10 @@ PREVIOUS = "in the previous run"
 
 
 def baseline_keys(
-    path: str, where: str = BASELINE, setting: str = "TORCH_OTEL_CACHE_BASELINE"
+    path: str, where: str = BASELINE, setting: str = "TORCH_OTEL_CACHE_BASELINE", logs: LogReader | None = None
 ) -> tuple[list[KeySeen], list[str]]:
-    """The keys a baseline holds: an index file (``.json``), a directory of them, or ``TORCH_TRACE`` logs (replayed).
+    """The keys a baseline holds: an index file (``.json``), a directory of them, or ``TORCH_TRACE`` logs (read by
+    ``logs``, the pipeline's reader of logs; None: logs are not read).
 
     Returns ``(keys, problems)``: each problem is one line naming the setting and the fix.
     """
@@ -66,7 +67,7 @@ def baseline_keys(
             problems += idx.problems
         return keys, problems
     problems = []
-    keys = keys_of_logs(p, where, problems)
+    keys = keys_of_logs(p, where, problems, logs)
     return keys, [f"{setting}: {q}" for q in problems]
 
 
@@ -80,9 +81,9 @@ def _release_line(keys: list[KeySeen], version: str | None, what: str) -> str | 
     return None
 
 
-def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]]:
+def live_key_history(settings: Settings, logs: LogReader | None = None) -> tuple[KeyHistory, Callable[[], None]]:
     """The live bridge's key history (its baseline read at the first cache lookup) and what saves the index at exit."""
-    from .._version import torch_version
+    from ..._version import torch_version
 
     rank = env_rank()
     found = torch_version()
@@ -114,7 +115,7 @@ def live_key_history(settings: Settings) -> tuple[KeyHistory, Callable[[], None]
 
     def load() -> list[KeySeen]:
         if settings.cache_baseline:
-            keys, problems = baseline_keys(settings.cache_baseline)
+            keys, problems = baseline_keys(settings.cache_baseline, logs=logs)
             what = f"TORCH_OTEL_CACHE_BASELINE={settings.cache_baseline!r}"
         else:
             idx = index()
@@ -366,23 +367,25 @@ def remember_key(history: KeyHistory, ev: ArtifactEvent, version: str | None) ->
     return True
 
 
-def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
+def _records(logs: LogReader | None, file: str, problems: list[str]) -> Iterator[tuple[str, list[Any]]]:
+    if logs is not None:
+        yield from logs.records(file, problems)
+
+
+def keys_of_logs(path: Path, where: str, problems: list[str], logs: LogReader | None = None) -> list[KeySeen]:
     """Every cache key a previous run's TORCH_TRACE logs hold, with its parts: a baseline to explain misses against.
 
-    Read by replay's own read loop, from the lookup artifacts, which torch writes for every lookup of both caches
-    (live capture and replay see the lookups through torch's instant events, which the FX graph loads inside an
-    AOTAutograd hit lack).
+    Read by the pipeline's reader of logs (``logs``), from the lookup artifacts, which torch writes for every lookup of
+    both caches (live capture and replay see the lookups through torch's instant events, which the FX graph loads
+    inside an AOTAutograd hit lack).
     """
     history = KeyHistory(where=where, max_keys=1 << 20)
     found = 0
-    for f in log_files(path):
-        if not_a_trace_log(f):
-            continue
+    for f in logs.files(str(path)) if logs is not None else []:
         version: str | None = None
-        stats = ReplayStats()
-        for kind, events in log_events(f, stats):
+        for record_type, events in _records(logs, f, problems):
             for ev in events:
-                if kind in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
+                if record_type in ("compilation_metrics", "bwd_compilation_metrics") and isinstance(ev, MetricsEvent):
                     v = ev.fields.get("pytorch_version")
                     version = v if isinstance(v, str) and v else version
                     history.note_functorch(ev.compile_id, ev.rank, functorch_digest(ev.fields))
@@ -391,7 +394,6 @@ def keys_of_logs(path: Path, where: str, problems: list[str]) -> list[KeySeen]:
                     version = torch_version_of(ev.payload) or version
                 elif isinstance(ev, ArtifactEvent) and remember_key(history, ev, version):
                     found += 1
-        problems.extend(stats.problems)
     if not found:
         problems.append(
             f"{path} holds no cache lookup torch-otel can read (a TORCH_TRACE log of a run that compiled with inductor "

@@ -1,12 +1,17 @@
-"""Fast tier: a kind of event added through the tables alone reaches every sink; no torch.compile anywhere.
+"""Fast tier: a feature added through its module and one row of the registry reaches every place; no torch at all.
 
-A synthetic kind, ``synthetic_things`` (torch would log it as an instant event ``synthetic_thing`` with a count),
+A synthetic feature, ``synthetic_things`` (torch would log it as an instant event ``synthetic_thing`` with a count),
 is declared as the package declares its cache lookups (torch_otel._features.cache_lookups): a :class:`Feature` with its
-event, how it joins its compile, a derived fact, and a view for each sink. It is then added by two rows only, one
-in the parser's ``INSTANTS`` table and one in the kinds' table (``FEATURES``), and a ``TORCH_TRACE`` log holding it is
-replayed through replay's own pipeline (torch_otel._pipeline.build) with every sink on: the spans, the metrics, the
-run summary (text, JSON, its merge across ranks), log records, replay's report, and a toy sink of the caller's. Read
-back from the exported trace, as ``torch-otel diff`` reads one, it is there too. No other file of the package knows it.
+event, how torch's records become it, how it joins its compile, a derived fact, and a view for each sink. It is added
+by one row of the features' table (``FEATURES``), and a ``TORCH_TRACE`` log holding it is replayed through replay's
+own pipeline (torch_otel._pipeline.build) with every sink on: the spans, the metrics, the run summary (text, JSON, its
+merge across ranks), log records, replay's report, and a toy sink of the caller's. Read back from the trace file, as
+``torch-otel diff`` reads one, it is there too. No other file of the package knows it.
+
+A feature with live state (tests/fast/widget_calls: a counter of a library's calls, read when collected) is added the
+same way, by its module and one row: its hook is attached by live capture's attach table, its counter is served at
+each scrape of a real ``/metrics`` endpoint, and it has its lines, its JSON, its comparison in ``torch-otel diff``, a
+gate condition and its part of the page.
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
+import types
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import widget_calls
 from fastkit import Collect
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
@@ -28,18 +37,26 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
 from test_replay_reader import chromium, log, record
 
+from torch_otel._analysis.diff_compare import Side, compare
+from torch_otel._analysis.diff_gate import parse_fail_on
+from torch_otel._analysis.diff_text import format_text as format_diff
+from torch_otel._attach.attaching import attach_all, detach_all
+from torch_otel._capture.attach_table import rows
+from torch_otel._capture.live_capture import LiveCapture
 from torch_otel._core.compile_id import CompileId
 from torch_otel._core.merge import Merge, sum_int
 from torch_otel._core.settings import Settings
 from torch_otel._features import registry
-from torch_otel._features.feature import Attach, Feature, MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
+from torch_otel._features.feature import Attach, Feature, ParseRows
+from torch_otel._features.views import MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
 from torch_otel._model.record import CompileRecord
+from torch_otel._otel.exposition import start_prometheus_server, sync_before_scrape
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
-from torch_otel._parse import records
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.build import MetricsSpec, PipelineSpec, ReportSpec, build_pipeline
 from torch_otel._pipeline.diff_command import read_side
 from torch_otel._pipeline.replay import replay_paths
+from torch_otel._sinks.html import render_html
 from torch_otel._sinks.spans import SpanMapper
 from torch_otel._sinks.summary_merge import merge_summaries
 from torch_otel._sinks.summary_text import format_text
@@ -104,20 +121,23 @@ SYNTHETIC = Feature(
     NAME,
     SyntheticEvent,
     Attach(NAME, 8),
+    parse=ParseRows(instants=(("synthetic_thing", from_instant),)),  # torch's instant events of it, by name prefix
     derive=derive,
     spans=SpanView(span_events, read_span_event, (EVENT, COUNT)),
     metrics=MetricsView((Series("torch_compile_synthetic_things", "counter", "Synthetic things.", ("rank",)),), observations),
     summary=SummaryView(
-        NAME, Part, lambda facts, width: [f"synthetic things: {facts[NAME]['total']}"], Merge(section={"total": Merge(sum_int)})
+        NAME,
+        lambda state: Part(),
+        lambda facts, width: [f"synthetic things: {facts[NAME]['total']}"],
+        Merge(section={"total": Merge(sum_int)}),
     ),
     logs=lambda rec: [(0, logging.WARNING, "torch._dynamo", f"{rec.derived[NAME]} synthetic things", {COUNT: 7})],
 )
 
 
 @pytest.fixture
-def with_the_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The two rows that add the kind: the parser's, and the kinds' table's."""
-    monkeypatch.setattr(records, "INSTANTS", (*records.INSTANTS, ("synthetic_thing", from_instant)))
+def with_the_feature(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one row that adds the feature: the features' table's."""
     monkeypatch.setattr(registry, "FEATURES", (*registry.FEATURES, SYNTHETIC))
 
 
@@ -141,7 +161,7 @@ def _the_log(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_kind_added_through_the_tables_alone_reaches_every_sink(with_the_kind: None, tmp_path: Path) -> None:
+def test_a_feature_added_by_its_module_and_one_row_reaches_every_sink(with_the_feature: None, tmp_path: Path) -> None:
     spans_file = tmp_path / "spans.jsonl"
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OTLPJsonFileSpanExporter(str(spans_file), setting="test")))
@@ -192,8 +212,8 @@ def test_a_kind_added_through_the_tables_alone_reaches_every_sink(with_the_kind:
     assert side is not None and code == 0 and side.summary[NAME] == {"total": 7}
 
 
-def test_without_its_rows_the_kind_is_not_seen(tmp_path: Path) -> None:
-    """The same log with the tables as they ship: the instant is a plain one, nothing is attached or shown."""
+def test_without_its_row_the_feature_is_not_seen(tmp_path: Path) -> None:
+    """The same log with the table as it ships: the instant is a plain one, nothing is attached or shown."""
     toy, stats = Collect(), ReplayStats()
     report = ReportSpec(stats, io.StringIO(), io.StringIO())
     pipeline = build_pipeline(PipelineSpec("replay", Settings(), report=report, sinks=(toy,)))
@@ -201,3 +221,92 @@ def test_without_its_rows_the_kind_is_not_seen(tmp_path: Path) -> None:
     rec = toy.only()
     assert NAME not in rec.attached and NAME not in rec.derived
     assert [name for name, _, _ in rec.root.instants] == ["synthetic_thing", "synthetic_thing"]
+
+
+# -- a feature with live state: a counter of a library's calls, read at scrape time -----------------------------------
+
+
+class Factory:
+    """The library the feature hooks (in place of torch, which the fast tier does not import)."""
+
+    def make(self, n: int = 1) -> int:
+        return n
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:  # noqa: S310 - loopback only
+        return r.read().decode()
+
+
+def _made(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith("torch_compile_widgets_made_total")]
+
+
+@pytest.fixture
+def widgets(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """The library, importable as ``widgets``; the feature added by its one row of the registry."""
+    lib = types.ModuleType("widgets")
+    lib.Factory = Factory  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "widgets", lib)
+    monkeypatch.setattr(registry, "FEATURES", (*registry.FEATURES, widget_calls.FEATURE))
+    yield lib
+
+
+def test_a_feature_with_live_state_counts_through_its_own_hook_and_is_read_at_each_scrape(widgets, tmp_path):
+    prom = CollectorRegistry()
+    summary_file = tmp_path / "summary.json"
+    settings = Settings(cache_index="off", summary=(str(summary_file), str(tmp_path / "summary.txt")))
+    pipeline = build_pipeline(PipelineSpec("live", settings, metrics=MetricsSpec(prom)))
+    state = pipeline.state(widget_calls.NAME)
+    assert isinstance(state, widget_calls.WidgetState)  # made by the pipeline, for its source (live)
+    # its row is in live capture's attach table, and attaches its state's own hook (torch's rows need torch: not here)
+    row = next(r for r in rows() if r.name == "widget_calls")
+    capture = LiveCapture(pipeline.assembler(), states=pipeline.states)
+    attached = attach_all(capture, "2.13.0", [row])
+    assert attached.rows == [row] and getattr(Factory.__dict__["make"], "__torch_otel_hook__", None) is row
+    # the endpoint a live run serves, brought up to date before each scrape as the bridge does it
+    started = start_prometheus_server({"OTEL_EXPORTER_PROMETHEUS_PORT": "0"}, prom)
+    assert not isinstance(started, str), started
+    server, port = started
+    unsync = sync_before_scrape(prom, pipeline.collect)
+    try:
+        factory = widgets.Factory()
+        assert [factory.make(i) for i in range(3)] == [0, 1, 2]  # the library's answers, unchanged
+        assert state.made == 3 and state.collected == 0  # counted on the call's path; nothing read yet
+        assert _made(_scrape(port)) == ['torch_compile_widgets_made_total{rank="0"} 3.0'] and state.collected == 1
+        factory.make()
+        factory.make()
+        assert _made(_scrape(port)) == ['torch_compile_widgets_made_total{rank="0"} 5.0'] and state.collected == 2
+    finally:
+        unsync()
+        server.shutdown()
+        server.server_close()
+    detach_all(capture, attached)
+    assert widgets.Factory().make(7) == 7 and state.made == 5  # its hook is gone: the library as it was
+    # shut down: the run summary leads with its line, has its JSON part; its page part is in the page
+    pipeline.shutdown()
+    doc = json.loads(summary_file.read_text())
+    assert doc[widget_calls.NAME] == {"made": 5}
+    text = (tmp_path / "summary.txt").read_text().splitlines()
+    assert text[0] == "widget calls lead the summary: 5 made"
+    assert render_html(doc).count("Widgets made") == 1  # its script, inlined after the pages' kit
+    # two ranks' parts add up; the diff compares it, says it, and its gate condition fails on fewer widgets
+    assert merge_summaries([doc, doc])[widget_calls.NAME] == {"made": 10}
+    fewer = dict(doc, **{widget_calls.NAME: {"made": 2}})
+    gate, problems = parse_fail_on(["widgets"])
+    assert problems == []
+    d = compare(Side("a", "run summary", doc), Side("b", "run summary", fewer), gate)
+    assert d[widget_calls.NAME] == {"base": 5, "new": 2}
+    assert d["gate"]["failed"] == [{"kind": "widgets", "text": "fewer widgets made: 5 -> 2"}]
+    assert "widgets made: 5 -> 2" in format_diff(d)
+
+
+def test_without_its_row_the_feature_has_no_state_no_row_and_no_series(tmp_path):
+    prom = CollectorRegistry()
+    pipeline = build_pipeline(PipelineSpec("live", Settings(cache_index="off"), metrics=MetricsSpec(prom)))
+    assert pipeline.state(widget_calls.NAME) is None
+    assert "widget_calls" not in [r.name for r in rows()]
+    pipeline.collect()
+    assert prom.get_sample_value("torch_compile_widgets_made_total", {"rank": "0"}) is None
+    gate, problems = parse_fail_on(["widgets"])
+    assert problems and "no such condition" in problems[0]
