@@ -29,19 +29,25 @@ def clean_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return full
 
 
-def cli_argv(*args: str, script: bool = False) -> list[str]:
+def cli_argv(*args: str, script: bool = False, python: str | None = None) -> list[str]:
     """``torch-otel ARGS`` as a command line: ``python -m torch_otel ARGS``, or with ``script`` the console script
-    the package installs (what a user types)."""
-    return [str(Path(sys.executable).parent / "torch-otel"), *args] if script else [sys.executable, "-m", "torch_otel", *args]
+    the package installs (what a user types); ``python``: another environment's interpreter (default: this one)."""
+    python = python or sys.executable
+    return [str(Path(python).parent / "torch-otel"), *args] if script else [python, "-m", "torch_otel", *args]
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300, script: bool = False
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    script: bool = False,
+    python: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``torch-otel ARGS`` in a subprocess (:func:`cli_argv`), in the test's environment without any OTEL_/TORCH_OTEL_
     setting plus ``env`` (:func:`clean_env`), its input closed, its output kept as text."""
     return subprocess.run(
-        cli_argv(*args, script=script),
+        cli_argv(*args, script=script, python=python),
         env=clean_env(env),
         cwd=cwd,
         capture_output=True,

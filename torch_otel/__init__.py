@@ -1,6 +1,8 @@
 """torch-otel: every torch.compile compile as an OpenTelemetry trace, and its metrics in Prometheus.
 
-Names are imported on first use, so ``torch-otel replay`` (and ``import torch_otel``) start fast.
+The public names are these (``__all__``); the modules whose names start with ``_`` are private and change in any
+release. ``Sink`` and ``Compile`` are the extension point: a receiver of your own for every compile's record
+(docs/extending.md). Names are imported on first use, so ``torch-otel replay`` (and ``import torch_otel``) start fast.
 """
 
 from __future__ import annotations
@@ -15,10 +17,17 @@ if TYPE_CHECKING:
     from ._core.errors import internal_error_count
     from ._core.settings import Settings, load_settings
     from ._instrumentor import TorchCompileInstrumentor
+    from ._model.sink_api import CacheRequests, Compile, GraphBreak, Phase, Sink
     from ._otel.ids import UrandomIdGenerator
     from ._pipeline.bridge import force_flush, instrument, is_instrumented, shutdown, uninstrument
 
 _WHERE = {
+    # the public extension point: a sink of your own, and the record it gets (docs/extending.md)
+    "Sink": "._model.sink_api",
+    "Compile": "._model.sink_api",
+    "Phase": "._model.sink_api",
+    "GraphBreak": "._model.sink_api",
+    "CacheRequests": "._model.sink_api",
     "force_flush": "._pipeline.bridge",
     "instrument": "._pipeline.bridge",
     "is_instrumented": "._pipeline.bridge",
@@ -32,7 +41,12 @@ _WHERE = {
 }
 
 __all__ = [
+    "CacheRequests",
+    "Compile",
+    "GraphBreak",
+    "Phase",
     "Settings",
+    "Sink",
     "TorchCompileInstrumentor",
     "UrandomIdGenerator",
     "__version__",

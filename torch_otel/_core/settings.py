@@ -41,6 +41,8 @@ class Settings:
     # count how often each compiled graph runs (TORCH_OTEL_GRAPH_CALLS; full capture counts them whatever this says):
     # off by default: its cost on a small training step could not be shown under 0.1% (docs/benchmarks.md)
     graph_calls: bool = False
+    # the sinks installed as packages (entry points ``torch_otel.sinks``) to load: None every one, () none, or these
+    sinks: tuple[str, ...] | None = None
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -194,6 +196,14 @@ def _per_process_path(env: Mapping[str, str], name: str, problems: list[str]) ->
         return None
 
 
+def _sink_names(raw: str | None) -> tuple[str, ...] | None:
+    """TORCH_OTEL_SINKS: unset or ``all``, every installed sink; ``none``, none; else the names, comma-separated."""
+    names = tuple(n.strip() for n in (raw or "").split(",") if n.strip())
+    if not names or names == ("all",):
+        return None
+    return () if names in (("none",), ("off",)) else names
+
+
 def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); bad values fall back to defaults."""
     env = os.environ if env is None else env
@@ -215,6 +225,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         cache_index=(env.get("TORCH_OTEL_CACHE_INDEX") or "auto").strip() or "auto",
         cache_baseline=(env.get("TORCH_OTEL_CACHE_BASELINE") or "").strip() or None,
         graph_calls=_bool(env, "TORCH_OTEL_GRAPH_CALLS", False, problems),
+        sinks=_sink_names(env.get("TORCH_OTEL_SINKS")),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

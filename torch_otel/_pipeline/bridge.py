@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +25,15 @@ from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
 from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
+from .._model.sink_api import Sink
 from .._otel.exposition import sync_before_scrape
 from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
 from .._sinks.summary import RunSummary
+from .._sinks.user_sinks import UserSinks
 from .._version import __version__
 from .build import MetricsSpec, PipelineSpec, build_pipeline
+from .installed_sinks import installed_sinks
 from .pipeline import Pipeline
 
 _lock = threading.RLock()
@@ -78,6 +81,7 @@ def instrument(
     _owned: list[Any] | None = None,
     _on_first_compile: list[Callable[[], None]] | None = None,
     summary: RunSummary | None = None,
+    sinks: Sequence[Sink] = (),
 ) -> Bridge | None:
     """Start turning torch.compile compiles into traces and metrics.
 
@@ -88,7 +92,8 @@ def instrument(
     graph breaks into log records correlated with the compile's trace.
     ``capture`` is ``"default"``, ``"full"`` or ``"off"`` (default:
     ``TORCH_OTEL_CAPTURE``). ``summary`` is filled with every compile (as
-    ``TORCH_OTEL_SUMMARY`` asks for one). Instrumenting twice is a no-op.
+    ``TORCH_OTEL_SUMMARY`` asks for one). ``sinks`` (``torch_otel.Sink``) each get
+    every finished compile's record (docs/extending.md). Instrumenting twice is a no-op.
     """
     global _bridge, _atexit_registered
     with _lock:
@@ -118,6 +123,7 @@ def instrument(
                 metrics=metrics,
                 logger_provider=logger_provider,
                 summary=summary,
+                sinks=(UserSinks(sinks, settings.capture_payloads),) if sinks else (),
             )
         )
         assembler = pipeline.assembler(max_open=settings.max_open_compiles)
@@ -445,7 +451,8 @@ def _no_trace_destination(env: Mapping[str, str], settings: Settings) -> bool:
 def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: Any = None, meter_provider: Any = None) -> Any:
     """Configure from ``OTEL_*``/``TORCH_OTEL_*`` and instrument. Returns the bridge, or None.
 
-    What ``torch_otel.auto``, ``torch-otel run`` and the ``opentelemetry-instrument`` instrumentor call.
+    What ``torch_otel.auto``, ``torch-otel run`` and the ``opentelemetry-instrument`` instrumentor call; it loads the
+    sinks installed as packages (``TORCH_OTEL_SINKS`` chooses among them).
     """
     from .._core.import_watch import sdk_disabled
     from .._otel.providers import configure_providers
@@ -474,6 +481,7 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
         settings=settings,
         _owned=c.owned,
         _on_first_compile=c.on_first_compile,
+        sinks=installed_sinks(settings.sinks),  # the sinks installed as packages (entry points torch_otel.sinks)
     )
     if bridge is not None and c.local is not None:
         bridge.closing = c.local.say
