@@ -61,6 +61,14 @@ def release(session: nox.Session, torch: str) -> None:
             shutil.rmtree(session.virtualenv.location, ignore_errors=True)
 
 
+@nox.session
+def fast_without_torch(session: nox.Session) -> None:
+    """The fast tier in an environment without torch (docs/testing.md): the package, pytest and xdist, nothing else."""
+    session.install("-e", ".", "pytest>=8", "pytest-xdist==3.6.1", env={"PIP_CONSTRAINT": "/dev/null"})
+    session.run("python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)")
+    session.run("python", "-m", "pytest", "tests/fast", *session.posargs)
+
+
 @nox.session(python=False)
 def matrix(session: nox.Session) -> None:
     """The release tests on every supported release, then the compatibility table."""
@@ -106,7 +114,7 @@ GPU_HEADING = "## On a GPU"
 
 
 def gpu_section(page: str) -> str:
-    """The page's GPU section, kept as it is: it comes from a GPU run (bench/gpu_check.py), which the matrix cannot make."""
+    """The page's GPU section, kept as it is: it comes from a GPU run (bench/gpu/check.py), which the matrix cannot make."""
     start = page.find("\n" + GPU_HEADING + "\n")
     if start < 0:
         return ""

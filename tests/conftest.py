@@ -22,7 +22,7 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdi
 # The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's
 os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tempfile.gettempdir(), "torch-otel-tests-xdg-cache"))
 
-import torch  # noqa: E402
+# torch is imported by the fixtures that need it, never here: the fast tier (tests/fast) runs without torch installed
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
@@ -40,7 +40,10 @@ def _torch_logger_names() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def restore_torch_logging() -> Iterator[None]:
-    """Every test leaves torch's loggers (handlers, levels, propagate) and dynamo as it found them."""
+    """Every test leaves torch's loggers (handlers, levels, propagate) and dynamo as it found them (the fast tier,
+    which has no torch, overrides this in tests/fast/conftest.py)."""
+    import torch
+
     saved = {}
     for name in _torch_logger_names():
         lg = logging.getLogger(name)

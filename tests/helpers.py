@@ -36,6 +36,18 @@ def cli_argv(*args: str, script: bool = False, python: str | None = None) -> lis
     return [str(Path(python).parent / "torch-otel"), *args] if script else [python, "-m", "torch_otel", *args]
 
 
+def run(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """The suite's one runner of the bridge's commands in a subprocess (the CLI, a Python workload, ``torch-otel run --
+    torchrun ...``): in the test's environment without any OTEL_/TORCH_OTEL_ setting plus ``env`` (:func:`clean_env`),
+    its input closed, its output kept as text. Other programs (tlparse, promtool, a collector, a browser) are run where
+    they are used."""
+    return subprocess.run(
+        argv, env=clean_env(env), cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
 def run_cli(
     *args: str,
     env: dict[str, str] | None = None,
@@ -44,17 +56,8 @@ def run_cli(
     script: bool = False,
     python: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``torch-otel ARGS`` in a subprocess (:func:`cli_argv`), in the test's environment without any OTEL_/TORCH_OTEL_
-    setting plus ``env`` (:func:`clean_env`), its input closed, its output kept as text."""
-    return subprocess.run(
-        cli_argv(*args, script=script, python=python),
-        env=clean_env(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    """``torch-otel ARGS`` (:func:`cli_argv`), run by :func:`run`."""
+    return run(cli_argv(*args, script=script, python=python), env=env, cwd=cwd, timeout=timeout)
 
 
 def stop_processes(procs: Iterable[subprocess.Popen[Any]], wait: float = 60) -> None:
@@ -95,15 +98,8 @@ def run_python(
     timeout: float = 300,
     args: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(script), *(args or [])],
-        env=clean_env(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    """``python SCRIPT ARGS`` (a workload), run by :func:`run`."""
+    return run([sys.executable, str(script), *(args or [])], env=env, cwd=cwd, timeout=timeout)
 
 
 def normalize_stderr(text: str) -> list[str]:

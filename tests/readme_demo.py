@@ -1,6 +1,6 @@
 """The README's "What you get" example: an excerpt of what ``torch-otel demo`` prints, and the check that it still is.
 
-Regenerate it with ``python tests/readme_demo.py`` (runs the demo, rewrites the block between the README's
+Regenerate it with ``python -m tests.readme_demo`` (runs the demo, rewrites the block between the README's
 ``demo-output`` markers). ``tests/test_package.py`` runs the demo and checks the README's block against it:
 times differ from run to run, so numbers with a decimal point are compared as placeholders, and the rows of the
 summary's tables, whose order follows the times, are checked against the run's own summary.
@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -81,14 +83,7 @@ def mismatches(block: str, out: str, summary: dict[str, Any]) -> list[str]:
 
 
 def run_demo(cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torch_otel", "demo", "--metrics-port", "0", "--json", str(cwd / "summary.json")],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli("demo", "--metrics-port", "0", "--json", str(cwd / "summary.json"), cwd=cwd, timeout=600)
 
 
 # A replayed real GPU log from tlparse's test data: its summary is the same on every run, so it is compared exactly.
@@ -98,15 +93,8 @@ REPLAY_LOG = "tests/data/tlparse-corpus/multi_rank_runtime_rank_0.log.gz"
 
 def replay_screen() -> str:
     """``torch-otel replay REPLAY_LOG``'s run summary, as it prints it."""
-    res = subprocess.run(
-        [sys.executable, "-m", "torch_otel", "replay", REPLAY_LOG, "-o", os.devnull],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        check=True,
-    )
+    res = run_cli("replay", REPLAY_LOG, "-o", os.devnull, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
     lines = res.stdout.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("torch.compile run summary"))
     end = next(i for i, ln in enumerate(lines) if ln.startswith("phase events unmatched"))

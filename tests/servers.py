@@ -125,7 +125,7 @@ class _LoopbackServer:
 class Prometheus(_LoopbackServer):
     """Debian's prometheus, scraping ``targets`` every second, with exemplar storage on.
 
-    bench/fleet_prometheus.py's is a subclass: its own :meth:`config` and :meth:`flags`, and longer timeouts.
+    bench/fleet/prometheus.py's is a subclass: its own :meth:`config` and :meth:`flags`, and longer timeouts.
     """
 
     name = "prometheus"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_cli, run_python
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from tests.helpers import run_cli, run_python
 from torch_otel._core.categories import phase_label
 from torch_otel._core.settings import Settings
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
@@ -260,6 +260,7 @@ def _tlparse_recompile_reasons(log: Path, out: Path) -> list[str]:
     import subprocess
 
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    # tlparse, the reference reader: another program than the bridge's
     subprocess.run([tlparse, str(log), "-o", str(out), "--no-browser", "--overwrite"], check=True, capture_output=True)
     (found,) = [p for p in (out / "-_0_2_0").glob("recompile_reasons*.json")]
     data = json.loads(found.read_text())
@@ -268,9 +269,7 @@ def _tlparse_recompile_reasons(log: Path, out: Path) -> list[str]:
 
 def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
     """DDP's optimizer splits one frame into a graph per bucket, each with a lazy backward under the same compile id."""
-    import subprocess
-
-    from helpers import WORKLOADS, clean_env, read_otlp_json_spans, torchrun_under_torch_otel
+    from tests.helpers import WORKLOADS, read_otlp_json_spans, run, torchrun_under_torch_otel
 
     env = {
         "TORCH_TRACE": str(tmp_path / "trace"),
@@ -280,7 +279,7 @@ def test_ddp_split_backwards_are_told_apart_live_and_on_replay(tmp_path):
         "OMP_NUM_THREADS": "1",
     }
     argv = torchrun_under_torch_otel(2, WORKLOADS / "ddp_buckets.py")
-    r = subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    r = run(argv, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     rr = run_cli("replay", str(tmp_path / "trace"), "-o", str(tmp_path / "replay.jsonl"), script=True)
     assert rr.returncode == 0, rr.stderr

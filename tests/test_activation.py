@@ -13,17 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import (
-    WORKLOADS,
-    bridge_lines,
-    clean_env,
-    frame_roots,
-    run_cli,
-    run_python,
-    torchrun_under_torch_otel,
-    without_paths,
-)
-from servers import Rotel, Tap, free_port, otlp_env, wait_until
+
+from tests.helpers import WORKLOADS, bridge_lines, frame_roots, run, run_cli, run_python, torchrun_under_torch_otel, without_paths
+from tests.servers import Rotel, Tap, free_port, otlp_env, wait_until
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
 
@@ -49,7 +41,7 @@ def _command(way: str, script: str) -> tuple[list[str], dict[str, str]]:
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run(argv, env=env, timeout=timeout)
 
 
 def _otlp_env(rotel: Rotel, protocol: str) -> dict[str, str]:

@@ -19,11 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import (
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from prometheus_client import CollectorRegistry
+
+from tests import helpers
+from tests.helpers import (
     WORKLOADS,
     assert_summary_is_the_spans,
     assert_the_screen_keeps_the_recompiling_frames,
-    clean_env,
     compile_ns,
     read_otlp_json_spans,
     run_cli,
@@ -32,10 +36,6 @@ from helpers import (
     summary_screen,
     torchrun_under_torch_otel,
 )
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from prometheus_client import CollectorRegistry
-
 from torch_otel._core.settings import Settings
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._parse.trace_log import ReplayStats
@@ -188,6 +188,7 @@ def test_where_tlparse_counts_that_graph_break_too_torchs_counters_are_right(run
     torch-otel follows torch's counters, which count it once, as a failure: no graph was split there (the whole frame
     runs in eager), and ``CompilationMetrics.num_graph_breaks`` (``counters["graph_break"]``) leaves it out too."""
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    # tlparse, the reference reader: another program than the bridge's
     subprocess.run([tlparse, str(run.log), "-o", str(tmp_path), "--no-browser", "--overwrite"], check=True, capture_output=True)
     (failed,) = [r for r in run.torch_records if r.get("fail_type")]
     directory = json.loads((tmp_path / "compile_directory.json").read_text())
@@ -234,9 +235,7 @@ def test_fsdp2s_graph_break_under_a_users_context_manager_is_one_failure_on_each
         "TORCH_OTEL_TRACES_FILE": str(job / "spans-{rank}.jsonl"),
     }
     argv = torchrun_under_torch_otel(2, WORKLOADS / "fsdp2.py")
-    res = subprocess.run(
-        [*argv, str(job)], env=clean_env(env), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-    )
+    res = helpers.run([*argv, str(job)], env=env, timeout=600)  # the module's fixture is named run
     assert res.returncode == 0, res.stderr[-3000:]
     for rank in (0, 1):
         counters = json.loads((job / f"counters-{rank}.json").read_text())
@@ -257,9 +256,9 @@ def test_fsdp2s_graph_break_under_a_users_context_manager_is_one_failure_on_each
         assert attrs["torch.compile.graph_break.code"] == "GB0007"
         assert "torch.compile.graph_break" not in [e["name"] for e in root["events"]]
     # replay of the job's directory: the same, summed over the two ranks
-    tool = str(Path(sys.executable).parent / "torch-otel")
-    argv = [tool, "replay", str(job / "trace"), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl")]
-    res = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    res = run_cli(
+        "replay", str(job / "trace"), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"), script=True
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     replayed = json.loads((tmp_path / "replayed.json").read_text())
     assert replayed["ranks"] == [0, 1]
@@ -269,7 +268,7 @@ def test_fsdp2s_graph_break_under_a_users_context_manager_is_one_failure_on_each
     # tlparse on rank 0's log: a graph-break artifact under the failed compile, and the compile listed as a failure
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
     (log,) = (job / "trace").glob("*rank_0*.log")
-    subprocess.run(
+    subprocess.run(  # tlparse, the reference reader: another program than the bridge's
         [tlparse, str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True, capture_output=True
     )
     directory = json.loads((tmp_path / "tl" / "compile_directory.json").read_text())
@@ -292,9 +291,7 @@ def test_an_fsdp2_training_jobs_full_screen_keeps_its_recompiling_frames_on_both
         "OTEL_METRICS_EXPORTER": "none",
     }
     argv = torchrun_under_torch_otel(2, WORKLOADS / "fsdp2.py")
-    res = subprocess.run(
-        [*argv, str(job), "train"], env=clean_env(env), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-    )
+    res = helpers.run([*argv, str(job), "train"], env=env, timeout=600)  # the module's fixture is named run
     assert res.returncode == 0, res.stderr[-3000:]
     for rank in (0, 1):
         summary = json.loads((job / f"summary-{rank}.json").read_text())

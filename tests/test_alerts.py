@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from servers import require
+
+from tests.servers import require
 
 RULES = Path(__file__).resolve().parent.parent / "grafana" / "alerts" / "torch-compile-rules.yml"
 

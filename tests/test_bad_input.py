@@ -11,11 +11,11 @@ import string
 
 import pytest
 import torch
-from helpers import own_lines, run_cli, run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_otel
+from tests.helpers import own_lines, run_cli, run_python
 from torch_otel._core.settings import load_settings, sdk_env_problems
 from torch_otel._otel.exposition import prometheus_port
 from torch_otel._otel.providers import exporter_names, job_resource, otlp_problem

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, run_python, spans_to_file
-from servers import free_port
 
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run, run_cli, run_python, spans_to_file
+from tests.servers import free_port
 from torch_otel._features.cache_lookups.events import Component
 from torch_otel._features.cache_lookups.explain import KeySeen
 from torch_otel._features.cache_lookups.key_index import MAX_INDEX_BYTES, MAX_INDEX_KEYS, KeyIndex, index_document
@@ -125,14 +125,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if (cache / "torch-otel").exists():  # the indexes each rank explains against: replay is given the same
             shutil.copytree(cache / "torch-otel", out / "baseline")
         out.mkdir(exist_ok=True)
-        res = subprocess.run(
-            [*argv, str(free_port()), str(WORKLOADS / "caches.py"), str(out), "warm"],
-            env=clean_env(env),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
+        res = run([*argv, str(free_port()), str(WORKLOADS / "caches.py"), str(out), "warm"], env=env, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         got[name] = {"out": out, "stderr": res.stderr, "ranks": ranks}
 
@@ -290,7 +283,7 @@ def test_replay_explains_misses_against_a_previous_runs_torch_trace(runs, tmp_pa
 @pytest.mark.parametrize("scenario", ["cold", "warm", "config"])
 def test_cache_counts_equal_tlparse_on_the_same_log(runs, scenario, tmp_path):
     log = next((runs[scenario]["out"] / "trace").glob("*.log"))
-    res = subprocess.run(
+    res = subprocess.run(  # tlparse, the reference reader: another program than the bridge's
         [shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse"), str(log), "-o", str(tmp_path / "tl")]
         + ["--overwrite", "--no-browser"],
         capture_output=True,

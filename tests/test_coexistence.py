@@ -6,7 +6,8 @@ import shutil
 from collections import Counter
 
 import pytest
-from helpers import (
+
+from tests.helpers import (
     WORKLOADS,
     normalize_stderr,
     own_lines,
@@ -16,7 +17,6 @@ from helpers import (
     span_compile_ids,
     tlparse_compile_ids,
 )
-
 from torch_otel._sinks.near_limit import NEAR_LIMIT_WORDS
 
 

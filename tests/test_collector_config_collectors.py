@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from collector_helpers import (
+
+from tests.collector_helpers import (
     COLLECTOR_CONFIGS,
     COMPOSE,
     CONFIG_DIR,
@@ -31,7 +32,7 @@ from collector_helpers import (
     host_port,
     load,
 )
-from servers import collector_binaries
+from tests.servers import collector_binaries
 
 EXPECTED_FILES = (
     "agent.yaml",

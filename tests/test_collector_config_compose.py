@@ -10,7 +10,8 @@ import re
 from typing import Any
 
 import pytest
-from collector_helpers import (
+
+from tests.collector_helpers import (
     COMPOSE,
     CONFIG_DIR,
     FLEET_AGENT,

@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 import yaml
-from collector_helpers import (
+
+from tests.collector_helpers import (
     FLEET_AGENT,
     FLEET_GATEWAY,
     README,
@@ -24,7 +25,6 @@ from collector_helpers import (
     load,
     tail_sampling,
 )
-
 from torch_otel._sinks.metrics import SERIES
 from torch_otel.sampling import SAMPLED_BECAUSE, RankSampler
 
@@ -262,7 +262,7 @@ def test_readme_fleet_section():
     section = readme_fleet_section()
     for name in (FLEET_AGENT, FLEET_GATEWAY):
         assert f"`{name}`" in section
-    assert "bench/fleet_traces.py" in section  # the sizing is measured, and says by what
+    assert "bench/fleet/traces.py" in section  # the sizing is measured, and says by what
     assert "headless" in section and "preStop" in section
     assert '"$OTELCOL" validate --config=' in README.read_text()
     image = compose_services()["gateway"]["image"]

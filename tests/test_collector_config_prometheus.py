@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from collector_helpers import ROOT, RULES_MOUNT, compose_services, host_port, load
+
+from tests.collector_helpers import ROOT, RULES_MOUNT, compose_services, host_port, load
 
 # torchrun: each rank serves /metrics on OTEL_EXPORTER_PROMETHEUS_PORT (default 9464) + LOCAL_RANK.
 DEFAULT_PROMETHEUS_PORT = 9464

@@ -21,13 +21,13 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
-from collector_helpers import CONFIG_DIR, README, load
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans
-from servers import BUILD, Jaeger, OtelCollector, Prometheus, collector, collector_binaries, free_port, http_get, wait_until
+
+from tests.collector_helpers import CONFIG_DIR, README, load
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run_cli
+from tests.servers import BUILD, Jaeger, OtelCollector, Prometheus, collector, collector_binaries, free_port, http_get, wait_until
 
 LOCAL_MARK = "<!-- local-stack: tests/test_collector_config_run.py runs these -->"
 
@@ -118,7 +118,7 @@ def test_a_typo_is_found_by_validate(tmp_path):
     exe = collector_binaries()[0]
     typo = tmp_path / "gateway.yaml"
     typo.write_text((CONFIG_DIR / "gateway.yaml").read_text().replace("send_batch_size:", "send_batch_sise:", 1))
-    proc = subprocess.run([exe, "validate", f"--config={typo}"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([exe, "validate", f"--config={typo}"], capture_output=True, text=True, timeout=60)  # the collector
     assert proc.returncode != 0 and "send_batch_sise" in proc.stderr, proc.stderr
     # the command the README gives for it
     assert re.search(r'"\$OTELCOL" validate --config=collector-config/\S+\.yaml', README.read_text())
@@ -155,15 +155,7 @@ def test_the_single_gateway_layout_carries_a_job_whole(tmp_path):
                     "TORCH_OTEL_TRACES_FILE": str(tmp_path / "spans.jsonl"),
                 }
                 since = time.time_ns()
-                torch_otel = str(Path(sys.executable).parent / "torch-otel")
-                proc = subprocess.run(
-                    [torch_otel, "run", "--", sys.executable, str(WORKLOADS / "mixed.py")],
-                    env=clean_env(env),
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                    stdin=subprocess.DEVNULL,
-                )
+                proc = run_cli("run", "--", sys.executable, str(WORKLOADS / "mixed.py"), env=env, script=True)
                 assert proc.returncode == 0, proc.stderr[-3000:]
                 sent = _spans_by_trace(read_otlp_json_spans(tmp_path / "spans.jsonl"))
                 assert len(sent) >= 10
@@ -235,21 +227,14 @@ def test_the_readme_commands_without_docker():
             "OTEL_METRIC_EXPORT_INTERVAL": "1000",
             "OTEL_BSP_SCHEDULE_DELAY": "200",
         }
-        torch_otel = str(Path(sys.executable).parent / "torch-otel")
-        proc = subprocess.run(
-            [torch_otel, "run", "--", sys.executable, str(WORKLOADS / "mixed.py")],
-            env=clean_env(env),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
+        proc = run_cli("run", "--", sys.executable, str(WORKLOADS / "mixed.py"), env=env, script=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
         for check in checks:
             for old, moved in new.items():
                 check = check.replace(old, moved)
 
             def answer(check: str = check) -> str:
+                # the README's own check, as the user runs it in a shell
                 return subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=30).stdout
 
             want = '"torch.compile"' if "/api/v3/traces" in check else "torch_compile_compiles_total"

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_queries import all_prom_targets, substitute
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans
-from servers import HostsFile, Jaeger, Prometheus, collector, collector_binaries, free_port, wait_until, yaml_flow
+
+from tests.dashboard_queries import all_prom_targets, substitute
+from tests.helpers import WORKLOADS, clean_env, read_otlp_json_spans
+from tests.servers import HostsFile, Jaeger, Prometheus, collector, collector_binaries, free_port, wait_until, yaml_flow
 
 SERVICE = "torch"  # the dashboards' $job: Prometheus's job label is the service name
 SLOW_COMPILE_MS = 4000  # the job's slow compile sleeps 6 s in its backend; the others take well under 4 s
@@ -364,7 +365,7 @@ def _describe(spans: list[dict[str, Any]]) -> str:
 
 
 def _attrs(span: dict[str, Any]) -> dict[str, Any]:
-    from servers import otlp_value
+    from tests.servers import otlp_value
 
     return {a["key"]: otlp_value(a["value"]) for a in span.get("attributes", [])}
 

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import (
+from prometheus_client import CollectorRegistry
+
+import torch_otel
+from tests.helpers import (
     HERE,
     WORKLOADS,
     read_otlp_json_spans,
@@ -28,9 +31,6 @@ from helpers import (
     spans_to_file,
     tlparse_compile_ids,
 )
-from prometheus_client import CollectorRegistry
-
-import torch_otel
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
@@ -348,7 +348,7 @@ def test_a_compile_names_its_inductor_debug_directory_trace_file_and_tlparse_dir
 def test_a_compile_served_from_the_mega_cache_says_so(tmp_path):
     """torch.compiler.save_cache_artifacts in one process, load_cache_artifacts in a fresh one with an empty cache:
     the second process's compile hits the loaded entries, and its root span and /metrics say they came from there."""
-    from servers import free_port
+    from tests.servers import free_port
 
     artifacts = tmp_path / "artifacts.bin"
     saved = run_python(WORKLOADS / "mega_cache.py", {"ARTIFACTS": str(artifacts)}, args=["save"])

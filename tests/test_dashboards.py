@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 import yaml
-from dashboard_queries import DASHBOARDS, PROMETHEUS_UID, TEMPO_UID, all_prom_targets, panels, substitute
-from dashboard_queries import load as _load
-from helpers import WORKLOADS, start_python
-from servers import Prometheus, free_port, wait_until
+
+from tests.dashboard_queries import DASHBOARDS, PROMETHEUS_UID, TEMPO_UID, all_prom_targets, panels, substitute
+from tests.dashboard_queries import load as _load
+from tests.helpers import WORKLOADS, start_python
+from tests.servers import Prometheus, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "grafana" / "alerts" / "torch-compile-rules.yml"

@@ -19,16 +19,15 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, run_cli, run_python, spans_to_file, torchrun_under_torch_otel
-from servers import free_port
 
+from tests.helpers import WORKLOADS, run, run_cli, run_python, spans_to_file, torchrun_under_torch_otel
+from tests.servers import free_port
 from torch_otel._analysis.diff_compare import compare
 from torch_otel._analysis.diff_gate import parse_fail_on
 from torch_otel._analysis.diff_text import format_text
@@ -94,7 +93,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             }
             (out / "spans").mkdir(parents=True)
             argv = torchrun_under_torch_otel(2, WORKLOADS / "diverge.py")
-            res = subprocess.run(argv, env=clean_env(env), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+            res = run(argv, env=env, timeout=600)
             if res.returncode != 0:
                 errors.append(f"{name}: {res.stderr[-3000:]}")
                 return
@@ -325,7 +324,7 @@ def test_unreadable_input_gets_replays_exit_codes_and_one_line(runs: dict[str, A
 
 def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any], tmp_path: Path) -> None:
     pytest.importorskip("test_report_html")
-    import test_report_html as chrome
+    from tests import test_report_html as chrome
 
     if not chrome.CHROMIUM:
         pytest.skip("no chromium (apt-get install chromium)")
@@ -364,7 +363,8 @@ def test_a_run_on_this_torch_against_a_2_13_run_shows_the_phases_and_the_release
     import re
 
     import torch
-    from helpers import WORKLOADS, run_python
+
+    from tests.helpers import WORKLOADS, run_python
 
     out = tmp_path / "out"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "TORCH_TRACE": str(out / "trace")}

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, stop_processes, torchrun_under_torch_otel
-from servers import Prometheus, free_port, wait_until
+
+from tests.helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, stop_processes, torchrun_under_torch_otel
+from tests.servers import Prometheus, free_port, wait_until
 
 RULES = Path(__file__).resolve().parent.parent / "grafana" / "alerts" / "torch-compile-rules.yml"
 BIN = Path(sys.executable).parent
@@ -219,7 +220,7 @@ def test_the_odd_ranks_spans_carry_their_collective_schedule(jobs):
 
 def _tlparse(trace: Path, out: Path) -> dict[str, Any]:
     """tlparse's multi-rank verdicts, read from its landing page (it writes them nowhere else)."""
-    subprocess.run(
+    subprocess.run(  # tlparse, the reference reader: another program than the bridge's
         [str(BIN / "tlparse"), "--all-ranks-html", str(trace), "-o", str(out), "--overwrite", "--no-browser"],
         check=True,
         capture_output=True,
@@ -250,21 +251,7 @@ def test_replay_reports_the_divergence_tlparse_reports(jobs, job):
     tmp = jobs[0]
     odd, aspects = JOBS[job]
     trace = tmp / job / "trace"
-    r = subprocess.run(
-        [
-            str(BIN / "torch-otel"),
-            "replay",
-            str(trace),
-            "-o",
-            str(tmp / job / "replay.jsonl"),
-            "--json",
-            str(tmp / job / "r.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=clean_env(),
-    )
+    r = run_cli("replay", str(trace), "-o", str(tmp / job / "replay.jsonl"), "--json", str(tmp / job / "r.json"), script=True)
     assert r.returncode == 0, r.stderr
     div = json.loads((tmp / job / "r.json").read_text())["divergence"]
     assert div["ranks"] == [0, 1, 2]

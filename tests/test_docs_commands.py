@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import clean_env, own_lines
-from servers import http_get, require, wait_until
 
+from tests.helpers import clean_env, own_lines
+from tests.servers import http_get, require, wait_until
 from torch_otel._core.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

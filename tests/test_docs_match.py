@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import tomllib
+
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_MARKS = re.compile(r"pytest\.skip\(|\.skipif\(|importorskip\(")
@@ -19,9 +19,7 @@ def _long_options(text: str) -> set[str]:
 
 
 def test_the_replay_synopsis_names_every_option_replay_help_lists():
-    helped = subprocess.run(
-        [sys.executable, "-m", "torch_otel", "replay", "--help"], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
+    helped = run_cli("replay", "--help", timeout=60).stdout
     docs = (ROOT / "docs" / "replay.md").read_text()
     synopsis = re.search(r"```text\n(torch-otel replay .*?)```", docs, re.S)
     assert synopsis is not None

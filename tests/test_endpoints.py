@@ -12,8 +12,9 @@ import subprocess
 import uuid
 
 import pytest
-from helpers import own_lines, run_python
-from servers import Rotel, Tap, wait_until
+
+from tests.helpers import own_lines, run_python
+from tests.servers import Rotel, Tap, wait_until
 
 JOB = (
     "import os, torch_otel.auto\nimport torch\n"

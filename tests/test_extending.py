@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, read_otlp_json_spans, run_cli, spans_to_file
+
+from tests.helpers import clean_env, read_otlp_json_spans, run_cli, spans_to_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "extending.md"
@@ -69,6 +70,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment that sees this checkout's torch and torch-otel (a .pth file: torch is not copied),
     with the doc's example sink and a broken one installed by pip."""
     root = tmp_path_factory.mktemp("extending")
+    # the user's own steps (a venv, pip): not the bridge's commands
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=120)
     python = root / "venv" / "bin" / "python"
     purelib = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, clean_env, frame_roots, own_lines, read_otlp_json_spans, stop_processes
-from servers import Jaeger, Rotel, Tap, collector, free_port, http_get, otlp_env, wait_until
+
+from tests.helpers import WORKLOADS, clean_env, frame_roots, own_lines, read_otlp_json_spans, stop_processes
+from tests.servers import Jaeger, Rotel, Tap, collector, free_port, http_get, otlp_env, wait_until
 
 BIN = Path(sys.executable).parent
 STEPS = str(WORKLOADS / "steps.py")
@@ -420,9 +421,9 @@ def test_two_thousand_compiles_past_the_bridges_bounds_leave_no_state_and_bounde
     The bridge remembers at most 4,096 recent compiles (for links and code locations); here it is told 250, so
     the run goes 1,750 compiles past that bound. torch itself grows by some KB per compile, so the same job runs
     without the bridge alongside (one per core), and the bridge's share is the difference. The full-size run,
-    6,000 compiles at the real bound, is ``python bench/memory.py`` (docs/benchmarks.md).
+    6,000 compiles at the real bound, is ``python -m bench.cost.memory`` (docs/benchmarks.md).
     """
-    from helpers import start_python
+    from tests.helpers import start_python
 
     malloc = {  # torch's compiles churn the heap; without these glibc spends half their time in page faults
         "MALLOC_TRIM_THRESHOLD_": "268435456",

@@ -19,8 +19,8 @@ import sys
 from collections import Counter
 from typing import Any
 
-from helpers import WORKLOADS, clean_env
-from servers import Rotel, wait_until
+from tests.helpers import WORKLOADS, clean_env
+from tests.servers import Rotel, wait_until
 
 STORM = WORKLOADS / "fork_storm.py"
 ROUNDS = 40

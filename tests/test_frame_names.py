@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, spans_to_file, tlparse_compile_ids
 
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, spans_to_file, tlparse_compile_ids
 from torch_otel._parse.records import guard_classes
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)

@@ -1,4 +1,4 @@
-"""GPU paths: the device on the spans, and what a recorded GPU run (bench/gpu_check.py on an H200) showed.
+"""GPU paths: the device on the spans, and what a recorded GPU run (bench/gpu/check.py on an H200) showed.
 
 Tests that need CUDA skip without it; the others run on CPU from the committed GPU log
 (``tests/data/gpu-h200``), which live capture on that GPU was checked against (docs/compatibility.md, On a GPU).
@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import read_otlp_json_spans, span_compile_ids, tlparse_compile_ids
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
 
+from tests.helpers import read_otlp_json_spans, span_compile_ids, tlparse_compile_ids
+from torch_otel._core.categories import PHASE_FIELDS
 from torch_otel._core.settings import Settings
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._parse.trace_log import ReplayStats
@@ -58,18 +59,8 @@ def test_a_compile_on_a_gpu_names_its_device_on_the_root_span(cap):
 
 DATA = Path(__file__).parent / "data" / "gpu-h200"
 RUNS = ("transformer_full", "cudagraphs_full")
-# CompilationMetrics fields -> the phase label named like each (docs/metrics.md, Phase labels)
-FIELD_LABELS = {
-    "backend_compile_time_s": ("backend_compile", 1.0),
-    "inductor_compile_time_s": ("inductor", 1.0),
-    "code_gen_time_s": ("codegen", 1.0),
-    "triton_compile_time_us": ("triton_compile", 1e-6),
-    "backward_cumulative_compile_time_us": ("backward_compile", 1e-6),
-    "gc_time_us": ("gc", 1e-6),
-    "runtime_cudagraphify_time_us": ("cudagraphs", 1e-6),
-    "runtime_triton_autotune_time_us": ("autotune", 1e-6),
-    "compile_time_autotune_time_us": ("autotune", 1e-6),
-}
+# CompilationMetrics fields -> the phase label named like each (docs/metrics.md, Phase labels): the package's table
+FIELD_LABELS = PHASE_FIELDS
 
 
 @dataclass

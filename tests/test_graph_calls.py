@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, torch_release
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
 import torch_otel
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, torch_release
 from torch_otel._core.settings import load_settings
 from torch_otel._sinks.summary import RunSummary
 

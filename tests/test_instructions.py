@@ -1,6 +1,6 @@
 """The cost guard (issue 53): default capture adds at most 1% to the compile loop, counted in instructions.
 
-``bench/instructions.py`` counts it, with its smallest compile loop: no bridge, then default capture as a user turns it
+``bench/cost/instructions.py`` counts it, with its smallest compile loop: no bridge, then default capture as a user turns it
 on (``import torch_otel.auto``, spans over OTLP/gRPC to a real rotel, flushed inside the region), each in a process of
 its own under valgrind's callgrind, instrumented around the region only. An instruction count, not a time: a loaded
 machine does not move it (two counts of one mode differ by a few hundredths of a percent), so this is no timing
@@ -11,12 +11,13 @@ is not installed, on CI it fails. About 4 minutes of CPU (two processes of about
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from servers import require
+
+from tests.helpers import run
+from tests.servers import require
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 1.01  # default capture / no bridge, at most (docs/benchmarks.md)
@@ -29,9 +30,9 @@ def test_default_capture_adds_at_most_one_percent_of_instructions_to_the_compile
     require("valgrind", "valgrind")
     require("callgrind_control", "valgrind")
     out = tmp_path / "instructions.json"
-    argv = [sys.executable, str(ROOT / "bench" / "instructions.py"), "--only", "loop", "--modes", "none,default"]
+    argv = [sys.executable, "-m", "bench.cost.instructions", "--only", "loop", "--modes", "none,default"]
     argv += ["--reps", "1", "--compiles", str(COMPILES), "--jobs", "2", "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False, stdin=subprocess.DEVNULL)
+    done = run(argv, cwd=ROOT, timeout=3600)
     assert done.returncode == 0, done.stderr[-3000:]
     loop = json.loads(out.read_text())["loop"]
     none, default = loop["runs"]["none"][0], loop["runs"]["default"][0]
@@ -43,5 +44,5 @@ def test_default_capture_adds_at_most_one_percent_of_instructions_to_the_compile
     assert ratio <= LIMIT, (
         f"default capture counted {ratio:.4f}x the instructions of no bridge on {COMPILES} recompiles "
         f"({default['ir']:,} against {none['ir']:,}); added by thread: {by_thread}. "
-        "Where they go: .venv/bin/python bench/instructions.py profile loop default"
+        "Where they go: .venv/bin/python -m bench.cost.instructions profile loop default"
     )

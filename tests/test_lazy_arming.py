@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, cli_argv, own_lines, read_otlp_json_spans
 
+from tests.helpers import cli_argv, own_lines, read_otlp_json_spans, run
 from torch_otel._version import SUPPORTED_TORCH
 
 BIN = Path(sys.executable).parent
@@ -32,7 +32,7 @@ atexit.register(_report)
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(argv, env=clean_env(env), cwd=cwd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    r = run(argv, env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 

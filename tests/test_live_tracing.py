@@ -7,7 +7,6 @@ from unittest import mock
 
 import pytest
 import torch
-from helpers import recompile_limit_fail_type
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -16,6 +15,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 import torch_otel
+from tests.helpers import recompile_limit_fail_type
 from torch_otel._core.categories import is_recompile_limit_hit
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
@@ -471,7 +471,7 @@ print("ARTIFACTS", ",".join(kinds))
 
 def test_full_capture_of_the_first_compile_in_a_fresh_process(tmp_path):
     """torch resets its loggers as the first compile starts: the trace handler must be back in time for its records."""
-    from helpers import run_python
+    from tests.helpers import run_python
 
     script = tmp_path / "fresh.py"
     script.write_text(FRESH_PROCESS_FULL)

@@ -10,7 +10,6 @@ import time
 
 import pytest
 import torch
-from helpers import WORKLOADS, bridge_lines, read_otlp_json_spans, run_python, start_python
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,9 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-from servers import Prometheus, Pushgateway, Rotel, free_port, http_get, otlp_env, require, wait_until
 
 import torch_otel
+from tests.helpers import WORKLOADS, bridge_lines, read_otlp_json_spans, run_python, start_python
+from tests.servers import Prometheus, Pushgateway, Rotel, free_port, http_get, otlp_env, require, wait_until
 from torch_otel._core.categories import RECOMPILE_CATEGORIES
 from torch_otel._sinks.metrics import DURATION_BUCKETS, SERIES
 

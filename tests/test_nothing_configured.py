@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import own_lines, run_cli
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from servers import Rotel, wait_until
 
+from tests.helpers import own_lines, run_cli
+from tests.servers import Rotel, wait_until
 from torch_otel._core.ports import free_port
 from torch_otel._otel import delivery
 from torch_otel._otel.delivery import GuardedSpanExporter, Target, dropped, not_sent, reachable

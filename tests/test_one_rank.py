@@ -10,15 +10,14 @@ the test is skipped, naming the release.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans, run_cli, spans_to_file
-from servers import free_port
 
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run, run_cli, spans_to_file
+from tests.servers import free_port
 from torch_otel._sinks.summary_text import format_text
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
@@ -61,14 +60,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "TORCH_OTEL_TRACES_FILE": str(out / "spans-{rank}.jsonl"),
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port", str(free_port())]
-    res = subprocess.run(
-        [*argv, str(WORKLOADS / "one_rank.py"), str(out)],
-        env=clean_env(env),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run([*argv, str(WORKLOADS / "one_rank.py"), str(out)], env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return out
 

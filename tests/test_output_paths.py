@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, run_cli
+
+from tests.helpers import run, run_cli
 
 
 def _demo(args: list[str], cwd: Path, as_nobody: bool = False) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -25,7 +26,7 @@ def _demo(args: list[str], cwd: Path, as_nobody: bool = False) -> tuple[subproce
     if as_nobody:
         cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
     t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    r = run(cmd, cwd=cwd, timeout=120)
     return r, time.monotonic() - t0
 
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import assert_summary_is_the_spans, read_otlp_json_spans, run_python
-from readme_demo import mismatches, readme_block
-
 import torch_otel
+from tests.helpers import assert_summary_is_the_spans, read_otlp_json_spans, run_python
+from tests.readme_demo import mismatches, readme_block
 from torch_otel import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,8 +105,8 @@ def test_demo_shows_traces_and_serves_metrics(tmp_path):
     start = lines.index(next(ln for ln in lines if ln.startswith("torch.compile run summary (live): 13 compiles")))
     screen = lines[start : lines.index(next(ln for ln in lines[start:] if ln.startswith("summary written")))]
     assert len(screen) <= 45 and max(map(len, screen)) <= 100
-    # the README's example is still what the demo prints (python tests/readme_demo.py rewrites it)
-    assert not mismatches(readme_block(), out, summary), "README's demo output is stale: run python tests/readme_demo.py"
+    # the README's example is still what the demo prints (python -m tests.readme_demo rewrites it)
+    assert not mismatches(readme_block(), out, summary), "README's demo output is stale: run python -m tests.readme_demo"
     assert not [ln for ln in lines if "│" in ln and len(ln) > 100], "a tree line runs past the time columns"
 
 

@@ -16,7 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, read_otlp_json_spans
+
+from tests.helpers import clean_env, read_otlp_json_spans
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = "torch_otel"

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import (
+
+from tests.helpers import (
     WORKLOADS,
     assert_summary_is_the_spans,
     assert_the_screen_keeps_the_recompiling_frames,
@@ -38,7 +39,6 @@ from helpers import (
     spans_to_file,
     summary_screen,
 )
-
 from torch_otel._core.categories import scrub_guard_text, strip_recompile_prefix
 from torch_otel._sinks.summary_text import format_text
 

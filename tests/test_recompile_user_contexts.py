@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, spans_to_file
 
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, spans_to_file
 from torch_otel._sinks.summary_text import format_text
 
 pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)

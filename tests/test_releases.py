@@ -9,18 +9,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import WORKLOADS, clean_env, read_otlp_json_spans, spans_to_file
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import torch_otel
+from tests.helpers import WORKLOADS, read_otlp_json_spans, run, run_cli, run_python, spans_to_file
 from torch_otel._attach import points, releases
 from torch_otel._capture import attach_table
 from torch_otel._version import SUPPORTED_TORCH, TESTED_TORCH
@@ -37,7 +36,7 @@ def test_this_release_has_every_attach_point_its_row_promises():
     assert not missing, (
         f"torch {torch.__version__} lacks {missing}: add a row for this release to torch_otel/_capture/attach_table.py (or the feature's module)"
     )
-    r = subprocess.run([str(BIN / "torch-otel"), "doctor"], capture_output=True, text=True, env=clean_env(), timeout=300)
+    r = run_cli("doctor", script=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "a tested release" in r.stdout and "MISSING" not in r.stdout
 
@@ -46,13 +45,7 @@ def test_doctor_says_in_a_users_words_what_works_on_this_torch_and_what_does_not
     """Each row of ``torch-otel doctor`` is what the user gets and whether this torch gives it: no internal row id
     (``graph_calls_lazy_backward_2_10  not in this release`` was the row a user could not read: issue 49). ``--json``
     keeps the ids for the release matrix, beside the same words."""
-    r = subprocess.run(
-        [str(BIN / "torch-otel"), "doctor", "--json", str(tmp_path / "d.json")],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=300,
-    )
+    r = run_cli("doctor", "--json", str(tmp_path / "d.json"), script=True)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     table = lines[lines.index("What torch-otel captures on this torch:") + 1 :]
@@ -172,7 +165,7 @@ def test_a_newer_torch_is_traced_on_a_best_effort_basis_by_every_way_with_one_li
     }[way]
     spans = tmp_path / "spans.jsonl"
     env = {**spans_to_file(spans), "PYTHONPATH": str(tmp_path / "site")}
-    r = subprocess.run(argv, capture_output=True, text=True, env=clean_env(env), timeout=300, stdin=subprocess.DEVNULL)
+    r = run(argv, env=env)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr[-3000:]
     ours = [ln for ln in r.stderr.splitlines() if ln.startswith("torch-otel:") and "lacks what torch-otel" not in ln]
     assert len(ours) == 1 and "torch 2.99.0 is newer than the newest release" in ours[0], r.stderr[-3000:]
@@ -188,13 +181,7 @@ def frame_roots_of(path: Path) -> dict[str, dict]:
 def test_the_recompile_limit_is_an_error_root_on_this_release(tmp_path):
     """The most expensive silent failure: whatever this release words it as, the hit is an ERROR root."""
     spans = tmp_path / "spans.jsonl"
-    r = subprocess.run(
-        [sys.executable, str(WORKLOADS / "mixed.py")],
-        capture_output=True,
-        text=True,
-        env=clean_env({**spans_to_file(spans), "WITH_BRIDGE": "1"}),
-        timeout=300,
-    )
+    r = run_python(WORKLOADS / "mixed.py", {**spans_to_file(spans), "WITH_BRIDGE": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     roots = frame_roots_of(spans)
     hit = roots["3/2"]

@@ -13,20 +13,21 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import (
     WORKLOADS,
     cli_argv,
     read_otlp_json_spans,
     recompile_limit_fail_type,
+    run,
     run_cli,
     run_python,
     span_compile_ids,
     spans_to_file,
     tlparse_compile_ids,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.build import Pipeline
 from torch_otel._pipeline.replay import replay_paths
@@ -179,7 +180,7 @@ def test_missing_path_and_unparseable_input_exit_nonzero_with_one_line(tmp_path)
 
 def test_a_replay_that_exports_nothing_says_so_and_exits_3(recorded, tmp_path):
     """No collector at the endpoint: every span is dropped, and the replay ends by saying so, not with exit 0."""
-    from servers import free_port
+    from tests.servers import free_port
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TIMEOUT": "1", "OTEL_METRICS_EXPORTER": "none"}
@@ -283,7 +284,8 @@ def test_generated_logs_never_crash_and_every_line_is_a_record_a_payload_or_coun
 
 def test_replay_pushes_the_runs_metrics_to_the_pushgateway(recorded, tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
-    from servers import Pushgateway
+
+    from tests.servers import Pushgateway
 
     out = tmp_path / "replayed.jsonl"
     with Pushgateway() as gw:
@@ -305,7 +307,7 @@ def test_replay_pushes_the_runs_metrics_to_the_pushgateway(recorded, tmp_path):
 
 
 def test_replay_sends_metrics_over_otlp_labelled_with_the_run(recorded, tmp_path):
-    from servers import Rotel, wait_until
+    from tests.servers import Rotel, wait_until
 
     with Rotel() as rotel:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint, "OTEL_METRICS_EXPORTER": "otlp"}
@@ -351,7 +353,7 @@ def _peak_rss_mb(argv: list[str], cwd: Path) -> float:
         "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
     )
-    r = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, cwd=cwd, timeout=900)
+    r = run([sys.executable, "-c", probe, *argv], cwd=cwd, timeout=900)
     assert r.returncode == 0, r.stderr
     return int(r.stdout.strip()) / 1024
 
@@ -362,8 +364,7 @@ def test_memory_stays_flat_from_10_to_100_mb(recorded, tmp_path):
     90 MB more log within 25 MB more memory: a replay that held what it read (or even a quarter of it) fails.
     Measured here, peak RSS grows about 4 MB from 10 to 100 MB, and about 5 MB from 50 to 500 MB.
     """
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from synthetic import make_log
+    from tests.synthetic import make_log
 
     peaks = {}
     for mb in (10, 100):

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_cli
 
+from tests.helpers import run_cli
 from torch_otel._sinks.html import render_html
 
 SAMPLE = Path(__file__).parent / "data" / "summary-sample.json"
@@ -71,7 +71,7 @@ def _chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedPro
         *args,
         page.as_uri(),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)  # the browser
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

@@ -12,8 +12,9 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, own_lines, run_python
-from servers import Rotel, Tap, split_http_requests, wait_until
+
+from tests.helpers import WORKLOADS, own_lines, run_python
+from tests.servers import Rotel, Tap, split_http_requests, wait_until
 
 TINY = (
     "import torch_otel.auto\nimport torch\ntorch.compile(lambda x: x.sin() + 1, backend='eager')(torch.randn(3))\nprint('done')\n"
@@ -169,7 +170,7 @@ def test_redaction_and_attribute_limits(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     text = out.read_text()
     assert str(WORKLOADS) not in text and '"private.py"' in text  # paths reduced to basenames
-    from helpers import read_otlp_json_spans
+    from tests.helpers import read_otlp_json_spans
 
     for s in read_otlp_json_spans(out):
         for v in s["attrs"].values():

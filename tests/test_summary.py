@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import WORKLOADS, assert_summary_is_the_spans, read_otlp_json_spans, run_cli, run_python, spans_to_file
-from readme_demo import REPLAY_BEGIN, REPLAY_END, readme_block, replay_screen
 
+from tests.helpers import WORKLOADS, assert_summary_is_the_spans, read_otlp_json_spans, run_cli, run_python, spans_to_file
+from tests.readme_demo import REPLAY_BEGIN, REPLAY_END, readme_block, replay_screen
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.summary import RunSummary
@@ -179,7 +179,7 @@ def test_replay_names_what_is_wrong_with_its_input(tmp_path, make, says):
 
 def test_the_readmes_replayed_summary_is_what_replay_prints():
     """The README shows a real GPU log's summary: replay's output is the same on every run, so it is compared exactly."""
-    assert readme_block(begin=REPLAY_BEGIN, end=REPLAY_END) == replay_screen(), "stale: run python tests/readme_demo.py"
+    assert readme_block(begin=REPLAY_BEGIN, end=REPLAY_END) == replay_screen(), "stale: run python -m tests.readme_demo"
 
 
 def test_a_real_inductor_runs_text_says_why_its_self_shares_pass_100_right_under_the_phases(tmp_path):

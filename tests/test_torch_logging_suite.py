@@ -8,7 +8,7 @@ warning twice: test_logging.py's test_custom_format_exc, test_dynamo_error and t
 failed. The bridge now takes those warnings from ``logging``'s record factory: these tests watch the
 handlers the way torch's helper does, at each capture level, with a logger provider.
 
-PyTorch's own test files are not in the wheel: ``bench/torch_logging_suite.py`` runs them (from a
+PyTorch's own test files are not in the wheel: ``bench/outputs/torch_logging_suite.py`` runs them (from a
 pytorch checkout of the installed release) without the bridge, at default and full capture and with
 ``OTEL_LOGS_EXPORTER`` set, and compares each test's outcome. The last test here runs it when
 ``TORCH_OTEL_PYTORCH_TESTS`` names such a checkout's ``test`` directory.
@@ -19,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import subprocess
-import sys
 import unittest.mock
 import warnings
 from collections.abc import Iterator
@@ -34,6 +32,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 import torch_otel
+from tests.helpers import run_python
 
 try:  # the SDK's name since the rename (1.39); the old one is deprecated there
     from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter as _InMemory
@@ -41,7 +40,7 @@ except ImportError:  # pragma: no cover - an older SDK
     from opentelemetry.sdk._logs.export import InMemoryLogExporter as _InMemory  # type: ignore[attr-defined,no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITE = ROOT / "bench" / "torch_logging_suite.py"
+SUITE = ROOT / "bench" / "outputs" / "torch_logging_suite.py"
 LEVELS = ("default", "full")
 
 
@@ -53,7 +52,7 @@ def _registered() -> list[logging.Logger]:
 
 def _not_pytests(lg: logging.Logger) -> list[logging.Handler]:
     """The logger's handlers less pytest's (pytest 9 adds its capture handlers to non-propagating loggers while a
-    test runs; torch's own suite is run with ``-p no:logging`` by bench/torch_logging_suite.py)."""
+    test runs; torch's own suite is run with ``-p no:logging`` by bench/outputs/torch_logging_suite.py)."""
     return [h for h in lg.handlers if not type(h).__module__.startswith("_pytest")]
 
 
@@ -261,5 +260,5 @@ def test_torchs_own_logging_test_case_with_logs_exported(logs):
 def test_pytorchs_own_logging_tests_pass_identically_with_and_without_the_bridge():
     test_dir = Path(os.environ["TORCH_OTEL_PYTORCH_TESTS"])
     files = [test_dir / f for f in ("dynamo/test_logging.py", "dynamo/test_recompile_ux.py")]
-    r = subprocess.run([sys.executable, str(SUITE), *map(str, files)], capture_output=True, text=True, timeout=3600)
+    r = run_python(SUITE, args=[*map(str, files)], timeout=3600)
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-3000:]

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import WORKLOADS, clean_env, stop_processes, torchrun_under_torch_otel
-from servers import VM_PACKAGES, Command, free_port, http_get, require, wait_until
+
+from tests.helpers import WORKLOADS, clean_env, stop_processes, torchrun_under_torch_otel
+from tests.servers import VM_PACKAGES, Command, free_port, http_get, require, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "collector-config" / "victoriametrics"
@@ -307,7 +308,7 @@ def test_no_rule_combines_a_recorded_series_with_another_series():
     """vmalert (and the Mimir and Thanos rulers) read a recorded series back only a while after they wrote it: a rule
     that combined it with another series would compare two moments. So a rule reads the ranks' own series, or one
     recorded series alone. With the rules before issue 36 (the alert read a recorded rule together with the ranks'
-    series, and that rule read two others), bench/fleet.py's vmalert named every rank of a 1,024-rank job when one
+    series, and that rule read two others), bench/fleet/metrics.py's vmalert named every rank of a 1,024-rank job when one
     rank diverged (docs/benchmarks.md)."""
     import yaml
 

@@ -1,4 +1,5 @@
-"""Builders for the fast tier: typed events one line each, a sink that keeps what it is handed, a tree outline.
+"""Builders for the fast tier: typed events one line each, a sink that keeps what it is handed, a tree outline, and
+``TORCH_TRACE`` logs record by record as torch's structured logger writes them.
 
 A phase tree is written as nested tuples ``(name, start_ns, end_ns, *children)``; :func:`phases` turns it into
 the begin/end events torch would log, in time order. Nothing here touches torch.
@@ -6,6 +7,7 @@ the begin/end events torch would log, in time order. Nothing here touches torch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -125,3 +127,31 @@ def duration(node: PhaseNode) -> int:
 def find(node: PhaseNode, name: str) -> list[PhaseNode]:
     """Every node of that name in the tree, depth-first."""
     return [n for n, _ in node.walk() if n.name == name]
+
+
+# -- TORCH_TRACE logs, record by record -------------------------------------------------------------------------
+
+
+def header(md: dict[str, Any], clock: str = "0101 00:00:01.000000", pid: int = 4242) -> bytes:
+    """A record's first line, as torch's structured logger writes it."""
+    return f"V{clock} {pid} torch/_logging/structured.py:28] {json.dumps(md)}".encode()
+
+
+def record(md: dict[str, Any], payload: Any = None, clock: str = "0101 00:00:01.000000", pid: int = 4242) -> list[bytes]:
+    """A record and its payload lines (a dict or list is written as torch does: indented JSON, one item a line)."""
+    lines = [header(md, clock, pid)]
+    if payload is not None:
+        text = payload if isinstance(payload, str) else json.dumps(payload, indent=0)
+        lines += [b"\t" + line.encode() for line in text.split("\n")]
+    return lines
+
+
+def chromium(name: str, ph: str, ts_us: float, compile_id: str = "0/0", clock: str = "0101 00:00:01.000000") -> list[bytes]:
+    fid, fcid = (int(x) for x in compile_id.split("/"))
+    md = {"chromium_event": {}, "frame_id": fid, "frame_compile_id": fcid, "attempt": 0, "has_payload": "0b302f70"}
+    event = {"name": name, "ts": ts_us, "args": {"compile_id": compile_id}, "ph": ph, "cat": "dynamo_timed", "tid": 0, "pid": 0}
+    return record(md, event, clock)
+
+
+def log(*records: list[bytes]) -> bytes:
+    return b"\n".join(line for rec in records for line in rec) + b"\n"

@@ -11,8 +11,7 @@ records synthesized from metrics alone) and what attaches to them.
 
 from __future__ import annotations
 
-from fastkit import B, E, cid, duration, feed, find, frame, instant, metrics, outline, phases
-
+from tests.fast.fastkit import B, E, cid, duration, feed, find, frame, instant, metrics, outline, phases
 from torch_otel._model.events import (
     ArtifactEvent,
     DebugDirEvent,

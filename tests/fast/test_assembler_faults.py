@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastkit import B, Collect, E, cid, feed, find, frame, metrics, outline
 
+from tests.fast.fastkit import B, Collect, E, cid, feed, find, frame, metrics, outline
 from torch_otel._assemble.assembler import MAX_ARTIFACTS, MAX_GRAPH_BREAKS, MAX_PHASES, Assembler
 from torch_otel._core.errors import internal_errors
 from torch_otel._model.events import (

@@ -5,8 +5,7 @@ The same answers on real inductor runs, live and on replay: tests/test_caches.py
 
 from __future__ import annotations
 
-from fastkit import cid
-
+from tests.fast.fastkit import cid
 from torch_otel._features.cache_lookups.events import CacheLookupEvent, Component
 from torch_otel._features.cache_lookups.explain import KeyHistory, compare
 from torch_otel._model.record import CompileRecord, PhaseNode

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastkit import Collect, flatten, frame, metrics
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
+from tests.fast.fastkit import Collect, flatten, frame, metrics
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._capture.mega_cache import LoadedKeys
 from torch_otel._core import errors as _internal

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastkit import feed, frame, metrics
 
+from tests.fast.fastkit import feed, frame, metrics
 from torch_otel._analysis.diff_compare import Side, compare
 from torch_otel._analysis.diff_gate import DEFAULTS, EXIT_GATE_FAILED, EXIT_OK, Gate, grew, parse_fail_on
 from torch_otel._analysis.diff_text import format_text

@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import widget_calls
-from fastkit import Collect
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
-from test_replay_reader import chromium, log, record
 
+from tests.fast import widget_calls
+from tests.fast.fastkit import Collect
+from tests.fast.test_replay_reader import chromium, log, record
 from torch_otel._analysis.diff_compare import Side, compare
 from torch_otel._analysis.diff_gate import parse_fail_on
 from torch_otel._analysis.diff_text import format_text as format_diff

@@ -4,8 +4,9 @@ Each folder of ``torch_otel/`` is a layer (docs/architecture.md draws them); the
 points. A module may import its own folder and the folders of lower layers. Two folders of one layer are peers
 and import neither each other (live capture and the sinks both stand on the assembler). Every import counts, those
 inside functions too (a lazy import is still a dependency). A new folder or top-level module must be given its layer
-in :data:`LAYERS`; a layer's ``__init__.py`` imports nothing. ``bench/`` may import the package and
-``tests/servers.py``, and its own modules without a cycle; the package imports neither ``bench`` nor ``tests``.
+in :data:`LAYERS`; a layer's ``__init__.py`` imports nothing. ``bench/`` may import the package, the tests' shared
+helpers (``tests.servers``, ``tests.helpers``, ``tests.synthetic``), and its own modules without a cycle; the package imports neither
+``bench`` nor ``tests``.
 
 The features (``_features/``) are plugins: nothing outside that folder imports a feature, only the machinery every
 feature is made of (``feature``, ``views``) and the one table of them (``registry``); inside it, only the registry
@@ -93,20 +94,27 @@ def package_graph() -> dict[str, set[str]]:
 
 
 def bench_graph() -> dict[str, set[str]]:
-    """``bench`` module -> the bench modules it imports (``bench.x`` or, run as a script from bench/, ``x``)."""
+    """``bench`` module (``cost.run``, ``fleet.metrics``) -> the bench modules it imports (``bench.cost.measure``)."""
     bench = ROOT / "bench"
-    names = {p.stem for p in bench.glob("*.py")}
+    names = {".".join(p.relative_to(bench).with_suffix("").parts): p for p in bench.rglob("*.py")}
     graph = {}
-    for p in bench.glob("*.py"):
+    for name, p in names.items():
+        package = ".".join(["bench", *name.split(".")[:-1]])
         deps = set()
-        for dotted in _imports(p, "bench"):
+        for dotted in _imports(p, package):
             head = dotted.split(".")
-            if head[0] == "bench" and len(head) > 1 and head[1] in names:
-                deps.add(head[1])
-            elif head[0] in names:
-                deps.add(head[0])
-        graph[p.stem] = deps - {p.stem}
+            if head[0] == "bench" and ".".join(head[1:]) in names:
+                deps.add(".".join(head[1:]))
+        graph[name] = deps - {name}
     return graph
+
+
+def bench_imports_of_tests() -> set[str]:
+    """What ``bench/`` imports of ``tests``: the shared helpers only, never a test module."""
+    out: set[str] = set()
+    for p in (ROOT / "bench").rglob("*.py"):
+        out |= {d for d in _imports(p, "bench") if d.split(".")[0] == "tests" and d.count(".") == 1}
+    return out
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -236,10 +244,12 @@ def test_a_feature_named_outside_the_table_is_found():
     ]
 
 
-def test_bench_has_no_import_cycle():
+def test_bench_has_no_import_cycle_and_imports_only_the_tests_shared_helpers():
     graph = bench_graph()
-    assert graph, "bench/ has no modules"
+    assert {"cost.run", "fleet.metrics", "outputs.same_output"} <= set(graph), sorted(graph)
+    assert any(graph.values()), "bench/ imports none of its own modules: the graph is not read"
     assert find_cycle(graph) is None
+    assert bench_imports_of_tests() <= {"tests.servers", "tests.helpers", "tests.synthetic"}, bench_imports_of_tests()
 
 
 # -- the checks themselves fail where they must ------------------------------------------------------------------

@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastkit import B, E, cid, flatten, frame, metrics
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from tests.fast.fastkit import B, E, cid, flatten, frame, metrics
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._core.graph_breaks import parse_graph_break
 from torch_otel._core.settings import Settings

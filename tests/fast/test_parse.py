@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 import pytest
-from fastkit import cid
 
+from tests.fast.fastkit import cid
 from torch_otel._model.events import (
     ArtifactEvent,
     GraphBreakEvent,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastkit import frame, metrics
 
+from tests.fast.fastkit import frame, metrics
 from torch_otel._core import errors
 from torch_otel._core.settings import Settings
 from torch_otel._features.feature import FeatureState

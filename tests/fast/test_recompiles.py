@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 import pytest
-from fastkit import feed, frame, metrics
 
+from tests.fast.fastkit import feed, frame, metrics
 from torch_otel._analysis.recompile_guards import Guard, automatic_dynamic_of, guard_line, parse_guard, recompile_limit_of
 from torch_otel._analysis.recompile_hints import DYNAMIC_SHAPES_URL, FrameContext, advise
 from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words

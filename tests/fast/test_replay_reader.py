@@ -17,37 +17,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fastkit import Collect
-
+from tests.fast.fastkit import Collect, chromium, header, log, record
 from torch_otel._parse.trace_log import ReplayStats, Writer, iter_records, not_a_trace_log
 from torch_otel._pipeline.replay import replay_file
 
 TRUNCATED = "truncated or corrupt compressed data (EOFError)"
-
-
-def header(md: dict[str, Any], clock: str = "0101 00:00:01.000000", pid: int = 4242) -> bytes:
-    """A record's first line, as torch's structured logger writes it."""
-    return f"V{clock} {pid} torch/_logging/structured.py:28] {json.dumps(md)}".encode()
-
-
-def record(md: dict[str, Any], payload: Any = None, clock: str = "0101 00:00:01.000000", pid: int = 4242) -> list[bytes]:
-    """A record and its payload lines (a dict or list is written as torch does: indented JSON, one item a line)."""
-    lines = [header(md, clock, pid)]
-    if payload is not None:
-        text = payload if isinstance(payload, str) else json.dumps(payload, indent=0)
-        lines += [b"\t" + line.encode() for line in text.split("\n")]
-    return lines
-
-
-def chromium(name: str, ph: str, ts_us: float, compile_id: str = "0/0", clock: str = "0101 00:00:01.000000") -> list[bytes]:
-    fid, fcid = (int(x) for x in compile_id.split("/"))
-    md = {"chromium_event": {}, "frame_id": fid, "frame_compile_id": fcid, "attempt": 0, "has_payload": "0b302f70"}
-    event = {"name": name, "ts": ts_us, "args": {"compile_id": compile_id}, "ph": ph, "cat": "dynamo_timed", "tid": 0, "pid": 0}
-    return record(md, event, clock)
-
-
-def log(*records: list[bytes]) -> bytes:
-    return b"\n".join(line for rec in records for line in rec) + b"\n"
 
 
 def read(data: bytes, **kw: Any) -> tuple[list[tuple[dict[str, Any], str | None, int]], ReplayStats]:

@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fastkit import frame, metrics
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from tests.fast.fastkit import frame, metrics
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._core.settings import Settings
 from torch_otel._features.cache_lookups.events import CacheLookupEvent, parse_components

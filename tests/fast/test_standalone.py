@@ -9,8 +9,7 @@ No torch.compile or torch.export anywhere; run the tier with::
 
 from __future__ import annotations
 
-from fastkit import B, E, cid, feed, metrics, outline, phases
-
+from tests.fast.fastkit import B, E, cid, feed, metrics, outline, phases
 from torch_otel._model.events import ArtifactEvent, GraphBreakEvent, MetricsEvent, Origin
 
 CAPTURE = phases("0/0", ("compile_attempt_0", 100, 800, ("bytecode_tracing", 200, 700)))

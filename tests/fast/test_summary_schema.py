@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastkit import feed, frame, metrics
 
+from tests.fast.fastkit import feed, frame, metrics
 from torch_otel._core.compile_id import parse_compile_id
 from torch_otel._model.events import GraphBreakEvent
 from torch_otel._model.record import CompileRecord

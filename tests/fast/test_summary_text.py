@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fastkit import flatten, frame, metrics
-
+from tests.fast.fastkit import flatten, frame, metrics
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._sinks.summary import SCHEMA_VERSION, RunSummary
 from torch_otel._sinks.summary_text import format_text

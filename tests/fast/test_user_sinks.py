@@ -10,9 +10,9 @@ import logging
 from typing import Any
 
 import pytest
-from fastkit import cid, frame, metrics
 
 import torch_otel
+from tests.fast.fastkit import cid, frame, metrics
 from torch_otel._core import errors
 from torch_otel._core.graph_breaks import graph_break_code
 from torch_otel._core.settings import Settings, load_settings

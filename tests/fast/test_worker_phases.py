@@ -9,7 +9,7 @@ an end closes the earliest-begun open build of its name. No torch.compile anywhe
 
 from __future__ import annotations
 
-from fastkit import B, E, duration, feed, find, frame, metrics, outline, phases
+from tests.fast.fastkit import B, E, duration, feed, find, frame, metrics, outline, phases
 
 ATTRIBUTED = {"attributed": "the only compile in flight"}
 

@@ -112,6 +112,20 @@ PHASES_ALSO: dict[str, tuple[str, ...]] = {"async_compile.wait": ("triton_compil
 PHASE_SUFFIXES: tuple[tuple[str, str], ...] = (("_template_autotuning", "autotune"), ("_template_precompiling", "autotune"))
 
 PHASE_LABELS: tuple[str, ...] = tuple(sorted(set(PHASES.values())))
+# torch's CompilationMetrics fields that each time a phase -> the phase label named like it (its events are the ones torch
+# adds into the field, so a compile's phase metric and the field agree: docs/metrics.md, Phase labels), and the field's
+# unit in seconds. Two fields add into ``autotune``: the compile-time and the runtime autotuning.
+PHASE_FIELDS: dict[str, tuple[str, float]] = {
+    "backend_compile_time_s": ("backend_compile", 1.0),
+    "inductor_compile_time_s": ("inductor", 1.0),
+    "code_gen_time_s": ("codegen", 1.0),
+    "triton_compile_time_us": ("triton_compile", 1e-6),
+    "backward_cumulative_compile_time_us": ("backward_compile", 1e-6),
+    "gc_time_us": ("gc", 1e-6),
+    "runtime_cudagraphify_time_us": ("cudagraphs", 1e-6),
+    "runtime_triton_autotune_time_us": ("autotune", 1e-6),
+    "compile_time_autotune_time_us": ("autotune", 1e-6),
+}
 
 
 @functools.lru_cache(maxsize=1024)  # torch's event names are few
