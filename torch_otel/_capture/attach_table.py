@@ -6,7 +6,7 @@ feature's own (torch_otel._features). :class:`~torch_otel._capture.live_capture.
 (torch_otel._attach.attaching).
 
 A row whose attach point this torch lacks is skipped, and the capture says once, in one line, what this release cannot
-give (:func:`~torch_otel._attach.attaching.lacking_line`). Rows on modules torch imports lazily (inductor, export,
+give (:func:`~torch_otel._attach.attaching.lacking_line`). Rows on modules torch imports lazily (inductor, torch.export,
 the mega-cache) attach once the module is imported; a point missing there is reported then, in one line too.
 """
 
@@ -220,7 +220,7 @@ def report_lacking(name: str) -> None:
 def survey(version: str | None = None) -> list[dict[str, Any]]:
     """Each row with whether this torch has it: for ``torch-otel doctor`` and the release matrix's table.
 
-    Imports the modules the rows name (inductor and export included): not for a training process.
+    Imports the modules the rows name (inductor and torch.export included): not for a training process.
     """
     if version is None:
         import torch

@@ -10,7 +10,7 @@ useful on its own machine (docs/configuration.md#with-nothing-configured):
   (:class:`torch_otel._otel.delivery.Target`'s ``named``);
 - the run summary is printed on stderr at exit, by rank 0 (``TORCH_OTEL_SUMMARY`` overrides it, ``none`` turns it
   off);
-- :class:`LocalResult` says in one line, after the summary, where the traces and metrics went and how to send them
+- :class:`ClosingLine` says in one line, after the summary, where the traces and metrics went and how to send them
   elsewhere.
 """
 
@@ -24,7 +24,7 @@ from typing import IO, Any
 from .._core.ranks import env_rank
 from .delivery import compile_traces
 
-__all__ = ["LocalResult", "nothing_configured"]
+__all__ = ["ClosingLine", "nothing_configured"]
 
 
 def nothing_configured(env: Mapping[str, str]) -> bool:
@@ -42,7 +42,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-class LocalResult:
+class ClosingLine:
     """The closing line of a process that ran with nothing configured (rank 0, the process that armed, only)."""
 
     def __init__(self, env: Mapping[str, str], traces_endpoint: str | None, server: Any, summary_on_stderr: bool) -> None:

@@ -24,7 +24,7 @@ from .._core.ranks import env_rank
 from .._core.settings import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, load_settings, url_problem
 from .._version import __version__, torch_version
 from .ids import UrandomIdGenerator
-from .nothing_configured import LocalResult, nothing_configured
+from .nothing_configured import ClosingLine, nothing_configured
 from .otlp_json import OTLPJsonFileSpanExporter
 
 TRACE_EXPORTERS = ("otlp", "console", "none")
@@ -448,8 +448,8 @@ class Configured:
         self.logger_provider: Any = None
         self.owned: list[Any] = []
         self.on_first_compile: list[Any] = []
-        self.local: Any = (
-            None  # nothing configured: the LocalResult that says where things went (torch_otel._otel.nothing_configured)
+        self.closing_line: Any = (
+            None  # nothing configured: the ClosingLine that says where things went (torch_otel._otel.nothing_configured)
         )
 
 
@@ -511,7 +511,7 @@ def _build(env: Mapping[str, str], settings: Settings, c: Configured) -> None:
         c.owned.append(server)
     if c.tracer_provider is not None and nothing_configured(env):
         problem, endpoint = otlp_problem(env, "traces")
-        c.local = LocalResult(env, endpoint if problem is None else None, server, summary_on_stderr=False)
+        c.closing_line = ClosingLine(env, endpoint if problem is None else None, server, summary_on_stderr=False)
     if settings.pushgateway_url and settings.metrics:
         push = PushAtExit(settings.pushgateway_url, settings.pushgateway_job, env)
         c.on_first_compile.append(push.arm)

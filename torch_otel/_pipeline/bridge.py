@@ -465,11 +465,11 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
         return None
     c = configure_providers(env, settings)
     summary_unset = not (env.get("TORCH_OTEL_SUMMARY") or "").strip()
-    if c.local is not None:
-        if summary_unset and c.local.rank == 0:
+    if c.closing_line is not None:
+        if summary_unset and c.closing_line.rank == 0:
             settings = dataclasses.replace(settings, summary=("stderr",))  # nothing configured: the summary at exit
-        c.local.summary_on_stderr = "stderr" in settings.summary  # the closing line points at it, whoever asked
-        c.local.summary_files = any(d not in ("stderr", "stdout") for d in settings.summary)
+        c.closing_line.summary_on_stderr = "stderr" in settings.summary  # the closing line points at it, whoever asked
+        c.closing_line.summary_files = any(d not in ("stderr", "stdout") for d in settings.summary)
     elif summary_unset and env_rank(env) == 0 and tracer_provider is None and _no_trace_destination(env, settings):
         # traces were sent somewhere by name, and no destination named can take them (an unknown exporter, an OTLP
         # endpoint that is no URL, each its own line): the run summary at exit is then all the run leaves; keep it
@@ -483,8 +483,8 @@ def configure_from_env(env: Mapping[str, str] | None = None, tracer_provider: An
         _on_first_compile=c.on_first_compile,
         sinks=installed_sinks(settings.sinks),  # the sinks installed as packages (entry points torch_otel.sinks)
     )
-    if bridge is not None and c.local is not None:
-        bridge.closing = c.local.say
+    if bridge is not None and c.closing_line is not None:
+        bridge.closing = c.closing_line.say
     if bridge is not None and settings.flush_on_sigterm:
         flush_on_sigterm()
     return bridge

@@ -1,7 +1,7 @@
-"""Spans written after their compile's trace was exported: each added feature's late spans (how often each compiled graph
+"""Spans written after their compile's trace was sent: each added feature's late spans (how often each compiled graph
 ran), at shutdown, each a child of its compile's root span.
 
-A compile's trace is exported as the compile ends, long before what its graph did afterwards is known. This sink keeps,
+A compile's trace is sent as the compile ends, long before what its graph did afterwards is known. This sink keeps,
 for each traced compile that a kind has late spans for, the root's ids and the kind's derived fact (small: no record,
 no phase tree), and at shutdown writes the kind's spans (``SpanView.write_late``) into the compile's own trace: a
 trace store shows them under the compile, and ``torch-otel diff`` reads them back (``SpanView.read_late``). A compile

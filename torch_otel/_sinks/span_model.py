@@ -1,7 +1,7 @@
 """The span model's names, declared once: what the span mapper writes and what :func:`record_of_spans` reads back.
 
 :class:`torch_otel._sinks.spans.SpanMapper` writes a compile's trace with these names, and ``torch-otel diff`` rebuilds
-a compile record from an exported trace (an OTLP-JSON traces file) with the same ones, to sum it with the same run
+a compile record from a traces file (OTLP-JSON) with the same ones, to sum it with the same run
 summary. The names of the record's own facts are here; a kind added to them declares its own beside it, with its
 writer and its reader (torch_otel._features: ``SpanView``). docs/span-model.md is the contract users read;
 tests/fast/test_span_model.py checks that every name is in it, and that records written as spans and read back sum to
@@ -112,7 +112,7 @@ class Events:
     RECOMPILE_LIMIT_NEAR = "torch.compile.recompile_limit_near"
 
 
-# -- reading an exported trace back ----------------------------------------------------------------------------------
+# -- reading a traces file back --------------------------------------------------------------------------------------
 
 
 def _value(v: Mapping[str, Any]) -> Any:

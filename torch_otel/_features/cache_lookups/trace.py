@@ -92,7 +92,7 @@ class _Explained:
 
 
 def read_span_event(name: str, ea: Mapping[str, Any], rec: CompileRecord) -> bool:
-    """An exported ``torch.compile.cache_lookup`` event back into ``rec`` (torch-otel diff of a traces file)."""
+    """A ``torch.compile.cache_lookup`` event of a traces file back into ``rec`` (torch-otel diff)."""
     if name != EVENT:
         return False
     a_ = Attributes

@@ -162,7 +162,7 @@ class Graph:
 
 @dataclass(frozen=True, slots=True)
 class FixedGraph:
-    """A graph's counts as a trace wrote them at exit (``torch-otel diff`` of an exported trace): no counter behind."""
+    """A graph's counts as a trace wrote them at exit (``torch-otel diff`` of a traces file): no counter behind."""
 
     calls: int
     first_ns: int | None = None

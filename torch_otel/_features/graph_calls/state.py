@@ -143,7 +143,7 @@ class GraphCallsState(FeatureState):
         return install_global_unsafe
 
     def _graph_installed(self, output_graph: Any, name: str, value: Any) -> Any:
-        """The value dynamo installs: a compiled graph, behind its counter (an export's graph is never called)."""
+        """The value dynamo installs: a compiled graph, behind its counter (a torch.export graph is never called)."""
         if not self._installed() or not callable(value):
             return value
         if not isinstance(name, str) or not name.startswith("__compiled_fn"):

@@ -72,7 +72,7 @@ def await_late(rec: CompileRecord) -> None:
 
 
 def read_late(name: str, a: Mapping[str, Any], start_ns: int, end_ns: int, rec: CompileRecord) -> None:
-    """An exported ``torch.compile.graph_calls`` span back into its compile's record (torch-otel diff)."""
+    """A ``torch.compile.graph_calls`` span of a traces file back into its compile's record (torch-otel diff)."""
     if name != SPAN:
         return
     cc = rec.derived.get(NAME)
