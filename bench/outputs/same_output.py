@@ -6,7 +6,12 @@ baseline, one with ``--capture full --payloads``), ``torch-otel diff`` on logs, 
 ``torch-otel demo``, once with the package as it is at ``--base`` (a git ref, read with ``git archive``) and once
 with the working tree's, from the same interpreter and the same ``tests/data``. Then compares:
 
-- replay's and diff's JSON, replay's HTML page and the printed text: byte for byte;
+- replay's and diff's JSON and the printed text: byte for byte;
+- replay's and diff's HTML pages: the data they embed and their markup outside the scripts byte for byte, and the
+  page as a browser draws it (``chromium --headless --dump-dom``, after the scripts ran; the scripts' own text and
+  the render time left out) equal. The scripts themselves may move (a feature's part of the page is its own script,
+  inlined after the pages' kit): what they draw is what is compared. Without chromium (``CHROMIUM=/path``, or on
+  ``PATH``) the drawn pages are not compared and the run says so;
 - replay's spans: byte for byte once trace and span ids are left out (ids are random);
 - the demo's spans: equal once ids and times are left out (the demo really compiles: its durations vary). The
   demo's text and summary are not compared: they list frames and phases by time, which the clock orders.
@@ -198,6 +203,27 @@ def _demo_spans(path: Path, tree: Path) -> list[Any]:
     return out
 
 
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium")
+_SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.S)
+
+
+def _page(path: Path) -> dict[str, str]:
+    """An HTML page as compared: the data it embeds (each ``application/json`` script), its markup with every script's
+    text left out, and, with chromium, the page as drawn, scripts' text and the time it took to draw left out."""
+    text = path.read_text()
+    data = "\n".join(body for attrs, body in _SCRIPT.findall(text) if "application/json" in attrs)
+    parts = {"embedded data": data, "markup": _SCRIPT.sub(r"<script\1></script>", text)}
+    if CHROMIUM:
+        with tempfile.TemporaryDirectory(prefix="profile-") as profile:
+            cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
+            cmd += ["--disable-extensions", "--disable-background-networking", "--host-resolver-rules=MAP * ~NOTFOUND"]
+            cmd += [f"--user-data-dir={profile}", "--window-size=1400,1000", "--virtual-time-budget=5000", "--dump-dom"]
+            done = subprocess.run([*cmd, path.as_uri()], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        drawn = re.sub(r' data-render-ms="\d+"', "", _SCRIPT.sub(r"<script\1></script>", done.stdout))
+        parts["as drawn"] = drawn if done.returncode == 0 and "<body" in drawn else f"chromium failed: {done.stderr[-500:]}"
+    return parts
+
+
 def _compare(name: str, a: Any, b: Any, report: list[str]) -> bool:
     if a == b:
         return True
@@ -238,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                     files[o] = None
                 elif o.endswith(".jsonl"):
                     files[o] = _spans(f, _ID_KEYS)
+                elif o.endswith(".html"):
+                    files.update({f"{o} ({k})": v for k, v in _page(f).items()})
                 else:
                     files[o] = f.read_text()
             got[side] = files
@@ -257,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         n = len(got["new"]["spans"])
         print(f"{'same   ' if ok else 'DIFFERS'}  demo  ({n} spans, ids and times left out)")
     print("\n".join(report))
+    if not CHROMIUM:
+        print("no chromium: the HTML pages' data and markup were compared, not the pages as drawn")
     print(f"{same} same, {differ} differ (base {args.base}, outputs under {work})")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
