@@ -128,7 +128,7 @@ def test_dynamic_shape_recompile_reason(cap):
     ],
     ids=["size", "dtype", "requires_grad", "type", "ndim"],
 )
-def test_guard_failure_kinds(cap, first, second, category, needle):
+def test_guard_failure_checks(cap, first, second, category, needle):
     torch._dynamo.config.automatic_dynamic_shapes = False
     fn = torch.compile(lambda x: x * 2, backend="eager")
     fn(first())

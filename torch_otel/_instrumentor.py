@@ -18,6 +18,7 @@ releases (best effort for a newer one).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
 from typing import Any
 
@@ -28,6 +29,7 @@ from opentelemetry.sdk._configuration import _BaseConfigurator
 
 from ._core.errors import record_error
 from ._core.import_watch import cancel, when_dynamo_imported
+from ._features.registry import start_process
 from ._version import SUPPORTED_TORCH
 
 _INSTRUMENTS = (SUPPORTED_TORCH,)
@@ -57,6 +59,7 @@ class TorchCompileInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # Any t
             except Exception as exc:  # noqa: BLE001 - never break the user's program
                 record_error("TorchCompileInstrumentor", exc)
 
+        start_process(os.environ)  # the features whose live state begins with the process
         when_dynamo_imported(arm)
 
     def _uninstrument(self, **kwargs: Any) -> None:

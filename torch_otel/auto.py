@@ -35,4 +35,9 @@ def _arm() -> None:
 
 
 if not sdk_disabled() and not capture_off():
+    import os
+
+    from ._features.registry import start_process
+
+    start_process(os.environ)  # the features whose live state begins with the process (none imported otherwise)
     when_dynamo_imported(_arm)

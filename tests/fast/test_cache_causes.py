@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from tests.fast.fastkit import cid
 from torch_otel._features.cache_lookups.events import CacheLookupEvent, Component
-from torch_otel._features.cache_lookups.explain import KeyHistory, compare
+from torch_otel._features.cache_lookups.explain import KeyHistory
+from torch_otel._features.cache_lookups.key_changes import compare
 from torch_otel._model.record import CompileRecord, PhaseNode
 
 

@@ -3,7 +3,7 @@
 A synthetic feature, ``synthetic_things`` (torch would log it as an instant event ``synthetic_thing`` with a count),
 is declared as the package declares its cache lookups (torch_otel._features.cache_lookups): a :class:`Feature` with its
 event, how torch's records become it, how it joins its compile, a derived fact, and a view for each sink. It is added
-by one row of the features' table (``FEATURES``), and a ``TORCH_TRACE`` log holding it is replayed through replay's
+by one row of the features' table (``registry.ROWS``), and a ``TORCH_TRACE`` log holding it is replayed through replay's
 own pipeline (torch_otel._pipeline.build) with every sink on: the spans, the metrics, the run summary (text, JSON, its
 merge across ranks), log records, replay's report, and a toy sink of the caller's. Read back from the trace file, as
 ``torch-otel diff`` reads one, it is there too. No other file of the package knows it.
@@ -49,7 +49,7 @@ from torch_otel._core.settings import Settings
 from torch_otel._features import registry
 from torch_otel._features.feature import Attach, Feature, ParseRows
 from torch_otel._features.views import MetricsView, Observation, Series, SpanEvent, SpanView, SummaryView, Text
-from torch_otel._model.record import CompileRecord
+from torch_otel._model.record import CompileRecord, PhaseNode
 from torch_otel._otel.exposition import start_prometheus_server, sync_before_scrape
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._parse.trace_log import ReplayStats
@@ -58,6 +58,7 @@ from torch_otel._pipeline.diff_command import read_side
 from torch_otel._pipeline.replay import replay_paths
 from torch_otel._sinks.html import render_html
 from torch_otel._sinks.spans import SpanMapper
+from torch_otel._sinks.summary import RunSummary
 from torch_otel._sinks.summary_merge import merge_summaries
 from torch_otel._sinks.summary_text import format_text
 
@@ -133,12 +134,13 @@ SYNTHETIC = Feature(
     ),
     logs=lambda rec: [(0, logging.WARNING, "torch._dynamo", f"{rec.derived[NAME]} synthetic things", {COUNT: 7})],
 )
+FEATURE = SYNTHETIC  # what the registry's row reads of this module
 
 
 @pytest.fixture
 def with_the_feature(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one row that adds the feature: the features' table's."""
-    monkeypatch.setattr(registry, "FEATURES", (*registry.FEATURES, SYNTHETIC))
+    """The one row that adds the feature: the features' table's (its module is this one: :data:`FEATURE`)."""
+    monkeypatch.setattr(registry, "ROWS", (*registry.ROWS, registry.Row(__name__)))
 
 
 def _instant(name: str, ts_us: float, args: dict[str, Any]) -> list[bytes]:
@@ -248,7 +250,7 @@ def widgets(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     lib = types.ModuleType("widgets")
     lib.Factory = Factory  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "widgets", lib)
-    monkeypatch.setattr(registry, "FEATURES", (*registry.FEATURES, widget_calls.FEATURE))
+    monkeypatch.setattr(registry, "ROWS", (*registry.ROWS, registry.Row(widget_calls.__name__)))
     yield lib
 
 
@@ -310,3 +312,32 @@ def test_without_its_row_the_feature_has_no_state_no_row_and_no_series(tmp_path)
     assert prom.get_sample_value("torch_compile_widgets_made_total", {"rank": "0"}) is None
     gate, problems = parse_fail_on(["widgets"])
     assert problems and "no such condition" in problems[0]
+
+
+def test_a_feature_can_begin_with_the_process_and_says_nothing_where_it_has_no_state(monkeypatch, tmp_path):
+    """A row's ``starts_with_process``: every entry point calls it, the first call starts it, its state adopts it; a
+    start that raises is counted, never raised. Where the feature has no state (a replay), its optional part writes
+    no key and no line."""
+    from tests.fast.widget_calls import at_start
+    from torch_otel import internal_error_count
+
+    row = registry.Row(widget_calls.__name__, starts_with_process=at_start.__name__)
+    monkeypatch.setattr(registry, "ROWS", (*registry.ROWS, row))
+    monkeypatch.setattr(registry, "_started", set())
+    monkeypatch.setattr(at_start, "STARTED", [])
+    registry.start_process({"WIDGETS_AT_START": "first"})
+    registry.start_process({"WIDGETS_AT_START": "again"})  # torch_otel.auto, then instrument(): started once
+    assert at_start.STARTED == ["first"]
+    pipeline = build_pipeline(PipelineSpec("live", Settings(metrics=False, cache_index="off")))
+    state = pipeline.state(widget_calls.NAME)
+    assert isinstance(state, widget_calls.WidgetState) and state.started == ["first"]
+    pipeline.shutdown()
+    replayed = RunSummary("replay")  # no state: nothing to say, no key, no line
+    replayed.on_finish(CompileRecord("frame", CompileId(0, 0), PhaseNode("dynamo", 0, 10**6)))
+    doc = replayed.to_dict()
+    assert doc["compiles"] == 1 and widget_calls.NAME not in doc
+    assert "widget" not in format_text(doc) and "1 compile" in format_text(doc)
+    monkeypatch.setattr(registry, "_started", set())
+    errors = internal_error_count()
+    registry.start_process({"WIDGETS_AT_START": "raise"})
+    assert internal_error_count() == errors + 1

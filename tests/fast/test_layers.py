@@ -8,9 +8,9 @@ in :data:`LAYERS`; a layer's ``__init__.py`` imports nothing. ``bench/`` may imp
 helpers (``tests.servers``, ``tests.helpers``, ``tests.synthetic``), and its own modules without a cycle; the package imports neither
 ``bench`` nor ``tests``.
 
-The features (``_features/``) are plugins: nothing outside that folder imports a feature, only the machinery every
-feature is made of (``feature``, ``views``) and the one table of them (``registry``); inside it, only the registry
-imports a feature, and no feature imports another.
+The features (``_features/``) are plugins: nothing outside that folder imports a feature or names one, only the
+machinery every feature is made of (``feature``, ``views``) and the one table of them (``registry``, whose rows name
+each feature's module); no feature imports another. No module is longer than 600 lines.
 """
 
 from __future__ import annotations
@@ -188,6 +188,13 @@ def test_a_layer_s_init_imports_nothing():
             assert all(isinstance(n, ast.Expr) for n in tree.body), f"{layer_of(name)}/__init__.py holds more than a docstring"
 
 
+def test_each_private_layer_says_it_is_private():
+    """What is not ``torch_otel``'s ``__all__`` is private, and each layer's docstring says so."""
+    for init in sorted((ROOT / "torch_otel").glob("_*/__init__.py")):
+        if init.parent.name != "_autostart":
+            assert "Private: not an API" in init.read_text(encoding="utf-8"), init.relative_to(ROOT)
+
+
 def test_the_package_has_no_import_cycle():
     assert find_cycle(package_graph()) is None
 
@@ -229,6 +236,43 @@ def test_nothing_but_the_registry_imports_a_feature():
     graph = package_graph()
     assert {feature_of(m) for m in graph} - {None} >= {"cache_lookups", "graph_calls"}
     assert feature_imports(graph) == []
+
+
+def registry_rows() -> list[str]:
+    """The features the registry's rows name, read from its source (``Row(".graph_calls")`` -> ``graph_calls``)."""
+    tree = ast.parse((ROOT / "torch_otel" / "_features" / "registry.py").read_text(encoding="utf-8"))
+    return [
+        node.args[0].value[1:]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Row" and node.args
+        if isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith(".")
+    ]
+
+
+def test_every_feature_of_the_folder_has_one_row_and_is_named_nowhere_else():
+    """The registry's rows and the folder's feature packages are the same features; outside ``_features/`` no module
+    names one: not by its module path, not by its name as a string (``cap.state("graph_calls")``)."""
+    folder = ROOT / "torch_otel" / "_features"
+    packages = sorted(p.name for p in folder.iterdir() if (p / "__init__.py").exists())
+    rows = registry_rows()
+    assert sorted(rows) == packages and len(set(rows)) == len(rows), (rows, packages)
+    for path in (ROOT / "torch_otel").rglob("*"):
+        if path.suffix not in (".py", ".js") or folder in path.parents:
+            continue
+        text = path.read_text(encoding="utf-8")
+        for name in rows:
+            for said in (f"_features.{name}", f"_features/{name}", f'"{name}"', f"'{name}'"):
+                assert said not in text, f"{path.relative_to(ROOT)} names the feature {name} ({said})"
+
+
+def test_no_module_is_longer_than_600_lines():
+    """A module holds one idea: over 600 lines it holds more (split it by idea, docs/architecture.md)."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "torch_otel").rglob("*")
+        if p.suffix in (".py", ".js") and (n := len(p.read_text(encoding="utf-8").splitlines())) > 600
+    }
+    assert not long, long
 
 
 def test_a_feature_named_outside_the_table_is_found():

@@ -245,7 +245,7 @@ def test_replay_file_with_artifacts_attaches_them_and_counts_those_of_no_compile
     assert stats.skipped == Counter({"orphan artifacts (no compile open for them)": 1})  # torch_version: no compile id
 
 
-def test_replay_file_counts_bad_records_and_unknown_kinds_and_finishes_a_cut_compile(tmp_path):
+def test_replay_file_counts_bad_records_and_unknown_record_types_and_finishes_a_cut_compile(tmp_path):
     path = tmp_path / "trace.log"
     path.write_bytes(
         log(

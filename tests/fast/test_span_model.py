@@ -21,7 +21,7 @@ from torch_otel._core.settings import Settings
 from torch_otel._features.cache_lookups.events import CacheLookupEvent, parse_components
 from torch_otel._features.cache_lookups.explain import KeyHistory
 from torch_otel._features.cache_lookups.state import CacheKeysState
-from torch_otel._features.registry import FEATURES
+from torch_otel._features.registry import features
 from torch_otel._model.events import GraphBreakEvent, RecompileReasonsEvent
 from torch_otel._otel.otlp_json import OTLPJsonFileSpanExporter
 from torch_otel._pipeline.diff_command import read_side
@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _declared() -> list[str]:
-    """The record's own names, and each added kind's (its span view's ``names``)."""
+    """The record's own names, and each feature's (its span view's ``names``)."""
     names = [v for c in (Root, Events) for k, v in vars(c).items() if k.isupper()]
-    names += [n for k in FEATURES if k.spans is not None for n in k.spans.names]
+    names += [n for k in features() if k.spans is not None for n in k.spans.names]
     return [n for n in names if "." in n] + list(METRIC_ATTRIBUTES.values())
 
 

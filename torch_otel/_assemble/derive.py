@@ -3,8 +3,8 @@
 The assembler calls :class:`Derive` on each finished record before any sink sees it. It fills the record's derived
 block (torch_otel._model.record.CompileRecord), never the events: the code a compile inherits from its frame's earlier
 compile or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, its place against
-the recompile limit, the mega-cache hits, each added feature's facts (its ``derive``, with the part the pipeline has for
-it: the key history for cache lookups), and last its trace identity from ``tracing`` (the span mapper builds the
+the recompile limit, the mega-cache hits, each feature's facts (its ``derive``, given its live state in the pipeline),
+and last its trace identity from ``tracing`` (the span mapper builds the
 compile's trace, so the sinks that name the trace, exemplars and log records, read its ids from the record).
 
 Its memory of earlier compiles is bounded whatever the job's length (``recent``).

@@ -1,6 +1,6 @@
 """How a JSON document's keys add up over several documents of one schema: one rule per key.
 
-The run summary declares its merge with these (torch_otel._sinks.summary.MERGE, and each kind's part of it): a job's
+The run summary declares its merge with these (torch_otel._sinks.summary_merge.MERGE, and each feature's part of it): a job's
 ranks each write one summary, and ``torch-otel diff`` reads them as one.
 """
 

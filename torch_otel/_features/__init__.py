@@ -1,5 +1,7 @@
-"""Kinds of event added to the record's own, each declared in one module: its event, how torch's records become it,
-how it joins its compile, the facts derived for it, and what each sink shows of it (kind.py; the table: registry.py).
+"""The features: each a plugin its pipeline owns, declared in a package of this folder (its events, its hooks, its
+live state, its derived facts, its views; the seam: feature.py and views.py), and listed by one row of registry.py.
+
+Private: not an API, and changed in any release (the public names are ``torch_otel``'s ``__all__``).
 
 Imports nothing: a layer's modules are imported by name (``import torch_otel._features.x``).
 """

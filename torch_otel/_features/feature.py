@@ -2,7 +2,7 @@
 
 The record's own facts (phases, metrics, starts, recompile reasons, graph breaks, artifacts, logs, schedules, debug
 directories) shape the compile record and every sink's core. Every other fact is a feature: one :class:`Feature`, in a
-module (or a package) of this folder, and one row of :data:`torch_otel._features.registry.FEATURES`. Nothing outside
+module (or a package) of this folder, and one row of :data:`torch_otel._features.registry.ROWS`. Nothing outside
 this folder names a feature (tests/fast/test_layers.py). A feature declares, each part optional:
 
 - its events: how torch's records become them (:class:`ParseRows`, read by the parser's tables for replay and full

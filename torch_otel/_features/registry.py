@@ -1,51 +1,130 @@
-"""The features, one row each: every pipeline, its assembler, its sinks, the parser's tables and live capture's attach
-table read this table, and nothing above it names a feature.
+"""The features, one row each: every pipeline, its assembler, its sinks, the parser's tables, live capture's attach
+table and the entry points read this table, and nothing above it names a feature.
 
-A new feature is a module (or a package) of this folder declaring its
-:class:`~torch_otel._features.feature.Feature`, and a row here. Everything that reads the features takes them as a
-parameter defaulting to this table, read as it stands when it is called or made (a test adds a feature through its
-row alone).
+A new feature is a package (or a module) of this folder declaring its
+:class:`~torch_otel._features.feature.Feature` as ``FEATURE``, and a :class:`Row` here. Everything that reads the
+features takes them as a parameter defaulting to :func:`features`, the table as it stands when it is called (a test
+adds a feature through its row alone).
+
+Reading this module imports no feature: the entry points read it in every process ``torch-otel run`` starts, to start
+the features whose live state begins with the process (:func:`start_process`), and a process that never compiles
+imports nothing more of the package. A feature is imported when :func:`features` is first asked for it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
 
-from .._attach.points import Source
-from . import cache_lookups, graph_calls
-from .feature import ArtifactHandler, Feature, InstantHandler
-from .views import Condition, Series
+TYPE_CHECKING = False  # typing is not imported: this module loads in every process `torch-otel run` starts
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
-__all__ = ["FEATURES", "conditions", "features_or_default", "hooks_of", "parse_artifacts", "parse_instants", "series_of"]
+    from .._attach.points import Source
+    from .feature import ArtifactHandler, Feature, InstantHandler
+    from .views import Condition, Series
 
-FEATURES: tuple[Feature, ...] = (cache_lookups.FEATURE, graph_calls.FEATURE)
+__all__ = [
+    "ROWS",
+    "Row",
+    "conditions",
+    "features",
+    "features_or_default",
+    "hooks_of",
+    "parse_artifacts",
+    "parse_instants",
+    "series_of",
+    "start_process",
+]
 
 
-def features_or_default(features: tuple[Feature, ...] | None) -> tuple[Feature, ...]:
-    """``features``, else this table as it is now."""
-    return FEATURES if features is None else features
+class Row:
+    """One feature: ``module``, the module (or package) that declares it as ``FEATURE`` (``.name``: of this folder).
+
+    ``starts_with_process``: for a feature whose live state begins with the process, before torch is imported (a
+    start-up's hooks), the module (same rule) whose ``start(env)`` the entry points call at process start
+    (``torch-otel run``'s sitecustomize, ``import torch_otel.auto``, ``opentelemetry-instrument``,
+    ``torch_otel.instrument()``), importing nothing else of the feature. Its state, made later by the bridge's
+    pipeline, adopts what was started."""
+
+    __slots__ = ("module", "starts_with_process")
+
+    def __init__(self, module: str, starts_with_process: str | None = None) -> None:
+        self.module = module
+        self.starts_with_process = starts_with_process
+
+    def _key(self) -> tuple[str, str | None]:
+        return self.module, self.starts_with_process
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Row) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Row({self.module!r}, starts_with_process={self.starts_with_process!r})"
 
 
-def series_of(features: tuple[Feature, ...] | None = None) -> tuple[Series, ...]:
+ROWS: tuple[Row, ...] = (
+    Row(".cache_lookups"),
+    Row(".graph_calls"),
+)
+
+_loaded: dict[tuple[Row, ...], tuple[Feature, ...]] = {}  # the features of each table, imported once
+_started: set[str] = set()  # the modules whose start(env) this process ran
+
+
+def features() -> tuple[Feature, ...]:
+    """The features of :data:`ROWS` as it stands, each imported from its module."""
+    rows = ROWS
+    got = _loaded.get(rows)
+    if got is None:
+        got = _loaded[rows] = tuple(importlib.import_module(row.module, __package__).FEATURE for row in rows)
+    return got
+
+
+def start_process(env: Mapping[str, str]) -> None:
+    """Start, once per process, the live state of each feature that begins with the process (:class:`Row`): each entry
+    point calls this, and the first call starts them. Never raises: an error is counted and logged once, and the
+    program runs on."""
+    for row in ROWS:
+        if row.starts_with_process is None or row.starts_with_process in _started:
+            continue
+        _started.add(row.starts_with_process)
+        try:
+            importlib.import_module(row.starts_with_process, __package__).start(env)
+        except Exception as exc:  # noqa: BLE001 - the user's program must start whatever happens here
+            from .._core.errors import record_error
+
+            record_error(f"{row.module} at process start", exc)
+
+
+def features_or_default(chosen: tuple[Feature, ...] | None) -> tuple[Feature, ...]:
+    """The features ``chosen``, else the table as it is now."""
+    return features() if chosen is None else chosen
+
+
+def series_of(chosen: tuple[Feature, ...] | None = None) -> tuple[Series, ...]:
     """The metric series the features declare."""
-    return tuple(s for f in features_or_default(features) if f.metrics is not None for s in f.metrics.series)
+    return tuple(s for f in features_or_default(chosen) if f.metrics is not None for s in f.metrics.series)
 
 
-def hooks_of(features: tuple[Feature, ...] | None = None) -> tuple[Source[Any], ...]:
+def hooks_of(chosen: tuple[Feature, ...] | None = None) -> tuple[Source[Any], ...]:
     """The features' rows of live capture's attach table."""
-    return tuple(row for f in features_or_default(features) for row in f.hooks)
+    return tuple(row for f in features_or_default(chosen) for row in f.hooks)
 
 
-def parse_instants(features: tuple[Feature, ...] | None = None) -> tuple[tuple[str, InstantHandler], ...]:
+def parse_instants(chosen: tuple[Feature, ...] | None = None) -> tuple[tuple[str, InstantHandler], ...]:
     """torch's instant events that are a feature's, by name prefix, each with its handler."""
-    return tuple(row for f in features_or_default(features) for row in f.parse.instants)
+    return tuple(row for f in features_or_default(chosen) for row in f.parse.instants)
 
 
-def parse_artifacts(features: tuple[Feature, ...] | None = None) -> dict[str, ArtifactHandler | None]:
+def parse_artifacts(chosen: tuple[Feature, ...] | None = None) -> dict[str, ArtifactHandler | None]:
     """The artifacts whose payload a feature keeps, by name, each with its handler (None: an ``ArtifactEvent``)."""
-    return {name: handler for f in features_or_default(features) for name, handler in f.parse.artifacts}
+    return {name: handler for f in features_or_default(chosen) for name, handler in f.parse.artifacts}
 
 
-def conditions(features: tuple[Feature, ...] | None = None) -> tuple[tuple[str, Condition], ...]:
+def conditions(chosen: tuple[Feature, ...] | None = None) -> tuple[tuple[str, Condition], ...]:
     """The gate's conditions the features add (``torch-otel diff --fail-on``), each with its comparison's key."""
-    return tuple((f.diff.key, c) for f in features_or_default(features) if f.diff is not None for c in f.diff.conditions)
+    return tuple((f.diff.key, c) for f in features_or_default(chosen) if f.diff is not None for c in f.diff.conditions)

@@ -119,7 +119,8 @@ LogView = tuple[int, int, str, str, dict[str, Any]]
 
 
 class SummaryPart(Protocol):
-    """A feature's part of one run summary: it adds each compile, and says its facts (``facts``: the summary's own)."""
+    """A feature's part of one run summary: it adds each compile, and says its facts (``facts``: the summary's own;
+    None: it has nothing to say, written as null, or left out where its view is ``optional``)."""
 
     def add(self, record: CompileRecord) -> None: ...
 
@@ -137,10 +138,12 @@ class SummaryView:
     - ``merge``: how its key adds up over a job's ranks;
     - ``compile_facts``: what it adds to each compile the summary lists (the slowest, the picture's), read when the
       summary is written (given the record as it finished; None: nothing for this compile);
-    - ``finish``: its last word on the whole document, once every part is in (graph calls gives each recompiling
-      frame the evidence of its graphs' calls);
+    - ``finish``: its last word on the whole document, once every part is in (a feature may add to what another
+      part of the document says: the evidence of a recompiling frame's graphs' calls);
     - ``gives_way``: where its lines stand in the order the text's blocks give way on a full screen (lower first;
-      the slowest compiles give way at 1, the reasons at 8).
+      the slowest compiles give way at 1, the reasons at 8);
+    - ``optional``: where its part says None (nothing to say: a replay of logs that hold none of it), the key is left
+      out rather than written as null (its merge rule then takes ``when_all``, or reads a missing key as None).
     """
 
     key: str
@@ -151,6 +154,7 @@ class SummaryView:
     compile_facts: Callable[[CompileRecord], Callable[[], Mapping[str, Any]] | None] | None = None
     finish: Callable[[dict[str, Any]], None] | None = None
     gives_way: int = 5
+    optional: bool = False
 
 
 # -- torch-otel diff -----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ phases nested inside it (:class:`PhaseNode`), its ``CompilationMetrics`` record,
 Every fact a sink needs that is not in torch's own records is derived once, by the assembler's derive step,
 before any sink sees the record (the derived block of :class:`CompileRecord`): the code location a compile inherits
 from its frame or its forward, a lazy backward's forward, the compiled-autograd graph a frame ran under, the
-mega-cache hits, each added kind's facts (``derived``) and the trace identity. Events are kept as their source made
+mega-cache hits, each feature's facts (``derived``) and the trace identity. Events are kept as their source made
 them: a derived fact goes into the record, never back into an event. Sinks read the record; none writes into it,
 and their order carries no meaning.
 """
@@ -228,7 +228,7 @@ class CompileRecord:
     recompile_reasons: list[str] = field(default_factory=list)  # one per cache entry that did not match
     # One per inductor graph of this compile that torch logged a schedule for (collective ops, in order)
     schedules: list[GraphScheduleEvent] = field(default_factory=list)
-    # the events of the kinds added to the record's own (torch_otel._features: cache lookups, ...), by kind, in order
+    # each feature's events (torch_otel._features), by feature name, in the order they came
     attached: dict[str, list[Any]] = field(default_factory=dict)
     incomplete: str | None = None
     dropped: int = 0
@@ -276,7 +276,7 @@ class CompileRecord:
     frame_recompiles: int | None = None
     recompile_limit: int | None = None
     recompile_limit_near: bool = False
-    # what each added kind's derivation found (torch_otel._features), by kind: cache lookups' times and why they missed
+    # what each feature's derive step found (torch_otel._features), by feature name
     derived: dict[str, Any] = field(default_factory=dict)
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
     _stack: list[PhaseNode] = field(default_factory=list)

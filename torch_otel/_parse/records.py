@@ -187,7 +187,7 @@ _made: tuple[Any, dict[str, ArtifactHandler | None], tuple[tuple[str, InstantHan
 
 def _tables() -> tuple[dict[str, ArtifactHandler | None], tuple[tuple[str, InstantHandler], ...]]:
     global _made
-    made, features = _made, registry.FEATURES
+    made, features = _made, registry.features()
     if made is None or made[0] is not features:
         made = _made = (features, {**ARTIFACTS, **registry.parse_artifacts(features)}, registry.parse_instants(features))
     return made[1], made[2]

@@ -25,6 +25,7 @@ from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
 from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
+from .._features.registry import start_process
 from .._model.sink_api import Sink
 from .._otel.exposition import sync_before_scrape
 from .._sinks.metrics import CompileMetrics
@@ -108,6 +109,7 @@ def instrument(
                 logger.warning("%s", p)
         if level == "off":
             return None
+        start_process(os.environ)  # the features whose live state begins with the process, if no entry point did
         if level != settings.capture:
             settings = dataclasses.replace(settings, capture=level)  # the level this bridge runs at: its features read it
         provider = tracer_provider or trace.get_tracer_provider()
@@ -134,7 +136,7 @@ def instrument(
             on_first_compile=_on_first_compile,
             after_compile_in_child=_flush_in_child,
             states=pipeline.states,  # the features' rows attach their states' own hooks
-            on_tick=pipeline.collect,  # the states the pipeline reads while the process runs (graph calls: every 10 s)
+            on_tick=pipeline.collect,  # the states the pipeline reads while the process runs (where a state asks: collect_every_s)
             tick_s=pipeline.collect_every_s,
         )
         try:

@@ -87,7 +87,7 @@ def _kind_of_file(path: Path) -> str:
 
 def read_side(path: str, err: IO[str], previous: Mapping[str, Any] | None = None) -> tuple[Side | None, int, dict[str, Any]]:
     """One side of the diff; the exit status (replay's: 2 a missing path, 1 nothing readable), and what its pipeline's
-    features' states hand over to the other side's (``previous``: the base side's; the cache lookups': its keys)."""
+    features' states hand over to the other side's (``previous``: the base side's)."""
     p = Path(path)
     if not p.exists():
         _problem(

@@ -76,8 +76,8 @@ def replay_file(
 ) -> None:
     """One log into a pipeline (or sinks alone: a pipeline of them, with ``tracing``), through an assembler of its own
     that the pipeline makes (its records' process, log and torch stamped on each compile). Every artifact read is
-    offered to the pipeline's features' states, with the torch release the log was written by (the cache lookups'
-    state learns the keys of every lookup torch logged)."""
+    offered to the pipeline's features' states, with the torch release the log was written by (a state may learn from
+    what torch logged outside any compile)."""
     stats.files += 1
     writer = Writer(path=str(path))
     pipeline = into if isinstance(into, Pipeline) else Pipeline(into, tracing=tracing)
@@ -269,7 +269,7 @@ def run_replay(opts: ReplayOptions, env: Mapping[str, str] | None = None) -> int
             spans=tracers,
             metrics=metrics,
             report=ReportSpec(stats, text, err, opts.json_path, opts.html, capture_payloads=opts.payloads),
-            baseline=opts.baseline,  # what cache misses are explained against (the cache lookups' state reads it)
+            baseline=opts.baseline,  # a previous run the user named: the features' states read it
             say=lambda line: print(f"torch-otel replay: {line}", file=err),
         )
     )

@@ -42,7 +42,7 @@ FURTHER_GRAPH_BREAK_CODES = 8
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 GUARD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000)
 
-# The series of the record's own facts; each added kind declares its own (torch_otel._features: ``metrics.series``).
+# The series of the record's own facts; each feature declares its own (torch_otel._features: ``metrics.series``).
 CORE_SERIES: dict[str, Series] = {
     s.name: s
     for s in (
@@ -427,7 +427,7 @@ class CompileMetrics(Sink):
         features: tuple[Feature, ...] | None = None,
     ) -> None:
         self.backends = backends
-        # the added features that observe series of their own (torch_otel._features): the cache lookups' misses, bypasses
+        # the features that observe series of their own per compile (torch_otel._features)
         self._views = tuple(k.metrics for k in features_or_default(features) if k.metrics is not None)
         self._instruments = {name: s.instrument for name, s in series_table(features).items()}
         # the collected series' totals so far (a counter applies its growth): ``apply_collected``

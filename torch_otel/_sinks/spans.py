@@ -77,7 +77,7 @@ class SpanMapper:
         features: tuple[Feature, ...] | None = None,
     ) -> None:
         self.tracer = tracer
-        # the added features with events of their own on the root span (torch_otel._features): the cache lookups'
+        # the features with events of their own on the root span (torch_otel._features)
         self._views = tuple(k.spans for k in features_or_default(features) if k.spans is not None)
         # Replay: the tracer of the process that wrote the compile's log (its own resource)
         self.tracer_for = tracer_for

@@ -94,8 +94,7 @@ _MORE = "_more"  # what the features add to a compile the summary lists, read wh
 
 
 def _public(facts: dict[str, Any]) -> dict[str, Any]:
-    """A compile's facts as the JSON has them: its own, then each feature's (graph calls': ``calls``, how many times
-    its graph ran)."""
+    """A compile's facts as the JSON has them: its own, then each feature's (``SummaryView.compile_facts``)."""
     out = {k: v for k, v in facts.items() if k != _MORE}
     out.update(_more(facts))
     return out
@@ -155,8 +154,8 @@ class RunSummary(Sink):
         self.runtime_ns = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        # each feature's part (torch_otel._features), given its live state: the cache lookups' is ``caches``, cold and
-        # warm starts; and what each adds to a compile the summary lists (graph calls: its calls)
+        # each feature's part (torch_otel._features), given its live state, and what each adds to a compile the
+        # summary lists
         self.features = features_or_default(features)
         self.views = tuple(f.summary for f in self.features if f.summary is not None)
         self._compile_facts = tuple(v.compile_facts for v in self.views if v.compile_facts is not None)
@@ -171,7 +170,11 @@ class RunSummary(Sink):
     def bind(self, states: Mapping[str, Any]) -> None:
         """The features' parts, made with the features' live states of the summary's pipeline (the pipeline's builder
         binds a summary made before it, ``instrument(summary=...)``, before any compile)."""
-        self.parts = [(f.summary.key, f.summary.part(states.get(f.name))) for f in self.features if f.summary is not None]
+        self.parts = [
+            (f.summary.key, f.summary.part(states.get(f.name)), f.summary.optional)
+            for f in self.features
+            if f.summary is not None
+        ]
 
     # -- the sink --------------------------------------------------------------
     def on_finish(self, record: CompileRecord) -> None:
@@ -269,7 +272,7 @@ class RunSummary(Sink):
         self.unhandled_graph_breaks += len(rec.graph_breaks) - len(rec.handled_graph_breaks) - ends
         for k, n in rec.cache_counts().items():
             self.cache[k] += n
-        for _, part in self.parts:
+        for _, part, _ in self.parts:
             part.add(rec)
         self.extra.add(rec, key, failed)
         if failed:
@@ -334,7 +337,7 @@ class RunSummary(Sink):
         """Every fact of the summary, as plain JSON-able data (``--json``, the HTML page)."""
         with self._lock:
             d = self.extra.extend(self._dict())
-        for view in self.views:  # each feature's last word (graph calls: the graphs each recompile left behind)
+        for view in self.views:  # each feature's last word on the whole document
             if view.finish is not None:
                 view.finish(d)
         return d
@@ -395,8 +398,10 @@ class RunSummary(Sink):
             },
             "cache": [{"cache": c, "location": loc, "result": r, "count": n} for (c, loc, r), n in sorted(self.cache.items())],
         }
-        for key, part in self.parts:  # the added features' parts, after torch's cache counts
-            d[key] = part.to_dict(d)
+        for key, part, optional in self.parts:  # the features' parts, after torch's cache counts
+            value = part.to_dict(d)
+            if value is not None or not optional:
+                d[key] = value
         d.update(
             {
                 "failures": {"total": sum(self.failures.values()), "by_type": dict(self.failures.most_common())},

@@ -43,7 +43,7 @@ def _slowest(values: list[Any]) -> list[dict[str, Any]]:
     return sorted(kept, key=lambda r: -num(r.get("duration_s")))[:SLOWEST]
 
 
-# The summary's own keys; each added feature declares its part's (torch_otel._features: ``summary.merge``).
+# The summary's own keys; each feature declares its part's (torch_otel._features: ``summary.merge``).
 MERGE: dict[str, Merge] = {
     "schema_version": Merge(lambda values: SCHEMA_VERSION),
     "source": Merge(first),

@@ -67,7 +67,8 @@ def format_text(facts: dict[str, Any], width: int = 100, features: tuple[Feature
     the phases, the costliest frames, then the added features', the graph breaks' and the reasons' rows), each saying how
     many rows more the JSON and the page have, so that the frames that keep recompiling keep their place.
     """
-    views = [f.summary for f in features_or_default(features) if f.summary is not None]
+    # each feature's lines; an optional part that had nothing to say (no key) has none
+    views = [v for f in features_or_default(features) if (v := f.summary) is not None and (v.key in facts or not v.optional)]
     w = max(60, width)
     lead = [line for v in views if v.head is not None for line in v.head(facts, w)]  # each feature's head, first
     name_w = w - 42

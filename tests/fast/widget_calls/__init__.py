@@ -4,7 +4,8 @@ Its module (this package) declares everything: its row of live capture's attach 
 state's own function; its state, which counts each call and whose counter is read when collected (before each
 scrape of ``/metrics``); its series; its part of the run summary (a line that leads the text, one in its body, its
 JSON and how that adds up over ranks); its comparison in ``torch-otel diff`` with a gate condition; its part of the
-HTML pages. tests/fast/test_features.py adds it through one row of the features' registry and nothing else.
+HTML pages; what it starts with the process (at_start). tests/fast/test_features.py adds it through one row of the
+features' registry and nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from torch_otel._core.merge import Merge, num, sum_int
 from torch_otel._features.feature import Feature, FeatureState, StateContext
 from torch_otel._features.views import Condition, DiffView, MetricsView, Observation, PageView, Series, SummaryView
 
+from . import at_start
+
 NAME = "widget_calls"
 SERIES = Series("torch_compile_widgets_made", "counter", "Widgets the library made (a feature of a test).", ("rank",))
 
@@ -27,6 +30,7 @@ class WidgetState(FeatureState):
     def __init__(self) -> None:
         self.made = 0
         self.collected = 0  # how many times the pipeline read it
+        self.started = list(at_start.STARTED)  # what began with the process, if its row starts it (adopted)
 
     def counting(self, make: Callable[..., Any]) -> Callable[..., Any]:
         """The hook its row puts in front of ``Factory.make``: torch's function in, the counting one out."""
@@ -100,6 +104,7 @@ FEATURE = Feature(
         lambda facts, width: [f"widgets made: {_made(facts)}"],
         Merge(section={"made": Merge(sum_int)}),
         head=lambda facts, width: [f"widget calls lead the summary: {_made(facts)} made"],
+        optional=True,  # a summary with no state (a replay) has no key for it
     ),
     diff=DiffView(
         NAME,

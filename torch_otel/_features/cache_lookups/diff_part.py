@@ -10,7 +10,7 @@ from typing import Any
 from ..._core.merge import num
 from ..._core.text import cut
 from ..views import Condition
-from .explain import CLASSES
+from .key_changes import CLASSES
 
 __all__ = ["CONDITION", "compare", "per_rank", "text"]
 

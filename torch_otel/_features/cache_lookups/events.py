@@ -44,7 +44,7 @@ class CacheLookupEvent:
     rank: int | None = None
 
 
-NAME = "cache_lookups"  # the kind's key on the record
+NAME = "cache_lookups"  # the feature's key on the record
 RESULTS = ("hit", "miss", "bypass", "disabled")
 # How torch names a lookup, declared once: cache -> (the prefix of its instant events, the prefix of its artifacts).
 # The parser's tables route both here (torch_otel._parse.records); the artifacts, which torch writes for every lookup
