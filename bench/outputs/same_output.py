@@ -13,8 +13,9 @@ with the working tree's, from the same interpreter and the same ``tests/data``. 
   inlined after the pages' kit): what they draw is what is compared. Without chromium (``CHROMIUM=/path``, or on
   ``PATH``) the drawn pages are not compared and the run says so;
 - replay's spans: byte for byte once trace and span ids are left out (ids are random);
-- the demo's spans: equal once ids and times are left out (the demo really compiles: its durations vary). The
-  demo's text and summary are not compared: they list frames and phases by time, which the clock orders.
+- the demo's spans: equal once ids and times are left out (the demo really compiles: its durations vary, and torch's
+  own times in whole units, ``torch.compile.guard_latency_us``). The demo's text and summary are not compared: they
+  list frames and phases by time, which the clock orders.
 
 Usage::
 
@@ -197,8 +198,8 @@ def _demo_spans(path: Path, tree: Path) -> list[Any]:
             for ss in rs.get("scopeSpans", []):
                 for sp in ss.get("spans", []):
                     for a in sp.get("attributes", []) + [a for ev in sp.get("events", []) for a in ev.get("attributes", [])]:
-                        if "doubleValue" in a.get("value", {}):  # durations, shares of time: the clock's
-                            a["value"] = "<time>"
+                        if "doubleValue" in a.get("value", {}) or a["key"].endswith(("_us", "_ns")):
+                            a["value"] = "<time>"  # durations, shares of time, times in whole units: the clock's
                     out.append({"resource": resource, "scope": ss.get("scope"), **sp})
     return out
 
