@@ -644,8 +644,8 @@ def opcodes(what: str, mode: str, n: int, top: int) -> int:
     print(f"bytecodes on the bridge's side, by thread: {json.dumps(by_thread)}")
     by_package: dict[str, dict[str, int]] = {}
     for t, f, c in found["self"]:
-        top = f.split(":")[0].split(os.sep)[0] if os.sep in f.split(":")[0] else ""
-        package = top if top in ("torch_otel", "opentelemetry", "prometheus_client", "grpc", "google") else "other"
+        first = f.split(":")[0].split(os.sep)[0] if os.sep in f.split(":")[0] else ""
+        package = first if first in ("torch_otel", "opentelemetry", "prometheus_client", "grpc", "google") else "other"
         by_package.setdefault(t, {})[package] = by_package.setdefault(t, {}).get(package, 0) + c
     for t, counts in by_package.items():
         total = sum(counts.values())
