@@ -159,7 +159,8 @@ def test_dead_endpoint_costs_the_job_nothing_but_one_line():
     assert len(ours) == 1 and f"127.0.0.1:{closed}" in ours[0], ours
     # the exporters' retry chatter is folded into that line (looked for outside the paths torch's own lines print)
     assert "opentelemetry" not in without_paths(dead[1].stderr).lower(), dead[1].stderr[-3000:]
-    assert "Traceback" not in dead[1].stderr
+    # the bridge adds no traceback: torch logs its own for the workload's failing compile, as in the run without it
+    assert dead[1].stderr.count("Traceback") == base[1].stderr.count("Traceback"), dead[1].stderr[-3000:]
     # Bounded, not benchmarked: the exporters get at most TORCH_OTEL_SHUTDOWN_TIMEOUT (5 s) at exit; without that
     # bound, exit waited for their retries (~18 s here). The margin above 5 s is for a loaded machine.
     assert dead[0] < base[0] + 9, (dead[0], base[0])

@@ -54,3 +54,19 @@ def test_a_traces_file_path_holds_the_rank_and_pid():
     bad = load_settings({"TORCH_OTEL_TRACES_FILE": "/t/spans-{host}.jsonl"}, report=False)
     assert bad.traces_file is None and any("{rank} and {pid}" in p for p in bad.problems)
     assert load_settings({"TORCH_OTEL_TRACES_FILE": "/t/plain.jsonl"}, report=False).traces_file == "/t/plain.jsonl"
+
+
+def test_a_frame_name_keeps_the_users_call_site_and_line_where_a_librarys_file_gives_way() -> None:
+    """A library frame named with the user's call site (GPT-2's forward called from train.py): on a short row the
+    library's file name is cut first, its :line kept (or the place goes whole), then the name; the user's line stays whole."""
+    from torch_otel._core.text import cut_where
+
+    where = "GPT2LMHeadModel.forward (modeling_gpt2.py:647) from hf_models.py:65"
+    assert cut_where(where, 80) == where
+    assert cut_where(where, 64) == "GPT2LMHeadModel.forward (modeli…pt2.py:647) from hf_models.py:65"
+    shorter = cut_where(where, 60)
+    assert len(shorter) == 60 and shorter.endswith(".py:647) from hf_models.py:65"), shorter
+    assert cut_where(where, 54) == "GPT2LMHeadModel.forward from hf_models.py:65"  # the place goes whole
+    assert cut_where(where, 40).endswith(" from hf_models.py:65") and len(cut_where(where, 40)) == 40
+    own = "a_function_whose_name_is_long_enough_to_fill_the_frames_column (model.py:30)"
+    assert cut_where(own, 50).endswith(" (model.py:30)") and len(cut_where(own, 50)) == 50

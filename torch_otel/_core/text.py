@@ -23,13 +23,29 @@ def cut_middle(text: str, n: int, keep_end: int = 36) -> str:
 
 
 def cut_where(text: str, n: int) -> str:
-    """A frame as the summary names it (``MyModel.forward (train.py:12)``, ``GPT2LMHeadModel.wrapper (generic.py:1030)
-    from train.py:42``) in at most ``n`` characters: its name is cut in the middle, its file:line and call site kept
-    whole while they fit (they are what a user looks for, and hold the numbers); else the whole, as :func:`cut_middle`."""
+    """A frame as the summary names it (``MyModel.forward (train.py:12)``, ``GPT2LMHeadModel.forward
+    (modeling_gpt2.py:647) from train.py:42``) in at most ``n`` characters. What gives way first is a library's file
+    name where the user's call site follows it (its ``:line`` kept; where fewer than 8 of its characters would stay,
+    the whole place goes), then the frame's name, cut in the middle; the call site, the user's own line, stays whole
+    while it fits; else the whole, as :func:`cut_middle`."""
     if len(text) <= n:
         return text
     at = text.find(" (")
-    if at > 0 and len(text) - at <= n - 8:  # a name of at least 8 characters beside it
+    close = text.find(")", at)
+    if at <= 0 or close < 0:
+        return cut_middle(text, n, 24)
+    name, inner, tail = text[:at], text[at + 2 : close], text[close + 1 :]
+    if tail:  # " from train.py:42": the library's file gives way to the user's line, down to 8 characters
+        colon = inner.rfind(":")
+        file, line = (inner[:colon], inner[colon:]) if colon > 0 else (inner, "")
+        room = len(file) - (len(text) - n)
+        if room >= 8:
+            return f"{name} ({cut_middle(file, room, room // 2)}{line}){tail}"
+        text = name + tail  # no room for the library's place: the name and the user's line
+        if len(text) <= n:
+            return text
+        at = text.find(" from ")
+    if len(text) - at <= n - 8:  # a name of at least 8 characters beside it
         return cut_middle(text[:at], n - (len(text) - at), (n - (len(text) - at)) // 2) + text[at:]
     return cut_middle(text, n, 24)
 
