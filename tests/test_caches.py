@@ -682,8 +682,7 @@ def test_a_bypass_is_a_cause_in_the_summary_the_diff_and_the_gate(runs, tmp_path
     assert replayed["json"]["caches"]["bypasses"] == rows
     assert "aot_autograd Cannot cache a graph with freezing enabled" in replayed["out"]
     # the page: the same rows, drawn by its script (headless chromium, as tests/test_report_html.py renders pages)
-    import test_report_html as chrome
-
+    from tests import test_report_html as chrome
     from torch_otel._sinks.diff_html import render_diff_html
     from torch_otel._sinks.html import render_html
 

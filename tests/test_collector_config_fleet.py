@@ -174,7 +174,7 @@ def test_heavy_series_are_the_bridges_histograms_with_rank():
     transforms = load(FLEET_GATEWAY)["processors"]["metrics_transform/by_job"]["transforms"]
     for t in transforms:
         series = SERIES[t["include"]]
-        assert series.kind == "histogram" and "rank" in series.labels
+        assert series.instrument == "histogram" and "rank" in series.labels
         assert t["match_type"] == "strict" and t["action"] == "update"
         (op,) = t["operations"]
         assert op["action"] == "aggregate_labels" and op["aggregation_type"] == "sum"

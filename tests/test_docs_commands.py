@@ -291,9 +291,10 @@ def test_the_host_prometheus_recipe_runs_as_written_and_keeps_the_runs_series(tm
                 body = http_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=torch_compile_compiles_total", timeout=5)
             except OSError:
                 return False
-            return bool(json.loads(body)["data"]["result"])
+            # a scrape after the compiles were counted: the series may be served at 0 before the worker counts them
+            return sum(float(r["value"][1]) for r in json.loads(body)["data"]["result"]) >= 3
 
-        wait_until(lambda: scraped() or proc.poll() is not None, 90, "prometheus to scrape the run")
+        wait_until(lambda: scraped() or proc.poll() is not None, 90, "prometheus to scrape the run's compiles")
         (checkout / "done").write_text("")
         out, err = proc.communicate(timeout=120)
     finally:

@@ -62,7 +62,7 @@ def test_an_endpoint_without_a_scheme_is_plaintext_as_the_docs_say(rotel, tmp_pa
 
 
 def _pki(tmp_path):  # type: ignore[no-untyped-def]
-    from test_security import _pki as make
+    from tests.test_security import _pki as make
 
     return make(tmp_path)
 

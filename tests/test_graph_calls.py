@@ -513,7 +513,7 @@ def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_pa
 def test_the_summary_page_shows_each_graphs_calls_and_the_ones_that_never_paid_off(tmp_path):
     """The live run's page (TORCH_OTEL_SUMMARY's .html), opened in headless Chromium: the graph calls section lists
     each graph's calls, marks the one that ran once, and the recompiling frame shows its evidence."""
-    from test_report_html import CHROMIUM, _assert_clean, _open
+    from tests.test_report_html import CHROMIUM, _assert_clean, _open
 
     if not CHROMIUM or not Path(CHROMIUM).exists():
         pytest.skip("no chromium (apt-get install chromium, or set CHROMIUM=/path/to/chromium)")

@@ -292,10 +292,9 @@ def test_library_frames_show_the_users_call_site_and_the_costliest_recompiling_f
     assert costs == sorted(costs, reverse=True) and len(rec) >= 3
     start = text.index(next(ln for ln in text if ln.startswith("frames that keep recompiling:")))
     first = text[start + 1]
-    assert (
-        first.startswith(f"  {rec[0]['function']} (")
-        and f" from {TRAIN}: {rec[0]['recompiles']} recompiles ({rec[0]['cost_s']:.2f} s)" in first
-    )
+    # its name whole and the user's line; transformers' file gives way on a full row (the JSON and the page keep it)
+    assert first.startswith(f"  {rec[0]['function']} ") and "…" not in first.split(" from ")[0], first
+    assert f" from {TRAIN}: {rec[0]['recompiles']} recompiles ({rec[0]['cost_s']:.2f} s)" in first, first
     # the diff names them the same way
     res = run_cli(
         "diff",
