@@ -177,17 +177,12 @@ def _swap(places: list[tuple[dict[str, Any], Any]], state: str) -> None:
                 setattr(holder, where[2], value)
 
 
-def steady(pairs: int = 600, steps: int = 10) -> dict[str, Any]:
+def transformer_step() -> Any:
+    """The steady workload's training step, a small transformer (2 layers, d_model 64), seeded: compiled with
+    ``aot_eager`` on its first calls. ``bench/cost/instructions.py`` counts the same step."""
     import torch
-    from opentelemetry.sdk.trace import TracerProvider
-
-    import torch_otel
-    from torch_otel._pipeline import bridge
 
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # the step on this thread alone: its CPU time is the step's (the machine is shared)
-    os.environ["TORCH_OTEL_GRAPH_CALLS"] = "on"
-    torch_otel.instrument(TracerProvider(), registry=None)  # default capture, graphs counted
     layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True, dropout=0.0)
     model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -199,6 +194,20 @@ def steady(pairs: int = 600, steps: int = 10) -> dict[str, Any]:
         cm(x).pow(2).mean().backward()
         opt.step()
 
+    return step
+
+
+def steady(pairs: int = 600, steps: int = 10) -> dict[str, Any]:
+    import torch
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import torch_otel
+    from torch_otel._pipeline import bridge
+
+    torch.set_num_threads(1)  # the step on this thread alone: its CPU time is the step's (the machine is shared)
+    os.environ["TORCH_OTEL_GRAPH_CALLS"] = "on"
+    torch_otel.instrument(TracerProvider(), registry=None)  # default capture, graphs counted
+    step = transformer_step()
     for _ in range(20):
         step()  # compiled (forward and its lazy backward), warm
     torch_otel.force_flush()

@@ -222,22 +222,10 @@ def child_loop(mode: str, compiles: int) -> dict[str, Any]:
 
 
 def transformer_step() -> Any:
-    """The steady workload's step (bench/graph_calls.py's transformer): compiled on its first calls."""
-    import torch
+    """The steady workload's step: bench/cost/graph_calls.py's transformer, compiled on its first calls."""
+    from bench.cost.graph_calls import transformer_step as step
 
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True, dropout=0.0)
-    model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    cm = torch.compile(model, backend="aot_eager")
-    x = torch.randn(8, 32, 64)
-
-    def step() -> None:
-        opt.zero_grad()
-        cm(x).pow(2).mean().backward()
-        opt.step()
-
-    return step
+    return step()
 
 
 def child_steady(mode: str, steps: int) -> dict[str, Any]:
@@ -496,7 +484,7 @@ def steady_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         c["per_call"] = (per_step["calls"] - per_step["nocalls"]) / calls_per_step
         c["of_step_over_default"] = (per_step["calls"] - per_step["nocalls"]) / base
     if calls_per_step and "stacked" in per_step:
-        from graph_calls import STACK
+        from bench.cost.graph_calls import STACK
 
         # each graph behind STACK counters against behind one: one more counter, per graph call
         out["stacked"]["per_further_counter_per_call"] = (per_step["stacked"] - per_step["calls"]) / (STACK - 1) / calls_per_step
