@@ -323,7 +323,6 @@ def test_unreadable_input_gets_replays_exit_codes_and_one_line(runs: dict[str, A
 
 
 def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any], tmp_path: Path) -> None:
-    pytest.importorskip("test_report_html")
     from tests import test_report_html as chrome
 
     if not chrome.CHROMIUM:
