@@ -22,6 +22,11 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdi
 # The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's
 os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tempfile.gettempdir(), "torch-otel-tests-xdg-cache"))
 
+# The test process's own start-up is not recorded: the tests that instrument in-process count compile traces, and the
+# start-up of pytest's worker (its first step is whichever test's) is nobody's. The start-up's tests run real processes
+# (tests/test_startup.py), whose environment (tests/helpers.py's clean_env) does not carry this.
+os.environ["TORCH_OTEL_STARTUP"] = "off"
+
 # torch is imported by the fixtures that need it, never here: the fast tier (tests/fast) runs without torch installed
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402

@@ -75,6 +75,19 @@ SCENARIOS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, list[tuple[dic
         ],
         [("10m", []), ("40m", [({"job": "big"}, "9m 32s")])],
     ),
+    "TorchStartupSlowRank": (
+        [
+            # job "train": rank 2 took 400 s to its first step, the others 100 s (median 100: 100 * 1.5 + 60 = 210)
+            ('torch_startup_first_step_seconds{job="train",rank="0",end="step"}', "_x2 100x20"),
+            ('torch_startup_first_step_seconds{job="train",rank="1",end="step"}', "_x2 100x20"),
+            ('torch_startup_first_step_seconds{job="train",rank="2",end="step"}', "_x5 400x20"),
+            # job "even": every rank alike, and one rank a little slower (130 s of a 210 s bound): no alert
+            ('torch_startup_first_step_seconds{job="even",rank="0",end="step"}', "_x2 100x20"),
+            ('torch_startup_first_step_seconds{job="even",rank="1",end="step"}', "_x2 130x20"),
+            ('torch_startup_first_step_seconds{job="even",rank="2",end="step"}', "_x2 100x20"),
+        ],
+        [("3m", []), ("8m", [({"job": "train", "rank": "2"}, "6m 40s")])],
+    ),
     "TorchCompileRankSkew": (
         [
             ('torch_compile_seconds_total{job="train",rank="0",kind="frame",status="ok"}', "0+10x30"),
@@ -175,7 +188,7 @@ def _promtool_tests(interval: str) -> dict[str, Any]:
 
 def test_promtool_checks_the_rules():
     r = subprocess.run([require("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "SUCCESS: 8 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 9 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_every_alert_has_a_scenario_and_a_runbook():

@@ -83,6 +83,8 @@ def kept_because(spans: list[dict[str, Any]]) -> list[str]:
         why.append("recompiles")
     if any("torch.compile.sampled_because" in s["attrs"] for s in spans):
         why.append("kept-by-rank-sampler")
+    if any(s["attrs"].get("torch.startup.end") in ("step", "forward", "ready", "exit") for s in spans):
+        why.append("start-ups")
     if not why and share_keeps(spans[0]["traceId"], ROUTINE_PERCENT):
         why.append("share-of-the-rest")
     return why
@@ -394,9 +396,12 @@ def test_every_kept_trace_arrives_whole_once_through_one_gateway(fleet):
 def test_the_traces_an_sre_needs_are_kept_and_the_routine_ones_thinned(fleet):
     traces, expected = fleet["traces"], fleet["expected"]
     roots = {
-        t: next(s for s in spans if "torch.compile.kind" in s["attrs"] and not s.get("parentSpanId"))
-        for t, spans in traces.items()
+        t: r for t, spans in traces.items() for r in spans if "torch.compile.kind" in r["attrs"] and not r.get("parentSpanId")
     }
+    # each rank's start-up: a trace of its own, kept whole on every rank
+    startups = {t: r for t, spans in traces.items() for r in spans if r["name"] == "torch.startup"}
+    assert len(startups) == 3, sorted(r["attrs"] for r in startups.values())
+    assert all(t in fleet["kept"] for t in startups), "every rank's start-up"
     kinds: dict[str, set[str]] = defaultdict(set)
     for t, why in expected.items():
         for w in why:

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # .ci/run's one line before the README's command: from a checkout whose path lacks "torch-otel", a clone of its HEAD in
 # a temporary folder of that name (the name `git clone` gives a user's checkout; the suite must pass from it)
-CI_FROM_A_CLONE_NAMED_TORCH_OTEL = (
-    '[[ $PWD == *torch-otel* ]] || { clone=$(mktemp -d)/torch-otel && git clone --quiet "$PWD" "$clone" && cd "$clone"; }'
+CI_FROM_A_CLONE_NAMED_TORCH_OTEL = (  # in a folder all may read: a test runs the demo as user nobody
+    '[[ $PWD == *torch-otel* ]] || { tmp=$(mktemp -d) && chmod 755 "$tmp" && clone=$tmp/torch-otel && '
+    'git clone --quiet "$PWD" "$clone" && cd "$clone"; }'
 )
 
 

@@ -63,6 +63,8 @@ def _by_compile(path: Path) -> dict[tuple[str, str], tuple[dict, list[str], list
         traces.setdefault(s["traceId"], []).append(s)
     out = {}
     for spans in traces.values():
+        if any(s["name"] == "torch.startup" for s in spans):
+            continue  # the live run's start-up: a trace of its own, which a log cannot hold
         (root,) = [s for s in spans if "torch.compile.kind" in s["attrs"]]
         key = (root["attrs"]["torch.compile.kind"], root["attrs"]["torch.compile.id"])
         out[key] = (root, sorted(s["name"] for s in spans), sorted(e["name"] for e in root.get("events", [])))

@@ -8,14 +8,18 @@ release. ``Sink`` and ``Compile`` are the extension point: a receiver of your ow
 from __future__ import annotations
 
 import importlib
+import time
 
-from ._version import __version__
+_IMPORTED_NS = time.perf_counter_ns()  # the bridge's first code: its own start-up is a phase of the process's
+
+from ._version import __version__  # noqa: E402
 
 TYPE_CHECKING = False  # not typing's: importing typing costs every Python start-up under `torch-otel run` ~5 ms
 
 if TYPE_CHECKING:
     from ._core.errors import internal_error_count
     from ._core.settings import Settings, load_settings
+    from ._features.registry import ready
     from ._instrumentor import TorchCompileInstrumentor
     from ._model.sink_api import CacheRequests, Compile, GraphBreak, Phase, Sink
     from ._otel.ids import UrandomIdGenerator
@@ -38,6 +42,7 @@ _WHERE = {
     "UrandomIdGenerator": "._otel.ids",
     "TorchCompileInstrumentor": "._instrumentor",
     "internal_error_count": "._core.errors",
+    "ready": "._features.registry",
 }
 
 __all__ = [
@@ -55,6 +60,7 @@ __all__ = [
     "internal_error_count",
     "is_instrumented",
     "load_settings",
+    "ready",
     "shutdown",
     "uninstrument",
 ]

@@ -161,6 +161,9 @@ def run_demo(
     html: str | None = None,
     json_path: str | None = None,
 ) -> int:
+    from ._features.registry import start_process
+
+    start_process({})  # the demo's own start-up, from here, on embedded defaults: its imports, its compiles, its first forward
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

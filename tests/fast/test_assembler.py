@@ -291,3 +291,20 @@ def test_metrics_with_no_phases_around_them_are_a_synthesized_record():
 def test_runtime_metrics_are_counted_and_make_no_record():
     asm, sink = feed(MetricsEvent(cid("0/0"), {"compile_id": "0/0"}, is_runtime=True))
     assert sink.finished == [] and asm.stats["runtime_metrics"] == 1 and asm.stats["synthesized"] == 0
+
+
+def test_the_users_call_site_from_dynamo_start_passes_over_the_start_up_recorders_frames():
+    """A log written while the start-up recorder timed the first forward holds its frames between the user's call and
+    torch's (a hook's code, its dispatch, its handler): the call site is still the user's line, as live."""
+    stack = [
+        {"name": "<module>", "filename_str": "/w/run.py", "line": 125},
+        {"name": "_wrapped_call_impl", "filename_str": "<torch-otel start-up hook>", "line": 3},
+        {"name": "_dispatch", "filename_str": "/x/site-packages/torch_otel/_features/startup/recorder.py", "line": 510},
+        {"name": "_module_call", "filename_str": "/src/torch-otel/torch_otel/_features/startup/targets.py", "line": 150},
+        {"name": "_call_impl", "filename_str": "/x/site-packages/torch/nn/modules/module.py", "line": 1786},
+        {"name": "forward", "filename_str": "/w/model.py", "line": 9},
+    ]
+    _, sink = feed(B("0/0", "dynamo", 0), StartEvent(cid("0/0"), stack, attempt=1), E("0/0", "dynamo", 10, final=True))
+    rec = sink.only()
+    assert rec.user_call_site() == (CodeLocation("<module>", "/w/run.py", 125), False)
+    assert rec.caller() == CodeLocation("_call_impl", "/x/site-packages/torch/nn/modules/module.py", 1786)

@@ -154,7 +154,7 @@ def test_time_fails_the_gate_only_past_every_threshold() -> None:
 def test_fail_on_reads_conditions_thresholds_and_refuses_what_it_does_not_know() -> None:
     gate, problems = parse_fail_on(["time:10%:2s,graph-break", "cache:5%"])
     assert problems == [] and gate.conditions == {"time": (10.0, 2.0), "graph-breaks": (None, None), "cache": (5.0, None)}
-    assert set(ALL.conditions) == {"time", "frame-time", "graph-breaks", "recompiles", "failures", "cache"}
+    assert set(ALL.conditions) == {"time", "frame-time", "graph-breaks", "recompiles", "failures", "cache", "startup"}
     _, problems = parse_fail_on(["speed", "graph-breaks:3s", "time:fast"])
     assert len(problems) == 3 and "no such condition" in problems[0]
 

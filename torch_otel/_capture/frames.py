@@ -46,7 +46,8 @@ def skip_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
         pass
     both = {d for p in libraries if p for d in (os.path.normpath(p), os.path.realpath(p))}
     return (
-        tuple(d + os.sep for d in never) + (contextlib.__file__, "<frozen"),
+        # "<torch-otel": code the bridge made (the start-up's hooks on the functions it times)
+        tuple(d + os.sep for d in never) + (contextlib.__file__, "<frozen", "<torch-otel"),
         tuple(sorted(d + os.sep for d in both)),
     )
 

@@ -33,6 +33,7 @@ __all__ = [
     "hooks_of",
     "parse_artifacts",
     "parse_instants",
+    "ready",
     "series_of",
     "start_process",
 ]
@@ -69,6 +70,7 @@ class Row:
 ROWS: tuple[Row, ...] = (
     Row(".cache_lookups"),
     Row(".graph_calls"),
+    Row(".startup", starts_with_process=".startup.begin"),
 )
 
 _loaded: dict[tuple[Row, ...], tuple[Feature, ...]] = {}  # the features of each table, imported once
@@ -98,6 +100,20 @@ def start_process(env: Mapping[str, str]) -> None:
             from .._core.errors import record_error
 
             record_error(f"{row.module} at process start", exc)
+
+
+def ready() -> None:
+    """The program says it is ready (``torch_otel.ready()``): each feature started with the process hears it (its start
+    module's ``ready()``). Never raises."""
+    for module in sorted(_started):
+        try:
+            fn = getattr(importlib.import_module(module, __package__), "ready", None)
+            if fn is not None:
+                fn()
+        except Exception as exc:  # noqa: BLE001 - the user's program goes on whatever happens here
+            from .._core.errors import record_error
+
+            record_error(f"{module}.ready", exc)
 
 
 def features_or_default(chosen: tuple[Feature, ...] | None) -> tuple[Feature, ...]:

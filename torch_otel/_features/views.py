@@ -108,6 +108,11 @@ class SpanView:
     write_late: Callable[[Any], list[LateSpan]] | None = None  # given the feature's derived fact, at exit
     read_late: Callable[[str, Mapping[str, Any], int, int, CompileRecord], None] | None = None
     await_late: Callable[[CompileRecord], None] | None = None
+    # Traces the feature writes of its own, not a compile's (a process's start-up), by their roots' names; and how
+    # ``torch-otel diff`` reads one back from a traces file: its part of the run summary (under ``SummaryView.key``),
+    # given the root's attributes, its resource's, and its start and end (None: not readable)
+    own_roots: tuple[str, ...] = ()
+    read_own: Callable[[Mapping[str, Any], Mapping[str, Any], int, int], Any] | None = None
 
 
 # -- log records ---------------------------------------------------------------------------------------------------

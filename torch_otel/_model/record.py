@@ -87,9 +87,19 @@ def _is_compile_wrapper(frame: dict[str, Any]) -> bool:
 _INSTALLED_TORCH = re.compile(r"[\\/](?:site|dist)-packages[\\/]torch[\\/]")
 
 
+# The bridge's own frames on a call's path (the start-up recorder's hooks, which a log's stack holds between the user's
+# call and torch's): code it made (``<torch-otel ...>``), and its package's files, installed or a checkout
+_BRIDGE_FRAME = re.compile(r"^<torch-otel|[\\/]torch_otel[\\/]_features[\\/]")
+
+
 def _in_torch(path: str) -> bool:
-    """A frame of torch itself (one of a source checkout too, which lies in no installed package)."""
-    return _TORCH_FRAME.search(path) is not None or _INSTALLED_TORCH.search(path) is not None
+    """A frame of torch itself (one of a source checkout too, which lies in no installed package), or one the bridge
+    put on the call's path: never the user's line."""
+    return (
+        _TORCH_FRAME.search(path) is not None
+        or _INSTALLED_TORCH.search(path) is not None
+        or _BRIDGE_FRAME.search(path) is not None
+    )
 
 
 # What torch's wrapper may hold that is no object of the user's: a function names no class (torch's code name stays)
@@ -386,7 +396,8 @@ class CompileRecord:
         if origin is not None:
             return CodeLocation(origin.caller_function or None, origin.caller_file or None, origin.caller_line)
         if self.start_stack and len(self.start_stack) >= 2:
-            c = self.start_stack[-2]
+            below = [c for c in self.start_stack[:-1] if not _BRIDGE_FRAME.search(str(c.get("filename_str") or ""))]
+            c = below[-1] if below else self.start_stack[-2]
             name, path, line = c.get("name"), c.get("filename_str"), c.get("line")
             return CodeLocation(
                 name if isinstance(name, str) else None,

@@ -434,7 +434,12 @@ class GuardedSpanExporter(_Guarded, SpanExporter):
     signal = "traces"
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        roots = sum(1 for s in spans if getattr(s, "parent", None) is None)  # one per compile
+        # one root per compile (a trace of another kind, a process's start-up, has no compile kind: not counted)
+        roots = sum(
+            1
+            for s in spans
+            if getattr(s, "parent", None) is None and "torch.compile.kind" in (getattr(s, "attributes", None) or {})
+        )
         if self._absent(lambda: len(spans)):
             result, sent = SpanExportResult.SUCCESS, False
         else:

@@ -34,7 +34,7 @@ from .._model.record import CompileRecord, PhaseNode
 from .._otel.replay_tracers import REPLAYED
 from .._parse.trace_log import ReplayStats, log_files
 from .._sinks.replay_report import problem_lines
-from .._sinks.span_model import Root, late_span_names, otlp_attributes, read_late_span, record_of_spans
+from .._sinks.span_model import Root, late_span_names, otlp_attributes, own_root_readers, read_late_span, record_of_spans
 from .._sinks.summary import SCHEMA_VERSION
 from .._sinks.summary_merge import merge_summaries
 from .build import PipelineSpec, build_pipeline
@@ -237,6 +237,8 @@ def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None,
     found = 0
     notes: list[str] = []
     late_names = late_span_names()
+    own_readers = own_root_readers()  # traces a feature writes of its own (a start-up): its summary part, by rank
+    own: dict[str, tuple[Any, dict[int | None, Any]]] = {}
     for f in files:
         pending: OrderedDict[str, list[Mapping[str, Any]]] = OrderedDict()  # trace id -> its spans seen so far
         # compile roots read so far, by span id: a span written at exit (a graph's calls) comes long after its root
@@ -247,6 +249,17 @@ def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None,
                 trace = str(sp.get("traceId"))
                 if sp.get("name") in late_names and str(sp.get("parentSpanId")) in roots:
                     read_late_span(sp, roots[str(sp.get("parentSpanId"))])
+                    continue
+                reader = own_readers.get(str(sp.get("name"))) if not sp.get("parentSpanId") else None
+                if reader is not None:
+                    feature, read = reader
+                    value = read(
+                        sp["_attrs"], resource, _int_or_0(sp.get("startTimeUnixNano")), _int_or_0(sp.get("endTimeUnixNano"))
+                    )
+                    if value is not None:
+                        rank = resource.get(Root.RANK)
+                        key = feature.summary.key if feature.summary is not None else feature.name
+                        own.setdefault(key, (feature, {}))[1][rank if isinstance(rank, int) else None] = value
                     continue
                 if Root.KIND not in sp["_attrs"]:
                     pending.setdefault(trace, []).append(sp)
@@ -287,8 +300,22 @@ def _otlp_side(path: str, files: list[Path], err: IO[str]) -> tuple[Side | None,
         )
         return None, EXIT_NOTHING_PARSED, {}
     ranks = {r: s.to_dict() for r, s in per_rank.ranks.items()} if len(per_rank.ranks) > 1 else {}
+    doc = whole.to_dict()
+    for key, (feature, by_rank) in own.items():  # each rank's, and the whole job's by the feature's own merge
+        for r, value in by_rank.items():
+            if r in ranks:
+                ranks[r][key] = value
+        add = feature.summary.merge.add if feature.summary is not None else None
+        doc[key] = add(list(by_rank.values())) if add is not None else next(iter(by_rank.values()))
     form = "OTLP-JSON traces" + (f", {len(files)} files" if len(files) > 1 else "")
-    return Side(path, form, whole.to_dict(), ranks, notes), EXIT_OK, {}
+    return Side(path, form, doc, ranks, notes), EXIT_OK, {}
+
+
+def _int_or_0(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _descendants(root_id: str, spans: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -20,7 +20,16 @@ from .._features.registry import features_or_default
 from .._model.events import GraphBreakEvent
 from .._model.record import CodeLocation, CompileRecord, PhaseNode
 
-__all__ = ["METRIC_ATTRIBUTES", "Events", "Root", "late_span_names", "otlp_attributes", "read_late_span", "record_of_spans"]
+__all__ = [
+    "METRIC_ATTRIBUTES",
+    "Events",
+    "Root",
+    "late_span_names",
+    "otlp_attributes",
+    "own_root_readers",
+    "read_late_span",
+    "record_of_spans",
+]
 
 # CompilationMetrics fields copied as numeric attributes of the root span (field -> attribute), and read back.
 METRIC_ATTRIBUTES = {
@@ -265,6 +274,16 @@ def record_of_spans(
 def late_span_names(features: tuple[Feature, ...] | None = None) -> frozenset[str]:
     """The spans features write after their compile's trace, as children of its root (a compiled graph's calls, at exit)."""
     return frozenset(n for k in features_or_default(features) if k.spans is not None for n in k.spans.late_spans)
+
+
+def own_root_readers(features: tuple[Feature, ...] | None = None) -> dict[str, tuple[Feature, Any]]:
+    """The roots of the traces features write of their own (a process's start-up), by name: the feature, its reader."""
+    return {
+        name: (f, f.spans.read_own)
+        for f in features_or_default(features)
+        if f.spans is not None and f.spans.read_own is not None and f.summary is not None
+        for name in f.spans.own_roots
+    }
 
 
 def read_late_span(span: Mapping[str, Any], rec: CompileRecord, features: tuple[Feature, ...] | None = None) -> None:
