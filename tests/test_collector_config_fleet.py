@@ -25,6 +25,7 @@ from tests.collector_helpers import (
     load,
     tail_sampling,
 )
+from torch_otel._features.startup.attribution import ENDS
 from torch_otel._sinks.metrics import SERIES
 from torch_otel.sampling import SAMPLED_BECAUSE, RankSampler
 
@@ -141,8 +142,10 @@ def test_tail_sampling_policies():
     assert latency["threshold_ms"] == "${env:SLOW_COMPILE_MS:-60000}"
     (share,) = policies_of("probabilistic")
     assert share["sampling_percentage"] == "${env:ROUTINE_TRACES_PERCENT:-1}"
-    (sdk,) = policies_of("string_attribute")
+    sdk, startups = policies_of("string_attribute")
     assert sdk["key"] == SAMPLED_BECAUSE
+    # each process's start-up trace, on every rank, whatever ended it (one trace per process)
+    assert startups == {"key": "torch.startup.end", "values": list(ENDS)}
     # a compile's spans are built at its end and leave together: one SDK export, one agent batch
     agent_batch = seconds(load(FLEET_AGENT)["processors"]["batch"]["timeout"])
     wait = seconds(ts["decision_wait"])
@@ -164,7 +167,7 @@ def test_tail_sampling_keeps_every_reason_the_rank_sampler_gives():
         why = sampler.reason({**frame, "torch.compile.duration_s": d})
     reasons.add(why)
     assert None not in reasons and len(reasons) == 5, reasons
-    (sdk,) = policies_of("string_attribute")
+    sdk = next(p for p in policies_of("string_attribute") if p["key"] == SAMPLED_BECAUSE)
     assert reasons <= set(sdk["values"]), f"the gateway would thin what the rank sampler kept: {reasons - set(sdk['values'])}"
 
 
