@@ -117,7 +117,10 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
             row(f"{deeper}└─ ({len(small)} phase{'s' if len(small) > 1 else ''} under 1 ms)", total, None)
 
     out.write(f"\n{'each compile: its trace, phases in torch order':<{LABEL_WIDTH}} {'total ms':>9} {'self ms':>9}\n")
+    others = [r for r in roots if "torch.compile.kind" not in (r.attributes or {})]
     for r in roots:
+        if r in others:
+            continue
         a = dict(r.attributes or {})
         out.write(
             f"\ntrace {r.context.trace_id:032x}  compile {a.get('torch.compile.id')}  "
@@ -135,6 +138,21 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
         if r.status.status_code.name == "ERROR":
             out.write(f"  ERROR: {r.status.description}\n")
         line(r, "  ", "")
+    for r in others:  # the process's start-up: a trace of its own; its phases as its root says them (no overlap)
+        a = dict(r.attributes or {})
+        n = len(children.get(r.context.span_id, []))
+        out.write(
+            f"\ntrace {r.context.trace_id:032x}  the process's start-up ({n} spans), ended at {a.get('torch.startup.end')}\n"
+        )
+        row(f"  {r.name}", r.end_time - r.start_time, None)
+        prefix, suffix = "torch.startup.phase.", "_s"
+        phases = {
+            k[len(prefix) : -len(suffix)]: v for k, v in a.items() if k.startswith(prefix) and isinstance(v, float) and v > 0
+        }
+        phases["unattributed"] = float(a.get("torch.startup.unattributed_s") or 0.0)
+        shown = sorted(phases.items(), key=lambda kv: -kv[1])
+        for i, (phase, sec) in enumerate(shown):
+            row(f"  {'└─ ' if i == len(shown) - 1 else '├─ '}{phase}", int(sec * 1e9), None)
 
 
 def _backend_problem(backend: str) -> str | None:
@@ -219,10 +237,11 @@ def run_demo(
     _bridge.uninstrument()
     provider.force_flush()
     spans = list(memory.get_finished_spans())
-    roots = [s for s in spans if s.parent is None]
+    roots = [s for s in spans if s.parent is None and "torch.compile.kind" in (s.attributes or {})]
     _print_traces(spans, out, all_phases)
     written = f"OTLP-JSON written to {traces_file}" if not spans_file.failed else f"not written to {traces_file} (see above)"
-    out.write(f"\n{len(roots)} compile traces, {len(spans)} spans in {elapsed:.1f} s; {written}\n")
+    startup = " and the start-up's" if any(s.parent is None and s.name == "torch.startup" for s in spans) else ""
+    out.write(f"\n{len(roots)} compile traces{startup}, {len(spans)} spans in {elapsed:.1f} s; {written}\n")
     if not all_phases:
         out.write("(phases under 1 ms are folded; torch-otel demo --all-phases shows each)\n")
     out.write("\n" + summary.format_text())
