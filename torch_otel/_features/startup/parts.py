@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._core.merge import Merge
+from ..._core.text import cut
 from ..views import Condition
 from .attribution import Startup
 from .text import by_rank, compare, compare_lines, duration_text, lead_line, merge_ranks
@@ -47,7 +48,7 @@ def _fitted(st: Startup, width: int, indent: str = "") -> str:
         line = indent + lead_line(st, most)
         if len(line) <= width:
             return line
-    return line[: max(width - 3, 1)] + "..."
+    return cut(line, width)
 
 
 def head(facts: Mapping[str, Any], width: int) -> list[str]:
@@ -62,7 +63,7 @@ def head(facts: Mapping[str, Any], width: int) -> list[str]:
         held = f"job's first step after {duration_text(float(job))}" if isinstance(job, (int, float)) else "job's first step"
         why = s.get("why") or ""
         line = f"{held}, held by rank {s.get('holder')}" + (f": {why}" if why else "")
-        out.append(line if len(line) <= width else line[: max(width - 3, 1)] + "...")  # whole in the JSON
+        out.append(cut(line, width))  # whole in the JSON
         out.append(_fitted(st, width, f"  rank {s.get('holder')}: "))
     else:
         out.append(_fitted(st, width))
@@ -87,11 +88,10 @@ def text_body(facts: Mapping[str, Any], width: int) -> list[str]:
     while bits:  # the last detail gives way first, within the width
         line = f"start-up (ended at {st.end}): " + "; ".join(bits)
         if len(line) <= width or len(bits) == 1:
-            lines.append(line if len(line) <= width else line[: max(width - 3, 1)] + "...")
+            lines.append(cut(line, width))
             break
         bits.pop()
-    notes = (f"  {n}" for n in st.notes[:3])
-    lines += [ln if len(ln) <= width else ln[: max(width - 3, 1)] + "..." for ln in notes]
+    lines += [cut(f"  {n}", width) for n in st.notes[:3]]
     return lines
 
 

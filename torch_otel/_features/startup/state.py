@@ -26,7 +26,7 @@ from ..._core.ranks import env_rank
 from ..feature import FeatureState, StateContext
 from ..views import Observation, Series
 from . import recorder as _recorder
-from .attribution import PHASES, Startup, compile_span
+from .attribution import PHASES, Startup, _num, compile_span
 
 __all__ = ["NAME", "ROOT", "SERIES", "SPANS", "StartupState", "make_state", "read_root"]
 
@@ -183,8 +183,7 @@ def read_root(attrs: Mapping[str, Any], resource: Mapping[str, Any], start_ns: i
         return None
 
     def num(key: str) -> float:
-        v = attrs.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+        return _num(attrs.get(key))
 
     second = attrs.get("torch.startup.second_step_s")
     rank = resource.get("torch.distributed.rank")
