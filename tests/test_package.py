@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # .ci/run's one line before the README's command: from a checkout whose path lacks "torch-otel", a clone of its HEAD in
 # a temporary folder of that name (the name `git clone` gives a user's checkout; the suite must pass from it)
-CI_FROM_A_CLONE_NAMED_TORCH_OTEL = (  # in a folder all may read: a test runs the demo as user nobody
-    '[[ $PWD == *torch-otel* ]] || { tmp=$(mktemp -d) && chmod 755 "$tmp" && clone=$tmp/torch-otel && '
+CI_FROM_A_CLONE_NAMED_TORCH_OTEL = (  # all may read it (a test runs the demo as nobody); removed when the run ends
+    '[[ $PWD == *torch-otel* ]] || { tmp=$(mktemp -d) && trap \'rm -rf "$tmp"\' EXIT && chmod 755 "$tmp" && '
+    "clone=$tmp/torch-otel && "
     'git clone --quiet "$PWD" "$clone" && cd "$clone"; }'
 )
 
@@ -57,6 +58,7 @@ def test_ci_runs_from_a_checkout_whose_path_holds_torch_otel_as_a_users_clone_do
     where, commit = _where_ci_runs(plain, tmp_path / "tmp")
     assert Path(where).name == "torch-otel" and Path(where).parent.parent == tmp_path / "tmp", where
     assert commit == head
+    assert list((tmp_path / "tmp").iterdir()) == []  # the clone, with what it built, is gone when the run ends
     named = tmp_path / "torch-otel"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(named)], check=True, timeout=300)
     assert _where_ci_runs(named, tmp_path / "tmp") == [str(named), head]  # already such a path: run where it is

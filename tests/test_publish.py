@@ -110,13 +110,28 @@ def test_the_wheel_and_the_sdist_carry_the_html_pages_assets(dists: tuple[Path, 
 
 
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_the_demo(dists: tuple[Path, Path], tmp_path: Path) -> None:
+    """The wheel into a fresh venv that already sees a torch, as a user's does: the package never pulls torch. The
+    suite's torch is made visible behind the venv's own packages (a .pth line) rather than installed a second time,
+    which would take 5 GB of disk and a minute or two."""
+    import torch
+
     wheel, _ = dists
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
     bin_dir = venv / "bin"
-    _run([str(bin_dir / "pip"), "install", "-q", "torch==2.13.0", str(wheel)], cwd=tmp_path, timeout=900)
+    site = Path(
+        _run(
+            [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=tmp_path
+        ).stdout.strip()
+    )
+    _run([str(bin_dir / "pip"), "install", "-q", str(wheel)], cwd=tmp_path, timeout=900)
+    # then torch: a plain path line puts the suite's site-packages after the venv's own (its .pth files, the
+    # checkout's editable install among them, are not read)
+    (site / "zz_suite_torch.pth").write_text(str(Path(torch.__file__).parent.parent) + "\n")
     where = _run([str(bin_dir / "python"), "-c", f"import {PKG}; print({PKG}.__file__)"], cwd=tmp_path).stdout.strip()
     assert where.startswith(str(venv)), where  # the installed wheel, not the checkout
+    deps = _run([str(bin_dir / "python"), "-c", "import opentelemetry.sdk.trace as m; print(m.__file__)"], cwd=tmp_path).stdout
+    assert deps.startswith(str(venv)), deps  # the wheel's dependencies installed by pip into the venv, not borrowed
     res = _run(
         [str(bin_dir / "torch-otel"), "demo", "--metrics-port", "0", "--traces-file", str(tmp_path / "demo.jsonl")],
         cwd=tmp_path,

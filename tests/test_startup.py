@@ -309,17 +309,22 @@ def test_cold_against_warm_inductor_caches_the_compile_phase_falls_and_the_cache
     assert any(ln.strip().startswith("compile ") for ln in text)
     assert any(ln.strip().startswith(f"compile cache: 0 -> {warm.cache.hits} hits, saved ") for ln in text)
     assert "(cache hits saved " in lead_line(warm)
-    # torch-otel diff from the two summaries: warm against cold passes the gate; cold against warm fails it
+    # torch-otel diff from the two summaries, gated on any growth of the time to the first step: the direction in
+    # which it grew fails (exit 4), the other passes. Which one grew is the machine's: the compile falls with the warm
+    # cache, but imports and the rest of a start-up on a loaded machine can vary by more than the compile saves.
     cold_s, warm_s = (str(tmp_path / n / "summary-0.json") for n in ("cold", "warm"))
-    ok = run(cli_argv("diff", cold_s, warm_s, "--fail-on", "startup:10%"), timeout=120)
+    shorter, longer = (cold_s, warm_s) if warm.first_step_s > cold.first_step_s else (warm_s, cold_s)
+    ok = run(cli_argv("diff", longer, shorter, "--fail-on", "startup:0%"), timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "time to first step: " in ok.stdout and "compile cache: 0 -> " in ok.stdout
-    bad = run(cli_argv("diff", warm_s, cold_s, "--fail-on", "startup:10%"), timeout=120)
+    assert "time to first step: " in ok.stdout
+    bad = run(cli_argv("diff", shorter, longer, "--fail-on", "startup:0%"), timeout=120)
     assert bad.returncode == 4 and "time to first step grew " in bad.stdout + bad.stderr, bad.stdout[-3000:]
+    assert "compile cache: 0 -> " in run(cli_argv("diff", cold_s, warm_s), timeout=120).stdout
     # from the two traces files: the start-up's root read back, the same comparison
-    cold_t, warm_t = (str(tmp_path / n / "spans-0.jsonl") for n in ("cold", "warm"))
-    traces = run(cli_argv("diff", warm_t, cold_t, "--fail-on", "startup:10%"), timeout=120)
+    shorter_t, longer_t = (p.replace("summary-0.json", "spans-0.jsonl") for p in (shorter, longer))
+    traces = run(cli_argv("diff", shorter_t, longer_t, "--fail-on", "startup:0%"), timeout=120)
     assert traces.returncode == 4 and "time to first step grew " in traces.stdout + traces.stderr, traces.stdout[-3000:]
+    assert run(cli_argv("diff", longer_t, shorter_t, "--fail-on", "startup:0%"), timeout=120).returncode == 0
     # a TORCH_TRACE log holds only the compile: the diff says so, and compares no start-up
     log = run(cli_argv("diff", str(tmp_path / "cold" / "logs"), warm_s), timeout=120)
     assert log.returncode == 0, log.stderr[-2000:]
