@@ -276,7 +276,9 @@ def test_no_optimizer_and_no_forward_ends_at_exit_and_a_forked_child_reports_not
     st = d["startup"]
     assert st["end"] == "exit"
     _adds_up(st)
-    assert _rel(d, "exit") <= st["first_step_s"] <= _rel(d, "exit") + 0.05
+    # the end: the bridge's exit handler, after the script's last line and whatever exit handlers ran before it (under
+    # load, tens of ms): within the bound of the whole
+    assert _rel(d, "exit") <= st["first_step_s"] <= _rel(d, "exit") + tol(_rel(d, "exit"))
     assert abs(st["phases"]["imports"] - _window(d, "imports0", "imports1")) <= tol(_window(d, "imports0", "imports1"))
     assert lead_line(Startup.from_dict(st)).startswith("exit (no first step) after ")
     # the bad setting: one line that names the value and the valid ones; the start-up ends as auto says

@@ -8,7 +8,8 @@
                                           # its bridge's run summary (a forked child writes none at exit)
     python graph_calls.py shapes [dynamic]  # one function called for sizes 2, 3 and 4: 7, 1 and 3 times; a graph per
                                           # size, or with dynamic one graph for all
-    python graph_calls.py many N          # N frames compiled and called twice each (GRAPH_CAP: the counters kept)
+    python graph_calls.py many N          # N frames compiled and called twice each (GRAPH_CAP: the counters kept;
+                                          # RESET_EVERY: frames between torch._dynamo.reset() calls, 500)
 
 Each prints one JSON line last.
 """
@@ -124,13 +125,14 @@ elif WHAT == "many":
 
         bridge.current().pipeline.state("graph_calls").graphs.max_graphs = int(os.environ["GRAPH_CAP"])
     rss = {}
+    every = int(os.environ.get("RESET_EVERY", "500"))
     for k in range(n):
         scope: dict = {}
         exec(f"def f{k}(x):\n    return x * {k} + 1\n", scope)
         f = torch.compile(scope[f"f{k}"], backend="eager")
         f(torch.ones(3))
         f(torch.ones(3))
-        if (k + 1) % 500 == 0:
+        if (k + 1) % every == 0:
             torch._dynamo.reset()  # torch frees its graphs: what is left of them is the bridge's
         if k + 1 == min(500, n):
             gc.collect()
