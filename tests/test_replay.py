@@ -32,7 +32,8 @@ from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.build import Pipeline
 from torch_otel._pipeline.replay import replay_paths
 
-pytestmark = pytest.mark.release  # run on every torch release in the matrix (noxfile.py)
+# Marked ``release`` (run on every torch release in the matrix, noxfile.py): the tests of this release's own log,
+# replayed; where its metrics go, the progress bar and memory on big logs are the replayer's alone.
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +82,7 @@ def _replayable(attrs: dict) -> dict:  # type: ignore[type-arg]
     return {k: v for k, v in attrs.items() if not k.startswith(live_only) or k == "torch.compile.aot_graph_count"}
 
 
+@pytest.mark.release
 def test_replay_produces_the_live_span_trees_and_attributes(recorded):
     out = recorded["tmp"] / "replayed.jsonl"
     res = run_cli("replay", str(recorded["dir"]), "--output", str(out), cwd=recorded["tmp"])
@@ -111,6 +113,7 @@ def test_replay_produces_the_live_span_trees_and_attributes(recorded):
     assert breaks >= 2
 
 
+@pytest.mark.release
 def test_replay_compile_ids_equal_tlparse(recorded):
     out = recorded["tmp"] / "ids.jsonl"
     assert run_cli("replay", str(recorded["log"]), "-o", str(out), cwd=recorded["tmp"]).returncode == 0
@@ -118,6 +121,7 @@ def test_replay_compile_ids_equal_tlparse(recorded):
     assert span_compile_ids(roots) == tlparse_compile_ids(recorded["log"], recorded["tmp"] / "tl_out")
 
 
+@pytest.mark.release
 def test_summary_lists_compiles_failures_and_reasons(recorded):
     res = run_cli("replay", str(recorded["log"]), "-o", str(recorded["tmp"] / "s.jsonl"), cwd=recorded["tmp"])
     out = res.stdout
@@ -128,6 +132,7 @@ def test_summary_lists_compiles_failures_and_reasons(recorded):
     assert "lines skipped: 0" in out and "event kinds not recognised: none" in out
 
 
+@pytest.mark.release
 def test_gzip_and_rank_directory(recorded, tmp_path):
     d = tmp_path / "ranks"
     d.mkdir()
@@ -142,6 +147,7 @@ def test_gzip_and_rank_directory(recorded, tmp_path):
     assert {r["attrs"].get("torch.distributed.rank") for r in roots} == {"0", "1"}
 
 
+@pytest.mark.release
 def test_bad_inputs_are_counted_never_fatal(recorded, tmp_path):
     data = recorded["log"].read_bytes()
     cases = {
@@ -180,6 +186,7 @@ def test_missing_path_and_unparseable_input_exit_nonzero_with_one_line(tmp_path)
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.release
 def test_a_replay_that_exports_nothing_says_so_and_exits_3(recorded, tmp_path):
     """No collector at the endpoint: every span is dropped, and the replay ends by saying so, not with exit 0."""
     from tests.servers import free_port
@@ -196,6 +203,7 @@ def test_a_replay_that_exports_nothing_says_so_and_exits_3(recorded, tmp_path):
     assert "Training goes on" not in res.stderr
 
 
+@pytest.mark.release
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_mutated_real_logs_never_crash_and_every_skip_is_counted(recorded, data):
