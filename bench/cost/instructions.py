@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.cost.instructions                    # every mode, each counted twice; writes bench/results/instructions.json
     .venv/bin/python -m bench.cost.instructions --only loop --modes none,default --reps 1 --compiles 4   # what the CI guard runs
+    .venv/bin/python -m bench.cost.instructions --only startup --reps 2   # a start-up to its first step, with and without
     .venv/bin/python -m bench.cost.instructions --table-from bench/results/instructions.json
     .venv/bin/python -m bench.cost.instructions profile loop default   # where one mode's instructions go (functions, threads)
     .venv/bin/python -m bench.cost.instructions opcodes loop default   # the same region's Python, by function (no valgrind)
@@ -9,7 +10,7 @@
 Each count is one fresh process, ``valgrind --tool=callgrind --instr-atstart=no`` running the venv's own Python
 (``PYTHONHASHSEED=0``, one intra-op thread), with instrumentation switched on and off from inside the process
 (``callgrind_control -i on|off PID``) around the measured region only: the process's start-up, ``import torch`` and the
-warm-up run uncounted. The count is the ``totals:`` line of callgrind's file, one per thread
+warm-up run uncounted (the start-up's count alone runs from the process's first instruction). The count is the ``totals:`` line of callgrind's file, one per thread
 (``--separate-threads=yes``), summed over the threads. Each mode is counted ``--reps`` times (2 by default), in a
 rotated order: the two counts of a mode give the method's own spread.
 
@@ -24,7 +25,13 @@ rotated order: the two counts of a mode give the method's own spread.
    ``nocalls`` and ``calls`` (default capture, graph calls off and on), and ``stacked`` (each graph behind 20
    counters: what one more counter costs). Read on the main thread, where the step runs: instructions per step, what
    the bridge adds per step, per graph call and per further counter.
-3. **Start-up** (``startup``): a slot kept for the start-up issue (51), not measured yet: see ``STARTUP`` below.
+3. **Start-up** (``startup``): a whole process, counted from its first instruction to its first training step's
+   return (``--instr-atstart=yes``; instrumentation off right after the step): ``import torch``, a small MLP and its
+   SGD optimizer, a DataLoader over a tensor dataset, compiled with ``aot_eager``, one step. Modes: ``none`` and
+   ``default`` (``import torch_otel.auto`` as the first line, as ``torch-otel run`` has it: the start-up recorder's
+   hooks, the bridge's arming, its exporters' set-up and the first compile's capture). The share the bridge adds to a
+   start-up, on the thread that runs it and in all. The region ends at the step, so the bridge's work after it (the
+   start-up's attribution, the summary, the export at exit) is not in it: it runs once, off the program's thread.
 
 Timers become counts under valgrind: a program runs about 50 times slower there, so anything that wakes on a clock
 would run 50 times as often per unit of work as it does outside, and a deadline would pass 50 times sooner. What wakes
@@ -64,18 +71,14 @@ PY = sys.executable
 
 LOOP_MODES = ("none", "default", "full", "calls", "nocalls", "trace")
 STEADY_MODES = ("none", "nocalls", "calls", "stacked")
+STARTUP_MODES = ("none", "default")
+MODES = {"loop": LOOP_MODES, "steady": STEADY_MODES, "startup": STARTUP_MODES}
 BRIDGE = ("default", "full", "calls", "nocalls", "stacked")  # the modes that import torch_otel.auto
 # TORCH_OTEL_GRAPH_CALLS per mode (default and full: as the bridge's default has it)
 GRAPH_CALLS = {"calls": "on", "stacked": "on", "nocalls": "off"}
 COMPILES = 6  # the compile loop's recompiles inside the region
 STEPS = 30  # the steady region's training steps
 DAY_MS = "86400000"  # the harness's timers, once a day: see the module's docstring
-
-# -- start-up: the slot for issue 51 --------------------------------------------------------------------------------
-# STARTUP: a start-up of the kind issue 51 tests against (a workload stamping its own regions), with and without the
-# bridge, once that issue lands: its region is the whole start-up, its result the share the bridge adds. Until then
-# the mode is listed and skipped, and the table says so.
-STARTUP: dict[str, Any] | None = None
 
 
 # -- inside the measured process --------------------------------------------------------------------------------------
@@ -269,6 +272,27 @@ def child_steady(mode: str, steps: int) -> dict[str, Any]:
     return {"steps": steps, "graph_calls": (calls() - before) if calls else None, "gc": _gc_stats(gc0)}
 
 
+def child_startup(mode: str) -> dict[str, Any]:
+    """The whole process to its first step (see the module): counted from its start, switched off after the step."""
+    if mode in BRIDGE:
+        import torch_otel.auto  # noqa: F401  - the first line, as torch-otel run puts it
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = DataLoader(TensorDataset(torch.randn(64, 64), torch.randn(64, 1)), batch_size=16)
+    compiled = torch.compile(model, backend="aot_eager")
+    x, y = next(iter(data))
+    loss = torch.nn.functional.mse_loss(compiled(x), y)
+    loss.backward()
+    opt.step()
+    _callgrind("off")
+    return {"steps": 1}
+
+
 def child(what: str, mode: str, n: int) -> int:
     if os.environ.get("TORCH_OTEL_BENCH_OPCODES"):
         _Opcodes.install()
@@ -281,7 +305,10 @@ def child(what: str, mode: str, n: int) -> int:
         tqdm.tqdm.monitor_interval = 0
     except ImportError:
         pass
-    out = child_loop(mode, n) if what == "loop" else child_steady(mode, n)
+    if what == "startup":
+        out = child_startup(mode)
+    else:
+        out = child_loop(mode, n) if what == "loop" else child_steady(mode, n)
     print(json.dumps(out), flush=True)
     return 0
 
@@ -373,7 +400,7 @@ def count(
         argv = [
             "valgrind",
             "--tool=callgrind",
-            "--instr-atstart=no",
+            f"--instr-atstart={'yes' if what == 'startup' else 'no'}",
             "--separate-threads=yes",
             f"--callgrind-out-file={out}",
             *(extra or []),
@@ -495,6 +522,19 @@ def steady_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def startup_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per mode, the whole start-up's instructions and its main thread's; what the bridge adds, of each."""
+    out: dict[str, Any] = {}
+    for mode, rs in runs.items():
+        row: dict[str, Any] = {"ir": _mean(rs), "main": statistics.fmean(_main_ir(r) for r in rs), "spread": _spread(rs)}
+        if "none" in runs and mode != "none":
+            base, base_main = _mean(runs["none"]), statistics.fmean(_main_ir(r) for r in runs["none"])
+            row["added"], row["of_startup"] = row["ir"] - base, (row["ir"] - base) / base
+            row["added_main"], row["of_main"] = row["main"] - base_main, (row["main"] - base_main) / base_main
+        out[mode] = row
+    return out
+
+
 def table(results: dict[str, Any]) -> str:
     v = results["versions"]
     lines = [
@@ -562,11 +602,31 @@ def table(results: dict[str, Any]) -> str:
                 f"{calls['of_step_over_default']:+.4%} of the step.",
             ]
         lines.append("")
-    lines.append(
-        "**Start-up**: not counted yet (the start-up issue, 51, brings its workload)."
-        if STARTUP is None
-        else "**Start-up**: see the JSON."
-    )
+    if "startup" in results:
+        s = startup_summary(results["startup"]["runs"])
+        lines += [
+            "**The start-up**: a process from its first instruction to its first training step's return (an MLP, SGD, a "
+            "DataLoader, `aot_eager`), the bridge turned on by its first line.",
+            "",
+            "| mode | instructions | spread | main thread | added | of the start-up | added on the main thread | of its main thread |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for mode, row in s.items():
+            cells = ["", "", "", ""]
+            if "added" in row:
+                cells = [
+                    f"{row['added'] / 1e6:+,.1f} M",
+                    f"{row['of_startup']:+.2%}",
+                    f"{row['added_main'] / 1e6:+,.1f} M",
+                    f"{row['of_main']:+.2%}",
+                ]
+            name = "no bridge" if mode == "none" else "default capture"
+            lines.append(
+                f"| {name} | {row['ir'] / 1e9:,.3f} G | {row['spread']:.3%} | {row['main'] / 1e9:,.3f} G | "
+                + " | ".join(cells)
+                + " |"
+            )
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -657,7 +717,7 @@ def main() -> int:
         return child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", nargs="*", help="profile loop|steady MODE: where one mode's instructions go")
-    ap.add_argument("--only", choices=("loop", "steady"), help="one part alone")
+    ap.add_argument("--only", choices=tuple(MODES), help="one part alone")
     ap.add_argument("--modes", help="comma-separated modes of that part (default: all)")
     ap.add_argument("--reps", type=int, default=2, help="counts of each mode (2: the method's spread)")
     ap.add_argument("--compiles", type=int, default=COMPILES, help="recompiles in the compile loop's region")
@@ -682,19 +742,19 @@ def main() -> int:
 
     t0 = time.monotonic()
     results: dict[str, Any] = {"command": " ".join(["python -m bench.cost.instructions", *sys.argv[1:]]), "versions": versions()}
-    parts = (a.only,) if a.only else ("loop", "steady")
+    parts = (a.only,) if a.only else tuple(MODES)
     with Rotel(debug=False) as rotel:
         for part in parts:
-            every = LOOP_MODES if part == "loop" else STEADY_MODES
+            every = MODES[part]
             modes = tuple(a.modes.split(",")) if a.modes else every
             bad = [m for m in modes if m not in every]
             if bad:
                 sys.exit(f"unknown {part} mode(s) {bad}: choose among {', '.join(every)}")
             n = a.compiles if part == "loop" else a.steps
             runs = measure(part, modes, n, a.reps, rotel.grpc_endpoint, Path(a.keep) if a.keep else None, a.jobs)
-            results[part] = {"compiles" if part == "loop" else "steps": n, "runs": runs}
-            results[part]["summary"] = loop_summary(runs) if part == "loop" else steady_summary(runs)
-    results["startup"] = STARTUP or {"counted": False, "why": "the start-up issue (51) brings its workload"}
+            results[part] = {"runs": runs} if part == "startup" else {"compiles" if part == "loop" else "steps": n, "runs": runs}
+            summary = {"loop": loop_summary, "steady": steady_summary, "startup": startup_summary}[part]
+            results[part]["summary"] = summary(runs)
     results["wall_minutes"] = (time.monotonic() - t0) / 60
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

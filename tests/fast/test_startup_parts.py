@@ -332,6 +332,25 @@ atexit.register(lambda: print(json.dumps({"end": r.end_name, "late_ms": (r.end_n
     assert parent["end"] == "exit" and parent["state"] == "done" and 0 <= parent["late_ms"] < 50
 
 
+def test_a_start_up_ended_by_its_one_step_is_done_at_exit_without_a_second(tmp_path: Path) -> None:
+    """A program that steps once (a benchmark, a one-batch smoke test) and exits: the start-up it ended waits for a
+    second step that never comes; at exit it is done, and its result is there to publish."""
+    res = _python(
+        RECORDER
+        + """
+import atexit
+t = sh._clock()
+r.end("step", t)
+waiting = r.state
+atexit.register(lambda: print(json.dumps({"waiting": waiting, "state": r.state, "end": r.startup().end,
+                                          "second": r.second_ns})))
+""",
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"waiting": "second", "state": "done", "end": "step", "second": None}
+
+
 def test_past_its_bound_the_recorder_counts_intervals_instead_of_keeping_them(tmp_path: Path) -> None:
     res = _python(
         RECORDER

@@ -173,6 +173,8 @@ def _exiting() -> None:
     r = _rec
     if r is not None and r.state == "recording":
         r.end("exit", _clock())
+    elif r is not None and r.state == "second":  # it ended at its first step or forward; no second came: done
+        r.finish()
 
 
 def _after_fork_in_child() -> None:
