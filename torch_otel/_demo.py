@@ -117,10 +117,9 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
             row(f"{deeper}└─ ({len(small)} phase{'s' if len(small) > 1 else ''} under 1 ms)", total, None)
 
     out.write(f"\n{'each compile: its trace, phases in torch order':<{LABEL_WIDTH}} {'total ms':>9} {'self ms':>9}\n")
+    compiles = [r for r in roots if "torch.compile.kind" in (r.attributes or {})]
     others = [r for r in roots if "torch.compile.kind" not in (r.attributes or {})]
-    for r in roots:
-        if r in others:
-            continue
+    for r in compiles:
         a = dict(r.attributes or {})
         out.write(
             f"\ntrace {r.context.trace_id:032x}  compile {a.get('torch.compile.id')}  "
@@ -138,18 +137,19 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
         if r.status.status_code.name == "ERROR":
             out.write(f"  ERROR: {r.status.description}\n")
         line(r, "  ", "")
+    from ._sinks.span_model import own_root_readers
+
+    readers = own_root_readers()
     for r in others:  # the process's start-up: a trace of its own; its phases as its root says them (no overlap)
-        a = dict(r.attributes or {})
+        reader = readers.get(r.name)
+        part = reader[1](dict(r.attributes or {}), dict(r.resource.attributes), r.start_time, r.end_time) if reader else None
+        if part is None:
+            continue
         n = len(children.get(r.context.span_id, []))
-        out.write(
-            f"\ntrace {r.context.trace_id:032x}  the process's start-up ({n} spans), ended at {a.get('torch.startup.end')}\n"
-        )
+        out.write(f"\ntrace {r.context.trace_id:032x}  the process's start-up ({n} spans), ended at {part['end']}\n")
         row(f"  {r.name}", r.end_time - r.start_time, None)
-        prefix, suffix = "torch.startup.phase.", "_s"
-        phases = {
-            k[len(prefix) : -len(suffix)]: v for k, v in a.items() if k.startswith(prefix) and isinstance(v, float) and v > 0
-        }
-        phases["unattributed"] = float(a.get("torch.startup.unattributed_s") or 0.0)
+        phases = {p: sec for p, sec in part["phases"].items() if sec > 0}
+        phases["unattributed"] = part["unattributed_s"]
         shown = sorted(phases.items(), key=lambda kv: -kv[1])
         for i, (phase, sec) in enumerate(shown):
             row(f"  {'└─ ' if i == len(shown) - 1 else '├─ '}{phase}", int(sec * 1e9), None)

@@ -84,8 +84,8 @@ class StartupState(FeatureState):
 
     # -- the pipeline's lifecycle --------------------------------------------------------------------------------------
     def on_finish(self, record: Any) -> None:
-        if self.result is not None or self.child or self.rec.state in ("off", "forked"):
-            return  # the start-up is worked out (or not this process's): a later compile is not part of it
+        if self.result is not None:
+            return  # the start-up is worked out: a later compile is not part of it (the recorder turns away the rest)
         span = compile_span(record)
         if span is not None:
             self.rec.add_compile(span)
