@@ -303,9 +303,12 @@ def test_cold_against_warm_inductor_caches_the_compile_phase_falls_and_the_cache
         got[name] = Startup.from_dict(_run("startup_inductor.py", tmp_path / name, [], {**env, **logs})["startup"])
     cold, warm = got["cold"], got["warm"]
     assert cold.end == warm.end == "step"
-    assert cold.cache.hits == 0 and warm.cache.hits > 0 and warm.cache.saved_s > 0
+    assert cold.cache.hits == 0 < cold.cache.misses and warm.cache.hits > 0 == warm.cache.misses and warm.cache.saved_s > 0
     rows = {r.name: r for r in compare(cold, warm)}
-    assert rows["compile"].delta_s < 0 and rows["compile"].after_s < rows["compile"].before_s / 2
+    # The warm compile skips inductor's code generation and C++ builds, so it is shorter; by how much is the machine's
+    # (18.4 s -> 4.9 s here when quiet, 20.2 s -> 15.4 s once on a loaded CI machine), so no ratio is asserted.
+    assert rows["compile"].before_s == cold.phases["compile"] and rows["compile"].after_s == warm.phases["compile"]
+    assert rows["compile"].delta_s < 0
     text = compare_lines(cold, warm)
     assert text[0].startswith("time to first step: ")
     assert any(ln.strip().startswith("compile ") for ln in text)
