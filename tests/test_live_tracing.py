@@ -501,3 +501,35 @@ def test_the_collective_schedule_hook_wraps_torch_once():
         idbg.log_collective_schedule([])  # torch's function runs, once, under the wrapper
     finally:
         torch_otel.uninstrument()
+
+
+def test_the_bridges_otlp_encoder_gives_the_sdks_message_for_real_compiles(make_capture):
+    """The OTLP/gRPC span exporter encodes with torch_otel._otel.wire; a collector must receive what the SDK's encoder
+    would have sent. Compared on full capture's spans of real compiles: artifacts, a graph break, a recompile's
+    reasons, a backward linked to its forward, and a failed compile's error status and exception event."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from torch_otel._otel.wire import Encoder
+
+    cap = make_capture("full")
+    torch._dynamo.config.automatic_dynamic_shapes = False
+
+    def broken(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return (y * 2).sum()
+
+    fn = torch.compile(broken, backend="aot_eager")
+    for n in (3, 4):
+        fn(torch.randn(n, requires_grad=True)).backward()
+    with pytest.raises(Exception, match="fake tensor"):
+        torch.compile(lambda x: x + torch.randn(3, 3) @ torch.randn(4, 4), backend="eager")(torch.randn(3))
+    spans = cap.spans()
+    roots = [s for s in spans if s.attributes and "torch.compile.kind" in s.attributes]
+    assert any(s.links for s in roots) and any(s.status.status_code is StatusCode.ERROR for s in roots)
+    assert any(e.name == "torch.compile.graph_break" for s in roots for e in s.events)
+    assert any(e.name == "torch.compile.artifact" for s in roots for e in s.events)
+    encoder = Encoder()
+    assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == encode_spans(spans)
+    assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == encode_spans(spans)  # from what it kept

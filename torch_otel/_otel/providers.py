@@ -178,6 +178,7 @@ def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
     import importlib
 
     from .delivery import GuardedMetricExporter, GuardedSpanExporter, guarded_log_exporter, quiet_exporter_logs
+    from .wire import use_fast_encoding
 
     problem, endpoint = otlp_problem(env, signal)
     if problem is not None:
@@ -196,7 +197,10 @@ def otlp_exporter(env: Mapping[str, str], signal: str) -> Any:
         def factory() -> Any:  # a new session per exporter: a forked child must not share its parent's sockets
             if cafile and proto == "http/protobuf":
                 return exporter_class(session=_ca_respecting_session(), **kwargs)
-            return exporter_class(**kwargs)
+            made = exporter_class(**kwargs)
+            if signal == "traces" and proto == "grpc":
+                use_fast_encoding(made)  # the same message, encoded in a quarter of the time (torch_otel._otel.wire)
+            return made
 
         exporter: Any
         if signal == "traces":
