@@ -274,10 +274,18 @@ def test_a_frame_past_the_recompile_limit_runs_eager_and_its_eager_calls_count_f
     assert c.metric("0") == 6
 
 
-def test_counting_is_off_at_default_capture_on_with_its_setting_and_on_at_full_capture(counted):
-    assert load_settings({}).graph_calls is False
-    assert load_settings({"TORCH_OTEL_GRAPH_CALLS": "on"}).graph_calls is True
+def test_counting_is_on_by_default_off_with_its_setting_and_on_at_full_capture_whatever_it_says(counted):
+    assert load_settings({}).graph_calls is True
+    assert load_settings({"TORCH_OTEL_GRAPH_CALLS": "off"}).graph_calls is False
     assert load_settings({"TORCH_OTEL_GRAPH_CALLS": "maybe"}, report=False).problems  # one line names it
+
+    c = Counted()  # the settings' defaults: counted
+    f = torch.compile(_scale, backend="eager")
+    f(torch.ones(2))
+    f(torch.ones(2))
+    assert _graphs(c.stop()) == {("0/0", "frame"): 2}
+
+    torch._dynamo.reset()
 
     c = counted(graph_calls=False)
     f = torch.compile(_scale, backend="eager")

@@ -85,11 +85,14 @@ LABEL_WIDTH = 56
 def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> None:
     children: dict[int, list[Any]] = defaultdict(list)
     roots = []
+    ends = {s.context.span_id: s.end_time for s in spans if s.parent is None}
     for s in spans:
         if s.parent is None:
             roots.append(s)
-        else:
+        elif s.start_time < ends.get(s.parent.span_id, s.start_time + 1):
             children[s.parent.span_id].append(s)
+        # else: a span from the compile's end on is no phase of it (how often its graph ran, written at exit): the
+        # run summary's graph calls say that
     roots.sort(key=lambda s: s.start_time)
 
     def row(label: str, ns: int, self_ns: int | None) -> None:

@@ -39,8 +39,8 @@ class Settings:
     cache_index: str = "auto"
     cache_baseline: str | None = None  # a previous run's TORCH_TRACE log or directory, or a key index, to explain misses
     # count how often each compiled graph runs (TORCH_OTEL_GRAPH_CALLS; full capture counts them whatever this says):
-    # off by default: its cost on a small training step could not be shown under 0.1% (docs/benchmarks.md)
-    graph_calls: bool = False
+    # on by default: counted in instructions, 0.03% of a small transformer's training step (docs/benchmarks.md)
+    graph_calls: bool = True
     # the sinks installed as packages (entry points ``torch_otel.sinks``) to load: None every one, () none, or these
     sinks: tuple[str, ...] | None = None
     problems: tuple[str, ...] = field(default=(), compare=False)
@@ -224,7 +224,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         summary=_destinations(env, "TORCH_OTEL_SUMMARY", problems),
         cache_index=(env.get("TORCH_OTEL_CACHE_INDEX") or "auto").strip() or "auto",
         cache_baseline=(env.get("TORCH_OTEL_CACHE_BASELINE") or "").strip() or None,
-        graph_calls=_bool(env, "TORCH_OTEL_GRAPH_CALLS", False, problems),
+        graph_calls=_bool(env, "TORCH_OTEL_GRAPH_CALLS", True, problems),
         sinks=_sink_names(env.get("TORCH_OTEL_SINKS")),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),

@@ -329,7 +329,10 @@ def use_fast_encoding(exporter: Any) -> bool:
     encoder = Encoder()
     parse: list[Any] = []
 
-    def translate(data: Sequence[Any]) -> Any:
+    def translate(data: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # an SDK that passes more than the spans: its own encoder, for good
+            exporter._translate_data = original
+            return original(data, *args, **kwargs)
         if not parse:
             if not _agrees():
                 exporter._translate_data = original  # the SDK's, for good

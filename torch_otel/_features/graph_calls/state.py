@@ -7,7 +7,7 @@ event that hands the compile its counter (live capture processes it off torch's 
 lifecycle is the pipeline's: the counts are read (``collect``) before each scrape, every :data:`SAMPLE_S` seconds and at
 exit; a forked child counts its own calls (``after_fork``); detaching puts torch's callables back.
 
-Counting is on with ``TORCH_OTEL_GRAPH_CALLS=on`` or full capture (docs/configuration.md).
+Counting is on by default (``TORCH_OTEL_GRAPH_CALLS=off`` turns it off, except at full capture: docs/configuration.md).
 """
 
 from __future__ import annotations

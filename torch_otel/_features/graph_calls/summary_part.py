@@ -182,7 +182,7 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     once = at_most.get(1) or {}
     out = [
         f"graph calls: {c['graphs']} compiled graph{'s' if c['graphs'] != 1 else ''} ran {c['calls']:,} times; {once.get('compiles', 0)} ran at most once: "
-        f"{num(once.get('compile_s')):.2f} s of compiling ({num(once.get('share')):.0%} of all compile time)"
+        f"{num(once.get('compile_s')):.2f} s, {num(once.get('share')):.0%} of compile time"
     ]
     shares = " / ".join(f"{num(at_most[n].get('share')):.0%}" for n in AT_MOST if n in at_most)
     out.append(f"  share of compile time in graphs that ran at most {' / '.join(str(n) for n in AT_MOST)} times: {shares}")
