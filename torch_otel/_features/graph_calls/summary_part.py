@@ -173,6 +173,11 @@ def _ids(rows: list[Mapping[str, Any]]) -> str:
     return ids[0] if len(ids) == 1 else f"{ids[0]} to {ids[-1]}" if len(ids) > 2 else " and ".join(ids)
 
 
+
+def _per_call(s: float) -> str:
+    """Seconds of compiling per call: two significant digits under a second, tenths above (``1.0``, never ``1``)."""
+    return f"{s:.2g}" if s < 1 else f"{s:.1f}"
+
 def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     """The summary's lines: calls in all, the compiles that never paid off and their share, the frames that cost most."""
     c = facts.get(NAME)
@@ -193,7 +198,7 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
             f", {dead} graph{'s' if dead != 1 else ''} ran at most once ({num(f.get('dead_compile_s')):.2f} s)" if dead else ""
         )
         listed = ", ".join(
-            f"{g['id']} {g['calls']:,}" + (f" ({g['compile_s_per_call']:.2g})" if g.get("compile_s_per_call") else "")
+            f"{g['id']} {g['calls']:,}" + (f" ({_per_call(g['compile_s_per_call'])})" if g.get("compile_s_per_call") else "")
             for g in graphs[:8]
         )
         more = len(graphs) - 8 + int(num(f.get("more_graphs")))
