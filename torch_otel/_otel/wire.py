@@ -55,7 +55,15 @@ def _tagged(tag: bytes, payload: bytes) -> bytes:
 
 
 # tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32)
-_STRING_VALUE, _BOOL_VALUE, _INT_VALUE, _DOUBLE_VALUE, _ARRAY_VALUE, _KVLIST_VALUE, _BYTES_VALUE = 0x0A, 0x10, 0x18, 0x21, 0x2A, 0x32, 0x3A
+_STRING_VALUE, _BOOL_VALUE, _INT_VALUE, _DOUBLE_VALUE, _ARRAY_VALUE, _KVLIST_VALUE, _BYTES_VALUE = (
+    0x0A,
+    0x10,
+    0x18,
+    0x21,
+    0x2A,
+    0x32,
+    0x3A,
+)
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: whether the parent (or link) is remote, and that it is said
 _SPAN_FLAGS = {r: b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # field 16
 _REMOTE_FLAGS = {r: b"\x35" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # a link's 6
@@ -158,7 +166,12 @@ class Encoder:
         events = s.events
         if events:
             for e in events:
-                body = b"\x09" + _pack_fixed64(e.timestamp) + _len(0x12, e.name.encode("utf-8")) + self._attributes(0x1A, e.attributes)
+                body = (
+                    b"\x09"
+                    + _pack_fixed64(e.timestamp)
+                    + _len(0x12, e.name.encode("utf-8"))
+                    + self._attributes(0x1A, e.attributes)
+                )
                 if e.dropped_attributes:
                     body += b"\x20" + _varint(e.dropped_attributes)
                 out.append(_len(0x5A, body))
@@ -215,14 +228,14 @@ class Encoder:
         """An ``ExportTraceServiceRequest``'s bytes: spans grouped by resource, then scope, in order of first sight."""
         groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}  # by identity: no resource hashed
         for s in spans:
-            resource, scope = s.resource, s.instrumentation_scope or None
-            scopes = groups.get(id(resource))
-            if scopes is None:
-                scopes = groups[id(resource)] = (resource, {})
-            encoded = scopes[1].get(id(scope))
-            if encoded is None:
-                encoded = scopes[1][id(scope)] = (scope, [])
-            encoded[1].append(self._span(s))
+            res_obj, scope_obj = s.resource, s.instrumentation_scope or None
+            of_resource = groups.get(id(res_obj))
+            if of_resource is None:
+                of_resource = groups[id(res_obj)] = (res_obj, {})
+            of_scope = of_resource[1].get(id(scope_obj))
+            if of_scope is None:
+                of_scope = of_resource[1][id(scope_obj)] = (scope_obj, [])
+            of_scope[1].append(self._span(s))
         out = []
         for resource, scopes in groups.values():
             body = []
@@ -279,8 +292,13 @@ def _probe_spans() -> list[Any]:
     remote = SpanContext(0xABC, 0xDEF, True, TraceFlags(1), TraceState([("k", "v"), ("k2", "w")]))
     link = Link(SpanContext(0x123, 0x456, False, TraceFlags(1)), {"torch.compile.link": "forward", "n": 2})
     root = tracer.start_span(
-        "torch.compile", context=trace.set_span_in_context(trace.NonRecordingSpan(remote)), kind=SpanKind.INTERNAL,
-        attributes=values, links=[link], start_time=1_000, record_exception=False,
+        "torch.compile",
+        context=trace.set_span_in_context(trace.NonRecordingSpan(remote)),
+        kind=SpanKind.INTERNAL,
+        attributes=values,
+        links=[link],
+        start_time=1_000,
+        record_exception=False,
     )
     root.add_event("torch.compile.graph_break", {"reason": "r", "n": 1}, timestamp=1_500)
     root.add_event("plain", timestamp=0)

@@ -173,10 +173,10 @@ def _ids(rows: list[Mapping[str, Any]]) -> str:
     return ids[0] if len(ids) == 1 else f"{ids[0]} to {ids[-1]}" if len(ids) > 2 else " and ".join(ids)
 
 
-
 def _per_call(s: float) -> str:
     """Seconds of compiling per call: two significant digits under a second, tenths above (``1.0``, never ``1``)."""
     return f"{s:.2g}" if s < 1 else f"{s:.1f}"
+
 
 def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     """The summary's lines: calls in all, the compiles that never paid off and their share, the frames that cost most."""
