@@ -202,6 +202,10 @@ def bridge_lines(stderr: str) -> list[str]:
     return out
 
 
+# the span live capture writes at exit, per compile, with how often its graph ran (torch_otel/_features/graph_calls/trace.py)
+GRAPH_CALLS_SPAN = "torch.compile.graph_calls"
+
+
 def _ns(span: dict[str, Any]) -> int:
     return int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])
 
@@ -221,7 +225,7 @@ def assert_summary_is_the_spans(summary: dict[str, Any], spans: list[dict[str, A
     time is its root's ``torch.compile.duration_s`` (:func:`compile_ns`), as the metrics count it. A compile's
     ``torch.compile.graph_calls`` span (written at exit: how often its graph ran after it) is no phase of it.
     """
-    spans = [s for s in spans if s["name"] != "torch.compile.graph_calls"]
+    spans = [s for s in spans if s["name"] != GRAPH_CALLS_SPAN]
     by_id = {s["spanId"]: s for s in spans}
     kids: dict[str, list[dict[str, Any]]] = {}
     for s in spans:

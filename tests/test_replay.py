@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import (
+    GRAPH_CALLS_SPAN,
     WORKLOADS,
     cli_argv,
     read_otlp_json_spans,
@@ -69,7 +70,7 @@ def _by_compile(path: Path) -> dict[tuple[str, str], tuple[dict, list[str], list
         (root,) = [s for s in spans if "torch.compile.kind" in s["attrs"]]
         key = (root["attrs"]["torch.compile.kind"], root["attrs"]["torch.compile.id"])
         # how often a graph ran after its compile (the span live capture writes at exit) is in no TORCH_TRACE log
-        names = sorted(s["name"] for s in spans if s["name"] != "torch.compile.graph_calls")
+        names = sorted(s["name"] for s in spans if s["name"] != GRAPH_CALLS_SPAN)
         out[key] = (root, names, sorted(e["name"] for e in root.get("events", [])))
     return out
 

@@ -89,10 +89,10 @@ def _print_traces(spans: list[Any], out: TextIO, all_phases: bool = False) -> No
     for s in spans:
         if s.parent is None:
             roots.append(s)
-        elif s.start_time < ends.get(s.parent.span_id, s.start_time + 1):
+        elif s.parent.span_id not in ends or s.start_time < ends[s.parent.span_id]:
             children[s.parent.span_id].append(s)
-        # else: a span from the compile's end on is no phase of it (how often its graph ran, written at exit): the
-        # run summary's graph calls say that
+        # else: a root's child from the compile's end on is no phase of it (how often its graph ran, written at exit):
+        # the run summary's graph calls say that
     roots.sort(key=lambda s: s.start_time)
 
     def row(label: str, ns: int, self_ns: int | None) -> None:

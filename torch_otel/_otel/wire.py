@@ -18,7 +18,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["encode_spans", "use_fast_encoding"]
+__all__ = ["Encoder", "Unencodable", "use_fast_encoding"]
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -44,26 +44,13 @@ def _varint(n: int) -> bytes:
 
 
 def _len(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: its tag byte (field numbers below 16), its length, its bytes."""
+    """A length-delimited field: its tag byte (every field here is numbered below 16), its length, its bytes."""
     n = len(payload)
     return bytes((tag, n)) + payload if n < 0x80 else bytes((tag,)) + _varint(n) + payload
 
 
-def _tagged(tag: bytes, payload: bytes) -> bytes:
-    """A length-delimited field whose tag takes more than a byte."""
-    return tag + _varint(len(payload)) + payload
-
-
 # tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32)
-_STRING_VALUE, _BOOL_VALUE, _INT_VALUE, _DOUBLE_VALUE, _ARRAY_VALUE, _KVLIST_VALUE, _BYTES_VALUE = (
-    0x0A,
-    0x10,
-    0x18,
-    0x21,
-    0x2A,
-    0x32,
-    0x3A,
-)
+_STRING_VALUE, _ARRAY_VALUE, _KVLIST_VALUE, _BYTES_VALUE = 0x0A, 0x2A, 0x32, 0x3A  # AnyValue's length-delimited
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: whether the parent (or link) is remote, and that it is said
 _SPAN_FLAGS = {r: b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # field 16
 _REMOTE_FLAGS = {r: b"\x35" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # a link's 6
@@ -137,10 +124,7 @@ class Encoder:
                 val = b"\x21" + _pack_double(v)
             else:
                 val = _value(v)
-            n = len(val)
-            body = kb + (bytes((0x12, n)) if n < 0x80 else b"\x12" + _varint(n)) + val
-            n = len(body)
-            out.append((bytes((tag, n)) if n < 0x80 else bytes((tag,)) + _varint(n)) + body)
+            out.append(_len(tag, kb + _len(0x12, val)))
         return b"".join(out)
 
     def _span(self, s: Any) -> bytes:
@@ -207,17 +191,17 @@ class Encoder:
         got = self._groups.get(key)
         if got is not None and got[0] is resource and got[1] is scope:
             return got[2]
-        res = _tagged(b"\x0a", self._attributes(0x0A, resource.attributes))
-        res_url = _tagged(b"\x1a", resource.schema_url.encode("utf-8")) if getattr(resource, "schema_url", None) else b""
+        res = _len(0x0A, self._attributes(0x0A, resource.attributes))
+        res_url = _len(0x1A, resource.schema_url.encode("utf-8")) if getattr(resource, "schema_url", None) else b""
         if scope is None:
             sc, sc_url = b"\x0a\x00", b""
         else:
-            body = _tagged(b"\x0a", scope.name.encode("utf-8")) if scope.name else b""
+            body = _len(0x0A, scope.name.encode("utf-8")) if scope.name else b""
             if scope.version:
-                body += _tagged(b"\x12", scope.version.encode("utf-8"))
+                body += _len(0x12, scope.version.encode("utf-8"))
             body += self._attributes(0x1A, scope.attributes)
-            sc = _tagged(b"\x0a", body)
-            sc_url = _tagged(b"\x1a", scope.schema_url.encode("utf-8")) if scope.schema_url else b""
+            sc = _len(0x0A, body)
+            sc_url = _len(0x1A, scope.schema_url.encode("utf-8")) if scope.schema_url else b""
         if len(self._groups) >= 64:
             self._groups.clear()
         parts = (res, res_url, sc, sc_url)
@@ -239,11 +223,10 @@ class Encoder:
         out = []
         for resource, scopes in groups.values():
             body = []
-            res = res_url = b""
             for scope, encoded in scopes.values():
                 res, res_url, sc, sc_url = self._group(resource, scope)
-                body.append(_tagged(b"\x12", sc + b"".join(_tagged(b"\x12", e) for e in encoded) + sc_url))
-            out.append(_tagged(b"\x0a", res + b"".join(body) + res_url))
+                body.append(_len(0x12, sc + b"".join(_len(0x12, e) for e in encoded) + sc_url))
+            out.append(_len(0x0A, res + b"".join(body) + res_url))
         return b"".join(out)
 
 
@@ -332,11 +315,6 @@ def _agrees() -> bool:
     return _AGREES
 
 
-def encode_spans(spans: Sequence[Any]) -> bytes:
-    """An ``ExportTraceServiceRequest`` of ``spans``, as bytes (a fresh encoder: nothing kept between calls)."""
-    return Encoder().encode(spans)
-
-
 def use_fast_encoding(exporter: Any) -> bool:
     """Give an OTLP/gRPC span exporter this module's encoder; its own stays for an export this one cannot encode, and
     for every export if the two disagree on the probe spans (checked at the first export, on the exporting thread).
@@ -344,22 +322,18 @@ def use_fast_encoding(exporter: Any) -> bool:
     original = getattr(exporter, "_translate_data", None)
     if original is None:
         return False
-    encoder = Encoder()
-    parse: list[Any] = []
+    try:  # the gRPC span exporter's module has imported it already
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    except ImportError:
+        return False
+    parse, encoder = ExportTraceServiceRequest.FromString, Encoder()
 
     def translate(data: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:  # an SDK that passes more than the spans: its own encoder, for good
+        if args or kwargs or not _agrees():  # an SDK that passes more than the spans, or encodes otherwise: its own
             exporter._translate_data = original
             return original(data, *args, **kwargs)
-        if not parse:
-            if not _agrees():
-                exporter._translate_data = original  # the SDK's, for good
-                return original(data)
-            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-            parse.append(ExportTraceServiceRequest.FromString)
         try:
-            return parse[0](encoder.encode(data))
+            return parse(encoder.encode(data))
         except Exception:  # noqa: BLE001 - a value it does not encode: the SDK's encoder, which skips what it cannot
             return original(data)
 
