@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,8 +21,14 @@ os.environ.setdefault(
 )
 # One warm inductor cache for the whole run (inductor tests are few and share it).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torch-otel-tests-inductor-cache"))
-# The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's
-os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tempfile.gettempdir(), "torch-otel-tests-xdg-cache"))
+# The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's,
+# and a new one for each run of the suite (its xdist workers share the run's). A test's cache directory is a path under
+# pytest's numbered temporary folders, and the same path comes back in a later run (a fixed --basetemp, a machine whose
+# /tmp was restored): a copy kept by an earlier run would explain the new run's cold misses as "not in this cache".
+if "PYTEST_TORCH_OTEL_XDG_CACHE_HOME" not in os.environ:
+    os.environ["PYTEST_TORCH_OTEL_XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="torch-otel-tests-xdg-cache-")
+    atexit.register(shutil.rmtree, os.environ["PYTEST_TORCH_OTEL_XDG_CACHE_HOME"], ignore_errors=True)
+os.environ["XDG_CACHE_HOME"] = os.environ["PYTEST_TORCH_OTEL_XDG_CACHE_HOME"]
 
 # The test process's own start-up is not recorded: the tests that instrument in-process count compile traces, and the
 # start-up of pytest's worker (its first step is whichever test's) is nobody's. The start-up's tests run real processes
