@@ -294,6 +294,33 @@ def test_no_optimizer_and_no_forward_ends_at_exit_and_a_forked_child_reports_not
     assert sorted(p.name for p in tmp_path.glob("startup-*.json")) == ["startup-0.json"]  # the child wrote none
 
 
+def test_a_process_a_shell_execd_after_running_a_command_says_its_first_phase_holds_that_command(tmp_path: Path) -> None:
+    """``bash -c 'setup; exec torch-otel run -- python train.py'`` (bash 5.2 execs a last command even unasked): the
+    kernel's start of the training process is the shell's, and its first phase holds the setup's seconds; the result
+    says so."""
+    got = {}
+    for name, before in (("after_setup", f"{sys.executable} -c 'import time; time.sleep(1.5)' && "), ("alone", "")):
+        out = tmp_path / name
+        out.mkdir()
+        argv = " ".join(cli_argv("run", "--", sys.executable, str(WORKLOADS / "startup_exit.py"), str(out / "child.json")))
+        res = subprocess.run(
+            ["bash", "-c", f"{before}exec {argv}"],
+            env=clean_env({**HF_ENV, **_bridged(out)}),
+            cwd=WORKLOADS,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert res.returncode == 0, res.stderr[-4000:]
+        got[name] = json.loads((out / "startup-0.json").read_text())["startup"]
+    setup, alone = got["after_setup"], got["alone"]
+    assert setup["phases"]["interpreter"] >= 1.5 > alone["phases"]["interpreter"]  # the kernel's start is the shell's
+    said = [n for n in setup["notes"] if "holds programs this process ran and waited for" in n]
+    assert len(said) == 1 and said[0].startswith("'interpreter' holds") and "exec'd Python" in said[0], setup["notes"]
+    assert not [n for n in alone["notes"] if "waited for" in n], alone["notes"]
+
+
 def test_cold_against_warm_inductor_caches_the_compile_phase_falls_and_the_cache_is_named(tmp_path: Path) -> None:
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}  # fresh: the first run is cold
     got = {}

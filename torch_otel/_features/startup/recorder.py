@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from .attribution import CompileSpan, Startup, Timeline
 
-__all__ = ["END_MODES", "Recorder", "current", "end_mode", "install", "process_start", "ready", "uninstall"]
+__all__ = ["END_MODES", "Recorder", "current", "end_mode", "install", "process_start", "ready", "uninstall", "waited_children"]
 
 END_MODES = ("auto", "step", "forward", "ready")  # TORCH_OTEL_STARTUP_END
 MAX_INTERVALS = 50_000  # past it, intervals are counted, not kept: their time is unattributed
@@ -98,6 +98,21 @@ def process_start(stat: str = "/proc/self/stat") -> tuple[int, int, str]:
     except Exception:  # noqa: BLE001, S110 - no better start known
         pass
     return now, unix, "bridge"
+
+
+def waited_children(stat: str = "/proc/self/stat") -> tuple[bool, float]:
+    """Whether this process waited for child programs before now, and their CPU seconds: the kernel's counts of the
+    waited-for children's page faults and CPU time (fields 11, 16 and 17 of ``/proc/self/stat``), which ``exec``
+    keeps. A shell that ran commands and then became Python by ``exec`` (``bash -c 'a && b'`` does, for ``b``) leaves
+    them set: the kernel's start of the process is the shell's. (False, 0.0) where unknown."""
+    try:
+        with open(stat, "rb") as f:
+            data = f.read()
+        rest = data[data.rindex(b")") + 2 :].split()
+        cpu = (int(rest[13]) + int(rest[14])) / os.sysconf("SC_CLK_TCK")
+        return int(rest[8]) > 0 or cpu > 0, cpu
+    except (OSError, ValueError, IndexError, AttributeError):
+        return False, 0.0
 
 
 def install(
@@ -258,6 +273,17 @@ class Recorder:
         before = sorted({k.partition(".")[0] for k in list(sys.modules)} & {"torch", "transformers", "safetensors", "numpy"})
         if before and activation not in ("run", "instrument"):
             self.notes.append(f"imported before the bridge (in '{self.interpreter}'): {', '.join(before)}")
+        waited, cpu = waited_children() if self.source == "proc" else (False, 0.0)
+        if waited:
+            whose = (
+                "a shell's, before it exec'd Python"
+                if activation in ("run", "instrument")
+                else "the program's own, or a shell's before it exec'd Python"
+            )
+            self.notes.append(
+                f"'{self.interpreter}' holds programs this process ran and waited for ({cpu:.1f} s of their CPU): {whose}"
+                " (bash -c 'a; b' execs b); start Python as the shell's child to time Python alone"
+            )
         self.add(self.start_ns, max(self.start_ns, first), "interpreter", activation)
         if first < self.installing:
             self.add(first, self.installing, "bridge", "import")
