@@ -429,3 +429,22 @@ print("none" if r is None else r.mode)
     ], bad.stderr
     off = _python(code, tmp_path, {"TORCH_OTEL_STARTUP": "off"})
     assert off.returncode == 0 and off.stdout.split() == ["none"] and off.stderr == "", off.stderr
+
+
+def test_a_clock_pair_split_by_another_thread_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pairs place torch's wall-clock compile records on the recorder's clock. A read whose two clocks another
+    thread's GIL turn split by 5 ms would shift every compile by it; the pair kept is the read whose own clock moved
+    least around the wall clock's."""
+    perf = iter([0, 5_000_000, 10_000_000, 10_000_400, 20_000_000, 20_000_900])  # a split read, then two close ones
+    wall = iter([1_000_000_000, 1_000_000_000 + 10_000_200, 1_000_000_000 + 20_000_450])
+    monkeypatch.setattr(startup_hooks, "_clock", lambda: next(perf))
+    monkeypatch.setattr(startup_hooks.time, "time_ns", lambda: next(wall))
+    assert startup_hooks.clock_pair(tries=3) == (10_000_200, 1_000_000_000 + 10_000_200)  # the second read: 400 ns apart
+
+    # why it matters: a 6 s compile placed by pairs 20 s apart, one of them split by 5 ms, reads 1.5 ms long or short
+    def compile_s(pairs: tuple[tuple[int, int], ...]) -> float:
+        span = CompileSpan(7 * 10**9, 13 * 10**9, "0/0")
+        return build(Timeline(0, 20 * 10**9, "step", 0, "proc", (), (span,), pairs)).phases["compile"]
+
+    assert compile_s(((0, 0), (20 * 10**9, 20 * 10**9))) == pytest.approx(6.0, abs=1e-9)
+    assert compile_s(((0, 0), (20 * 10**9 + 5_000_000, 20 * 10**9))) == pytest.approx(6.0015, abs=1e-6)

@@ -41,7 +41,18 @@ if TYPE_CHECKING:
 
     from .attribution import CompileSpan, Startup, Timeline
 
-__all__ = ["END_MODES", "Recorder", "current", "end_mode", "install", "process_start", "ready", "uninstall", "waited_children"]
+__all__ = [
+    "END_MODES",
+    "Recorder",
+    "clock_pair",
+    "current",
+    "end_mode",
+    "install",
+    "process_start",
+    "ready",
+    "uninstall",
+    "waited_children",
+]
 
 END_MODES = ("auto", "step", "forward", "ready")  # TORCH_OTEL_STARTUP_END
 MAX_INTERVALS = 50_000  # past it, intervals are counted, not kept: their time is unattributed
@@ -76,10 +87,26 @@ def end_mode(value: str | None) -> tuple[str, str | None]:
     return "auto", f"TORCH_OTEL_STARTUP_END={value!r} is not one of {', '.join(END_MODES)}: the start-up ends as 'auto' says"
 
 
+def clock_pair(tries: int = 5) -> tuple[int, int]:
+    """This module's clock and the wall clock, read together: of a few reads, the one whose two reads of this clock
+    around the wall clock's lie closest (a read split by another thread taking the GIL, milliseconds under load, would
+    tilt every compile the pairs place on this clock)."""
+    best = (1 << 62, 0, 0)
+    for _ in range(tries):
+        a = _clock()
+        u = time.time_ns()
+        b = _clock()
+        if b - a < best[0]:
+            best = (b - a, (a + b) // 2, u)
+            if b - a < 20_000:
+                break
+    return best[1], best[2]
+
+
 def process_start(stat: str = "/proc/self/stat") -> tuple[int, int, str]:
     """The process's start: (on this module's clock, on the wall clock, where from). From the kernel: field 22 of
     ``/proc/self/stat`` (clock ticks since boot); else psutil's, if it is loaded; else now (``bridge``)."""
-    now, unix = _clock(), time.time_ns()
+    now, unix = clock_pair()
     try:
         with open(stat, "rb") as f:
             data = f.read()
@@ -244,7 +271,7 @@ class Recorder:
         self.main = _ident()
         self.mode = mode
         self.start_ns, self.started_unix_ns, self.source = start or process_start()
-        self.clock_pairs = [(self.installing, time.time_ns())]
+        self.clock_pairs = [clock_pair()]
         self.intervals: list[tuple[int, int, str, str]] = []
         self.stack: list[list[Any]] = []  # open intervals: [start, phase, label]
         self.compiles: list[CompileSpan] = []
@@ -345,7 +372,7 @@ class Recorder:
             self.add(start, t, phase, label)
         self.stack.clear()
         self.end_ns, self.end_name = t, name
-        self.clock_pairs.append((_clock(), time.time_ns()))
+        self.clock_pairs.append(clock_pair())
 
     def finish(self, state: str = "done") -> None:
         """Stop, and take every hook out; the end is now (``exit``) if none came."""
@@ -374,7 +401,7 @@ class Recorder:
         """What was recorded, for :func:`torch_otel._features.startup.attribution.build` (the end is now, named ``exit``, if none
         came yet)."""
         end_ns = self.end_ns if self.end_ns is not None else _clock()  # before the import below: it is not the start-up's
-        now_pair = (_clock(), time.time_ns())
+        now_pair = clock_pair()
         from .attribution import Timeline
 
         notes = list(self.notes)
