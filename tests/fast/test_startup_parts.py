@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torch_otel._features.startup import process, targets
 from torch_otel._features.startup import recorder as startup_hooks
-from torch_otel._features.startup import targets
 from torch_otel._features.startup.attribution import PHASES, CacheShare, CompileSpan, Startup, Timeline, attribute, build
 from torch_otel._features.startup.text import compare, compare_lines, duration_text, gate, lead_line, merge_ranks
 
@@ -437,9 +437,9 @@ def test_a_clock_pair_split_by_another_thread_is_read_again(monkeypatch: pytest.
     least around the wall clock's."""
     perf = iter([0, 5_000_000, 10_000_000, 10_000_400, 20_000_000, 20_000_900])  # a split read, then two close ones
     wall = iter([1_000_000_000, 1_000_000_000 + 10_000_200, 1_000_000_000 + 20_000_450])
-    monkeypatch.setattr(startup_hooks, "_clock", lambda: next(perf))
-    monkeypatch.setattr(startup_hooks.time, "time_ns", lambda: next(wall))
-    assert startup_hooks.clock_pair(tries=3) == (10_000_200, 1_000_000_000 + 10_000_200)  # the second read: 400 ns apart
+    monkeypatch.setattr(process, "_clock", lambda: next(perf))
+    monkeypatch.setattr(process.time, "time_ns", lambda: next(wall))
+    assert process.clock_pair(tries=3) == (10_000_200, 1_000_000_000 + 10_000_200)  # the second read: 400 ns apart
 
     # why it matters: a 6 s compile placed by pairs 20 s apart, one of them split by 5 ms, reads 1.5 ms long or short
     def compile_s(pairs: tuple[tuple[int, int], ...]) -> float:
