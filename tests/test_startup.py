@@ -316,9 +316,9 @@ def test_a_process_a_shell_execd_after_running_a_command_says_its_first_phase_ho
         got[name] = json.loads((out / "startup-0.json").read_text())["startup"]
     setup, alone = got["after_setup"], got["alone"]
     assert setup["phases"]["interpreter"] >= 1.5 > alone["phases"]["interpreter"]  # the kernel's start is the shell's
-    said = [n for n in setup["notes"] if "holds programs this process ran and waited for" in n]
-    assert len(said) == 1 and said[0].startswith("'interpreter' holds") and "exec'd Python" in said[0], setup["notes"]
-    assert not [n for n in alone["notes"] if "waited for" in n], alone["notes"]
+    said = [n for n in setup["notes"] if "includes programs this process ran first" in n]
+    assert len(said) == 1 and said[0].startswith("'interpreter' includes") and "exec'd Python" in said[0], setup["notes"]
+    assert not [n for n in alone["notes"] if "programs this process ran" in n], alone["notes"]
 
 
 def test_cold_against_warm_inductor_caches_the_compile_phase_falls_and_the_cache_is_named(tmp_path: Path) -> None:

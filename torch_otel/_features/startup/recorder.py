@@ -248,11 +248,12 @@ class Recorder:
             whose = (
                 "a shell's, before it exec'd Python"
                 if activation in ("run", "instrument")
-                else "the program's own, or a shell's before it exec'd Python"
+                else "a shell's before it exec'd Python, or the program's own"
             )
+            used = f" ({cpu:.1f} s of their CPU)" if cpu >= 0.1 else ""
             self.notes.append(
-                f"'{self.interpreter}' holds programs this process ran and waited for ({cpu:.1f} s of their CPU): {whose}"
-                " (bash -c 'a; b' execs b); start Python as the shell's child to time Python alone"
+                f"'{self.interpreter}' includes programs this process ran first{used}: {whose}; to time Python alone, "
+                "start it as the shell's child, not by exec (bash -c 'a; b' execs b)"
             )
         self.add(self.start_ns, max(self.start_ns, first), "interpreter", activation)
         if first < self.installing:
