@@ -124,6 +124,29 @@ def read_otlp_json_spans(path: Path) -> list[dict[str, Any]]:
     return spans
 
 
+def otlp_value(v: dict[str, Any]) -> Any:
+    """An OTLP/JSON attribute's value (an array's as a list)."""
+    if "arrayValue" in v:
+        return [otlp_value(x) for x in v["arrayValue"].get("values", [])]
+    return next(iter(v.values())) if v else None
+
+
+def cache_lookups(spans: list[dict[str, Any]], ranks: bool = False) -> list[dict[str, Any]]:
+    """Every cache lookup event on the compile roots of :func:`read_otlp_json_spans`'s spans, its attributes with the
+    prefix cut, with its compile's id (and with ``ranks`` its rank)."""
+    out = []
+    for s in spans:
+        if "torch.compile.kind" not in s["attrs"]:
+            continue
+        for e in s.get("events", []):
+            if e["name"] == "torch.compile.cache_lookup":
+                attrs = {a["key"].removeprefix("torch.compile.cache."): otlp_value(a["value"]) for a in e.get("attributes", [])}
+                out.append(attrs | {"id": s["attrs"]["torch.compile.id"]})
+                if ranks:
+                    out[-1]["rank"] = int(s["attrs"]["torch.distributed.rank"])
+    return out
+
+
 def tlparse_compile_ids(log: Path, out_dir: Path) -> set[str]:
     """The compile ids the reference reader, tlparse (a test dependency), lists for a log."""
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")

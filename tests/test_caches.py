@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import WORKLOADS, read_otlp_json_spans, run, run_cli, run_python, spans_to_file
+from tests.helpers import WORKLOADS, cache_lookups, read_otlp_json_spans, run, run_cli, run_python, spans_to_file
 from tests.servers import free_port
 from torch_otel._features.cache_lookups.events import Component
 from torch_otel._features.cache_lookups.explain import KeySeen
@@ -31,25 +31,6 @@ SCENARIOS = ("cold", "warm", "shape", "config", "bypass")  # then the 2-rank job
 LATER = ("code", "print_in_loop", "rename", "break", "infer", "infer_warm", "frozen")  # then the directory wiped
 # Every run, in the order it ran, each with the run before it on its cache directory: what `torch-otel diff` is given
 ORDER = (*SCENARIOS, "job", *LATER, "wiped", "autocast_base", "bf16", "job3")
-
-
-def _value(v: dict[str, Any]) -> Any:
-    if "arrayValue" in v:
-        return [_value(x) for x in v["arrayValue"].get("values", [])]
-    return next(iter(v.values())) if v else None
-
-
-def _lookups(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every cache lookup event on the compile roots, its attributes with the prefix cut."""
-    out = []
-    for s in spans:
-        if "torch.compile.kind" not in s["attrs"]:
-            continue
-        for e in s.get("events", []):
-            if e["name"] == "torch.compile.cache_lookup":
-                attrs = {a["key"].removeprefix("torch.compile.cache."): _value(a["value"]) for a in e.get("attributes", [])}
-                out.append(attrs | {"id": s["attrs"]["torch.compile.id"]})
-    return out
 
 
 def _replay(log_dir: Path, out: Path, baseline: Path | None) -> dict[str, Any]:
@@ -162,7 +143,7 @@ def _causes(lookups: list[dict[str, Any]]) -> list[tuple[str, str, str | None, t
 
 def test_a_cold_run_misses_every_lookup_and_says_first_seen(runs):
     cold = runs["cold"]
-    lookups = _lookups(cold["spans"])
+    lookups = cache_lookups(cold["spans"])
     misses = Counter(lk["name"] for lk in lookups if lk["result"] == "miss")
     assert misses == {
         "fx_graph": cold["counters"]["inductor"]["fxgraph_cache_miss"],
@@ -186,7 +167,7 @@ def test_a_warm_run_hits_and_the_time_saved_is_torchs_record(runs):
     c = warm["counters"]
     assert c["aot_autograd"].get("autograd_cache_hit") == 1 and c["inductor"].get("fxgraph_cache_hit") == 2
     assert not c["inductor"].get("fxgraph_cache_miss") and not c["aot_autograd"].get("autograd_cache_miss")
-    lookups = _lookups(warm["spans"])
+    lookups = cache_lookups(warm["spans"])
     assert lookups and {lk["result"] for lk in lookups} == {"hit"}
     caches = warm["summary"]["caches"]
     assert caches["hit_rate"] == {
@@ -207,7 +188,7 @@ def test_a_warm_run_hits_and_the_time_saved_is_torchs_record(runs):
 
 
 def test_a_changed_config_is_named_as_the_cause(runs):
-    lookups = _lookups(runs["config"]["spans"])
+    lookups = cache_lookups(runs["config"]["spans"])
     misses = [lk for lk in lookups if lk["result"] == "miss"]
     assert misses and {lk["miss_cause"] for lk in misses} == {"config"}
     for lk in misses:
@@ -227,14 +208,14 @@ def test_a_changed_config_is_named_as_the_cause(runs):
 
 
 def test_a_new_input_shape_is_named_as_the_cause(runs):
-    misses = [lk for lk in _lookups(runs["shape"]["spans"]) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(runs["shape"]["spans"]) if lk["result"] == "miss"]
     fx = [lk for lk in misses if lk["name"] == "fx_graph"]
     assert fx and all(lk["miss_cause"] == "inputs" for lk in fx), fx
     assert any(re.match(r"input \d+: shape \[4, 8\] → \[8, 8\]", c) for lk in fx for c in lk["miss_changes"]), fx
 
 
 def test_a_forced_bypass_says_why(runs):
-    byp = [lk for lk in _lookups(runs["bypass"]["spans"]) if lk["result"] == "bypass"]
+    byp = [lk for lk in cache_lookups(runs["bypass"]["spans"]) if lk["result"] == "bypass"]
     counters = runs["bypass"]["counters"]
     per_cache = Counter(lk["name"] for lk in byp)
     assert per_cache == {
@@ -256,7 +237,7 @@ def test_replay_gives_the_same_lookups_and_causes_as_live(runs, scenario):
     out = runs["tmp"] / f"replay-{scenario}"
     out.mkdir()
     replayed = _replay(runs[scenario]["out"] / "trace", out, baseline)
-    live, back = _lookups(runs[scenario]["spans"]), _lookups(replayed["spans"])
+    live, back = cache_lookups(runs[scenario]["spans"]), cache_lookups(replayed["spans"])
     key = lambda lk: (lk["id"], lk["name"], lk["result"], lk.get("key"), lk.get("backward"))  # noqa: E731
     assert sorted(map(key, live)) == sorted(map(key, back))
     assert _causes(live) == _causes(back)
@@ -268,7 +249,7 @@ def test_replay_explains_misses_against_a_previous_runs_torch_trace(runs, tmp_pa
     """--baseline names the run before's TORCH_TRACE directory: its keys, those of FX graphs loaded inside an
     AOTAutograd hit too (torch logs those only as artifacts)."""
     replayed = _replay(runs["config"]["out"] / "trace", tmp_path, runs["shape"]["out"] / "trace")
-    misses = [lk for lk in _lookups(replayed["spans"]) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(replayed["spans"]) if lk["result"] == "miss"]
     assert misses and {lk["miss_cause"] for lk in misses} == {"config"}
     for lk in misses:
         assert (
@@ -418,7 +399,7 @@ def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
     }
     res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "cold"], timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    misses = [lk for lk in _lookups(read_otlp_json_spans(out / "spans.jsonl")) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(read_otlp_json_spans(out / "spans.jsonl")) if lk["result"] == "miss"]
     assert misses
     # torch's per-layer counts (CompilationMetrics, 2.11 and later; 2.10 has none) against the lookups the bridge saw
     summary = json.loads((out / "summary.json").read_text())
@@ -448,7 +429,7 @@ def test_a_changed_graph_leads_with_its_code_and_lists_the_inputs_that_followed(
     """gelu where relu was: every miss's cause is the graph's code; the backward's inputs that changed with it
     (relu's bool mask became a float) are listed after it, as what followed. Live and on replay, the same."""
     code = runs["code"]
-    misses = [lk for lk in _lookups(code["spans"]) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(code["spans"]) if lk["result"] == "miss"]
     assert misses and {lk["miss_cause"] for lk in misses} == {"graph"}, misses
     bwd = [lk for lk in misses if lk["name"] == "fx_graph" and lk.get("backward")]
     assert bwd and all(lk["miss_changes"][0].startswith("graph code changed (and with it ") for lk in bwd), bwd
@@ -459,7 +440,7 @@ def test_a_changed_graph_leads_with_its_code_and_lists_the_inputs_that_followed(
     (aot,) = [lk for lk in misses if lk["name"] == "aot_autograd"]
     assert aot["miss_changes"][0].startswith("graph code changed")
     replayed = _replay(code["out"] / "trace", tmp_path, code["out"] / "baseline")
-    assert _causes(_lookups(replayed["spans"])) == _causes(_lookups(code["spans"]))
+    assert _causes(cache_lookups(replayed["spans"])) == _causes(cache_lookups(code["spans"]))
 
 
 def test_a_frame_torch_left_in_eager_is_named_first_live_and_on_replay(runs, tmp_path):
@@ -521,7 +502,7 @@ def test_a_wiped_cache_directory_says_not_in_this_cache_live_and_on_replay(runs,
     """rm -rf of the cache directory takes the key index in it too: the copy kept outside it (bounded, as the index)
     says the keys were there before, so each miss is "not in this cache", not "first seen"."""
     wiped = runs["wiped"]
-    misses = [lk for lk in _lookups(wiped["spans"]) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(wiped["spans"]) if lk["result"] == "miss"]
     c = wiped["counters"]
     assert len(misses) == c["inductor"]["fxgraph_cache_miss"] + c["aot_autograd"]["autograd_cache_miss"] == 3
     assert {lk["miss_cause"] for lk in misses} == {"not_in_cache"}, misses
@@ -533,7 +514,7 @@ def test_a_wiped_cache_directory_says_not_in_this_cache_live_and_on_replay(runs,
     assert "def forward" not in kept[0].read_text()  # hashes and safe parts only, as the index
     # replay, given the same baseline the live run read: the same causes
     replayed = _replay(wiped["out"] / "trace", tmp_path, wiped["out"] / "baseline")
-    assert _causes(_lookups(replayed["spans"])) == _causes(misses)
+    assert _causes(cache_lookups(replayed["spans"])) == _causes(misses)
 
 
 def test_two_cold_runs_are_no_new_misses_in_the_diff(runs, tmp_path):
@@ -563,7 +544,7 @@ def test_saved_by_hits_is_torchs_record_on_the_roots_and_named_on_the_line(runs)
     roots = [s for s in warm["spans"] if "torch.compile.kind" in s["attrs"]]
     on_roots = sum(float(s["attrs"].get("torch.compile.cache.time_saved_s") or 0) for s in roots)
     assert on_roots > 0 and abs(warm["summary"]["caches"]["saved_s"] - on_roots) < 1e-5
-    for lk in _lookups(warm["spans"]):
+    for lk in cache_lookups(warm["spans"]):
         if lk["name"] == "aot_autograd" and lk["result"] == "hit":
             assert "time_saved_s" not in lk and lk["time_taken_s"] > 0
     from torch_otel._sinks.summary_text import format_text
@@ -576,7 +557,7 @@ def test_autocast_leads_where_torchs_key_records_it_live_and_on_replay(runs, tmp
     compiled lead with it, their code and the backward's inputs listed after it, as what followed. Replay, given the
     run before as baseline, says the same."""
     run = runs["bf16"]
-    misses = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(run["spans"]) if lk["result"] == "miss"]
     c = run["counters"]
     assert len(misses) == c["inductor"]["fxgraph_cache_miss"] + c["aot_autograd"]["autograd_cache_miss"] == 3
     assert {lk["miss_cause"] for lk in misses} == {"config"}, misses
@@ -590,7 +571,7 @@ def test_autocast_leads_where_torchs_key_records_it_live_and_on_replay(runs, tmp
     assert bwd["miss_changes"][1].startswith("graph code changed (and with it ")
     assert run["summary"]["caches"]["misses_by_cause"] == {"config": 3}
     replayed = _replay(run["out"] / "trace", tmp_path, runs["autocast_base"]["out"] / "trace")
-    assert _causes(_lookups(replayed["spans"])) == _causes(misses)
+    assert _causes(cache_lookups(replayed["spans"])) == _causes(misses)
 
 
 # -- issue 52: one verdict whichever form; a bypass as a cause; the changed graph leads; each rank its own history ----
@@ -715,7 +696,7 @@ def test_a_graph_break_that_shortens_the_graph_leads_with_its_code_live_and_on_r
     """A graph break before the layer: the graph before it takes x alone, not the weights. Its miss is the graph's
     code first, with how many tensors it takes, not the inputs compared by position."""
     run = runs["break"]
-    misses = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    misses = [lk for lk in cache_lookups(run["spans"]) if lk["result"] == "miss"]
     short = [lk for lk in misses if lk["id"] == "0/0" and lk["name"] == "fx_graph"]
     assert short and all(lk["miss_cause"] == "graph" for lk in short), short
     for lk in short:
@@ -724,7 +705,7 @@ def test_a_graph_break_that_shortens_the_graph_leads_with_its_code_live_and_on_r
     (aot,) = [lk for lk in misses if lk["id"] == "0/0" and lk["name"] == "aot_autograd"]
     assert aot["miss_changes"][0].startswith("graph code changed (and with it its inputs: "), aot
     replayed = _replay(run["out"] / "trace", tmp_path, run["out"] / "baseline")
-    assert _causes(_lookups(replayed["spans"])) == _causes(misses)
+    assert _causes(cache_lookups(replayed["spans"])) == _causes(misses)
 
 
 def test_an_aotautograd_miss_whose_graphs_hit_blames_the_graph_dynamo_handed_over_live_and_on_replay(runs, tmp_path):
@@ -736,7 +717,7 @@ def test_an_aotautograd_miss_whose_graphs_hit_blames_the_graph_dynamo_handed_ove
     c = run["counters"]
     assert c["aot_autograd"]["autograd_cache_miss"] == 1 and c["inductor"]["fxgraph_cache_hit"] == 2
     assert not c["inductor"].get("fxgraph_cache_miss")
-    (aot,) = [lk for lk in _lookups(run["spans"]) if lk["result"] == "miss"]
+    (aot,) = [lk for lk in cache_lookups(run["spans"]) if lk["result"] == "miss"]
     assert aot["name"] == "aot_autograd" and aot["miss_cause"] == "graph", aot
     words, advice = aot["miss_changes"]
     assert words.startswith("the graph dynamo handed over changed in what the compiled graphs do not keep (a module")
@@ -745,7 +726,7 @@ def test_an_aotautograd_miss_whose_graphs_hit_blames_the_graph_dynamo_handed_ove
         assert unchanged not in aot["miss_reason"], aot
     assert advice.endswith("names the one that changed if the run compared with was logged the same way"), advice
     replayed = _replay(run["out"] / "trace", tmp_path, run["out"] / "baseline")
-    assert _causes(_lookups(replayed["spans"])) == _causes([aot])
+    assert _causes(cache_lookups(replayed["spans"])) == _causes([aot])
 
 
 def test_replay_of_a_job_explains_each_ranks_lookups_against_its_own_history_as_live(runs, tmp_path):
@@ -757,7 +738,7 @@ def test_replay_of_a_job_explains_each_ranks_lookups_against_its_own_history_as_
     # (the job also records inductor's provenance: test_each_kernel_names_the_users_line_and_no_source_text)
     for rank in range(3):
         spans = read_otlp_json_spans(job / f"spans-{rank}.jsonl")
-        live[rank] = _causes(_lookups(spans))
+        live[rank] = _causes(cache_lookups(spans))
         summary = json.loads((job / f"summary-{rank}.json").read_text())
         assert live[rank] and summary["caches"]["misses_by_cause"] == {"first_seen": len(live[rank])}, (rank, summary)
     replayed = _replay(job / "trace", tmp_path, None)
@@ -765,7 +746,7 @@ def test_replay_of_a_job_explains_each_ranks_lookups_against_its_own_history_as_
     for s in replayed["spans"]:
         if "torch.compile.kind" in s["attrs"]:
             rank = int(s["attrs"]["torch.distributed.rank"])
-            back[rank] = sorted(back.get(rank, []) + _causes(_lookups([s])))
+            back[rank] = sorted(back.get(rank, []) + _causes(cache_lookups([s])))
     assert back == live
     assert replayed["json"]["caches"]["misses_by_cause"] == {"first_seen": sum(len(v) for v in live.values())}
     # the diff of the job against itself, per rank, from each form: no new miss on any rank

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.helpers import WORKLOADS, read_otlp_json_spans, run, run_cli, spans_to_file
+from tests.helpers import WORKLOADS, cache_lookups, read_otlp_json_spans, run, run_cli, spans_to_file
 from tests.servers import free_port
 from torch_otel._sinks.summary_text import format_text
 
@@ -30,18 +29,6 @@ def _has_setting() -> str | None:
     if config is None or not hasattr(config, "compile_on_one_rank"):
         return f"torch {torch.__version__} has no torch.compiler.config.compile_on_one_rank (it came with torch 2.14)"
     return None
-
-
-def _lookups(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for s in spans:
-        if "torch.compile.kind" not in s["attrs"]:
-            continue
-        for e in s.get("events", []):
-            if e["name"] == "torch.compile.cache_lookup":
-                a = {x["key"].removeprefix("torch.compile.cache."): next(iter(x["value"].values())) for x in e["attributes"]}
-                out.append(a | {"id": s["attrs"]["torch.compile.id"], "rank": int(s["attrs"]["torch.distributed.rank"])})
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +72,7 @@ def test_each_rank_says_whether_it_compiled_its_graphs_or_was_served_them(job):
             assert counters["aot_autograd"]["autograd_cache_hit"] == 1 and not counters["aot_autograd"].get("autograd_cache_miss")
             assert one["compiled"] == {} and one["served_by_another"] == {"aot_autograd": 1}
             assert "served from what another rank wrote: aot_autograd 1" in text, text
-            hits = [lk for lk in _lookups(spans) if lk["result"] == "hit"]
+            hits = [lk for lk in cache_lookups(spans, ranks=True) if lk["result"] == "hit"]
             assert hits and {lk["hit_entry"] for lk in hits} == {"other"}
     # live, the ranks' fingerprints agree: the rank that compiled is not odd
     prints = {}
@@ -110,9 +97,10 @@ def test_replay_of_the_job_says_which_rank_compiled_each_graph_and_blames_none(j
     live = sorted(
         (lk["rank"], lk["name"], lk["result"], lk.get("hit_entry"))
         for rank in range(3)
-        for lk in _lookups(read_otlp_json_spans(job / f"spans-{rank}.jsonl"))
+        for lk in cache_lookups(read_otlp_json_spans(job / f"spans-{rank}.jsonl"), ranks=True)
     )
     back = sorted(
-        (lk["rank"], lk["name"], lk["result"], lk.get("hit_entry")) for lk in _lookups(read_otlp_json_spans(tmp_path / "r.jsonl"))
+        (lk["rank"], lk["name"], lk["result"], lk.get("hit_entry"))
+        for lk in cache_lookups(read_otlp_json_spans(tmp_path / "r.jsonl"), ranks=True)
     )
     assert back == live
