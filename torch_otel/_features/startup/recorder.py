@@ -42,15 +42,7 @@ if TYPE_CHECKING:
 
     from .attribution import CompileSpan, Startup, Timeline
 
-__all__ = [
-    "END_MODES",
-    "Recorder",
-    "current",
-    "end_mode",
-    "install",
-    "ready",
-    "uninstall",
-]
+__all__ = ["END_MODES", "Recorder", "current", "end_mode", "install", "ready", "uninstall"]
 
 END_MODES = ("auto", "step", "forward", "ready")  # TORCH_OTEL_STARTUP_END
 MAX_INTERVALS = 50_000  # past it, intervals are counted, not kept: their time is unattributed
