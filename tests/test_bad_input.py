@@ -117,6 +117,34 @@ def test_every_bad_variable_at_import_is_one_line_and_tracing_goes_on(tmp_path):
     assert '"torch.compile"' in traces.read_text()  # the compile was traced anyway
 
 
+def test_a_span_or_log_queue_smaller_than_its_batch_is_one_line_and_the_bridge_arms(tmp_path):
+    """The SDK refuses to build a batch processor whose export batch is larger than its queue; a queue set under the
+    SDK's batch of 512 is one. The bridge says so in one line each, and runs with batches of the queue's size: its
+    spans and log records still leave (this once disarmed the bridge as an internal error)."""
+    traces = tmp_path / "spans.jsonl"
+    bad = {
+        "OTEL_BSP_MAX_QUEUE_SIZE": "256",  # the SDK's batch (512) does not fit
+        "OTEL_BLRP_MAX_QUEUE_SIZE": "100",
+        "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE": "200",
+    }
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import torch_otel.auto\nimport torch\nprint(torch.compile(lambda x: x + 1, backend='eager')(torch.ones(1)))\n"
+        "import torch_otel\nprint('armed', torch_otel.is_instrumented())\n"
+    )
+    env = {**bad, "OTEL_METRICS_EXPORTER": "none", "OTEL_TRACES_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "console"}
+    r = run_python(script, {**env, "TORCH_OTEL_TRACES_FILE": str(traces)})
+    assert r.returncode == 0 and "armed True" in r.stdout, r.stderr[-3000:]
+    ours = own_lines(r.stderr)
+    assert ours == [
+        "torch-otel: WARNING: OTEL_BSP_MAX_QUEUE_SIZE=256 is smaller than the export batch (the SDK's 512); set "
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE to at most 256 (batches of 256 meanwhile)",
+        "torch-otel: WARNING: OTEL_BLRP_MAX_EXPORT_BATCH_SIZE=200 is larger than the queue (100); make it at most "
+        "OTEL_BLRP_MAX_QUEUE_SIZE (batches of 100 meanwhile)",
+    ], ours
+    assert '"torch.compile"' in traces.read_text()
+
+
 def _bridge():  # type: ignore[no-untyped-def]
     from torch_otel._pipeline import bridge as _bridge
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 import torch_otel
-from tests.helpers import WORKLOADS, read_otlp_json_spans, run_cli, run_python, torch_release
+from tests.helpers import GRAPH_CALLS_SPAN, WORKLOADS, read_otlp_json_spans, run_cli, run_python, torch_release
 from torch_otel._core.settings import load_settings
 from torch_otel._sinks.summary import RunSummary
 
@@ -421,6 +421,38 @@ def test_frames_past_the_bound_of_counters_run_uncounted_and_the_bridge_keeps_no
     assert report["internal_errors"] == 0
     part = json.loads((tmp_path / "s.json").read_text())["graph_calls"]
     assert (part["graphs"], part["uncounted"], part["calls"]) == (100, 300, 200)
+
+
+def test_more_compiles_than_the_span_queue_holds_send_every_graph_calls_span_to_a_real_collector(tmp_path):
+    """Each compile's graph-calls span is written at exit, all at once: 300 compiles into a span queue of 256
+    (``OTEL_BSP_MAX_QUEUE_SIZE``; the default 2,048 is what a job of thousands of compiles passes) all reach rotel,
+    each once under its own compile, and the bridge drops nothing and says nothing."""
+    from tests.servers import Rotel, wait_until
+
+    n = 300
+    with Rotel() as rotel:
+        proc = run_python(
+            WORKLOAD,
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+                "OTEL_METRICS_EXPORTER": "none",
+                "OTEL_BSP_MAX_QUEUE_SIZE": "256",
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "128",
+                "TORCH_OTEL_STARTUP": "off",  # its trace, written at this program's exit, is not the point here
+            },  # fmt: skip
+            args=["many", str(n)],
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+        def calls_spans() -> list[dict[str, Any]] | None:
+            got = [s for s in rotel.received()["spans"] if s.get("name") == GRAPH_CALLS_SPAN]
+            return got if len(got) >= n else None
+
+        spans = wait_until(calls_spans, 60, f"{n} graph-calls spans")
+    assert "queue is full" not in proc.stderr and "dropped" not in proc.stderr, proc.stderr[-3000:]
+    assert len(spans) == n and len({(s["trace_id"], s["parent_id"]) for s in spans}) == n
+    assert {s["attrs"]["torch.compile.graph.calls"] for s in spans} == {"2"}
 
 
 def _series(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str], ...]]]:

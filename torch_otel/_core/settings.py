@@ -291,7 +291,8 @@ def registered_samplers() -> set[str]:
 
 
 def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
-    """Bad values among the SDK's own variables: ``{name: one-line message}``."""
+    """Bad values among the SDK's own variables: ``{name: one-line message}`` (a batch processor's queue and batch that
+    do not fit together: under ``"OTEL_BSP batch"`` or ``"OTEL_BLRP batch"``)."""
     out: dict[str, str] = {}
 
     def whole(name: str, lo: int) -> int | None:
@@ -309,9 +310,20 @@ def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
     sizes = {name: whole(name, 1) for name in _POSITIVE}
     for prefix in ("OTEL_BSP", "OTEL_BLRP"):
         queue, batch = sizes[f"{prefix}_MAX_QUEUE_SIZE"], sizes[f"{prefix}_MAX_EXPORT_BATCH_SIZE"]
+        # (keyed by the pair, not a variable: the bridge's processors run with batches of the queue's size, and neither
+        # variable is hidden from the SDK, as a bad value is)
         if batch is not None and batch > (queue or 2048):
             name = f"{prefix}_MAX_EXPORT_BATCH_SIZE"
-            out[name] = f"{name}={batch} is larger than the queue ({queue or 2048}); make it at most {prefix}_MAX_QUEUE_SIZE"
+            out[f"{prefix} batch"] = (
+                f"{name}={batch} is larger than the queue ({queue or 2048}); make it at most {prefix}_MAX_QUEUE_SIZE"
+                f" (batches of {queue or 2048} meanwhile)"
+            )
+        elif batch is None and queue is not None and queue < 512:
+            name = f"{prefix}_MAX_QUEUE_SIZE"
+            out[f"{prefix} batch"] = (
+                f"{name}={queue} is smaller than the export batch (the SDK's 512); set {prefix}_MAX_EXPORT_BATCH_SIZE"
+                f" to at most {queue} (batches of {queue} meanwhile)"
+            )
     for name, allowed in _CHOICES.items():
         raw = env.get(name)
         if raw is not None and raw.strip() and raw.strip().lower() not in allowed:

@@ -346,6 +346,19 @@ def sampler_from_env(env: Mapping[str, str]) -> Any:
         return None
 
 
+def batch_sizes(env: Mapping[str, str], prefix: str) -> tuple[int, int]:
+    """The queue and export batch a batch processor runs with (``prefix``: ``OTEL_BSP`` or ``OTEL_BLRP``): the
+    settings where they are whole numbers >= 1, else the SDK's defaults (2,048 and 512); a batch larger than the
+    queue is the queue's size (the SDK refuses to build such a processor: settings.py says so in one line)."""
+
+    def whole(name: str, default: int) -> int:
+        raw = (env.get(name) or "").strip()
+        return int(raw) if raw.isascii() and raw.isdigit() and int(raw) >= 1 else default
+
+    queue = whole(f"{prefix}_MAX_QUEUE_SIZE", 2048)
+    return queue, min(whole(f"{prefix}_MAX_EXPORT_BATCH_SIZE", 512), queue)
+
+
 def build_span_processors(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> list[BatchSpanProcessor]:
     """One batch processor per exporter ``OTEL_TRACES_EXPORTER`` names (a traces file first)."""
     env = os.environ if env is None else env
@@ -359,7 +372,8 @@ def build_span_processors(env: Mapping[str, str] | None = None, traces_file: str
                 exporters.append(e)
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
-    return [BatchSpanProcessor(e) for e in exporters]
+    queue, batch = batch_sizes(env, "OTEL_BSP")
+    return [BatchSpanProcessor(e, max_queue_size=queue, max_export_batch_size=batch) for e in exporters]
 
 
 def build_meter_provider(
@@ -409,7 +423,8 @@ def build_logger_provider(env: Mapping[str, str]) -> Any:
     for name in exporter_names(env, "OTEL_LOGS_EXPORTER", "none", LOG_EXPORTERS):
         exporter = otlp_exporter(env, "logs") if name == "otlp" else _console_log_exporter() if name == "console" else None
         if exporter is not None:
-            processors.append(BatchLogRecordProcessor(exporter))
+            queue, batch = batch_sizes(env, "OTEL_BLRP")
+            processors.append(BatchLogRecordProcessor(exporter, max_queue_size=queue, max_export_batch_size=batch))
     if not processors:
         return None
     provider = LoggerProvider(resource=job_resource(env), shutdown_on_exit=False)

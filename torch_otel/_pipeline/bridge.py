@@ -28,6 +28,8 @@ from .._core.settings import Settings, capture_level, load_settings
 from .._features.registry import start_process
 from .._model.sink_api import Sink
 from .._otel.exposition import sync_before_scrape
+from .._otel.providers import batch_sizes
+from .._sinks.late_spans import EVERY
 from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
 from .._sinks.summary import RunSummary
@@ -122,6 +124,8 @@ def instrument(
                 "live",
                 settings,
                 tracing=SpanMapper(tracer, settings, live=True),
+                flush_spans=getattr(provider, "force_flush", None),
+                flush_every=max(1, min(EVERY, batch_sizes(os.environ, "OTEL_BSP")[0] // 2)),
                 metrics=metrics,
                 logger_provider=logger_provider,
                 summary=summary,

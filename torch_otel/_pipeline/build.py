@@ -27,7 +27,7 @@ from .._features.feature import Feature, FeatureState, StateContext
 from .._features.registry import features_or_default
 from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import LOG_FILES, ReplayStats
-from .._sinks.late_spans import LateSpans
+from .._sinks.late_spans import EVERY, LateSpans
 from .._sinks.logs import LogSink
 from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend, series_table
 from .._sinks.near_limit import NearLimitWarning
@@ -120,6 +120,9 @@ class PipelineSpec:
     previous: Mapping[str, Any] | None = None
     say: Callable[[str], None] | None = None
     features: tuple[Feature, ...] | None = None
+    # live: the tracer provider's force_flush, and the late spans written between two (torch_otel._sinks.late_spans)
+    flush_spans: Callable[[int], object] | None = None
+    flush_every: int = EVERY
 
 
 # -- the sinks the builder adds around the others' ---------------------------------------------------------------
@@ -294,7 +297,7 @@ def build_pipeline(spec: PipelineSpec) -> Pipeline:
         sinks.append(NearLimitWarning())  # one line per frame near the recompile limit
         tracer = getattr(spec.tracing, "tracer", None)
         if tracer is not None:  # the features' spans written at exit (each compiled graph's calls), in the compile's trace
-            sinks.append(LateSpans(tracer, features))
+            sinks.append(LateSpans(tracer, features, flush=spec.flush_spans, every=spec.flush_every))
     sinks.extend(spec.sinks)
     pipeline = Pipeline(
         sinks,

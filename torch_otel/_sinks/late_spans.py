@@ -7,6 +7,11 @@ no phase tree), and at shutdown writes the kind's spans (``SpanView.write_late``
 trace store shows them under the compile, and ``torch-otel diff`` reads them back (``SpanView.read_late``). A compile
 the sampler dropped has no trace, and gets none. Bounded: at most ``max_kept`` compiles.
 
+They are written in one go at exit, so they are paced to the span processor's queue: after each ``every`` spans the
+sink flushes the tracer's provider (``flush``), within what is left of the shutdown's time. A job of thousands of
+compiles would otherwise write more late spans than the queue holds (2,048 by default), faster than they leave, and
+the processor would drop the rest. Past the shutdown's time they are written unpaced, as before (a drop is counted).
+
 A forked child writes the spans of the compiles it made itself, not those it inherited: their traces are the
 parent's, whose spans say how often the parent ran them (as the run summary is the parent's alone).
 """
@@ -14,6 +19,7 @@ parent's, whose spans say how often the parent ran them (as the run summary is t
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -29,14 +35,24 @@ from .._model.record import CompileRecord, Sink
 from .._otel.ids import own_ids, private_random
 
 MAX_KEPT = 10_000
+EVERY = 512  # late spans written between two flushes (half the span queue, where that is less)
 
 
 class LateSpans(Sink):
     """See the module. Its pipeline collects its features' states (the counters' last read) before it shuts it down."""
 
-    def __init__(self, tracer: Tracer, features: tuple[Feature, ...] | None = None, max_kept: int = MAX_KEPT) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        features: tuple[Feature, ...] | None = None,
+        max_kept: int = MAX_KEPT,
+        flush: Callable[[int], object] | None = None,
+        every: int = EVERY,
+    ) -> None:
         self.tracer = tracer
         self.max_kept = max_kept
+        self.flush = flush
+        self.every = max(1, every)
         self._views = tuple(
             (k.name, k.spans.write_late) for k in features_or_default(features) if k.spans is not None and k.spans.write_late
         )
@@ -61,9 +77,20 @@ class LateSpans(Sink):
             return
         self._done = True
         tracer = self.tracer
+        deadline = time.monotonic() + timeout_millis / 1000
+        # a burst: the spans already queued leave first (else each ``every`` spans written)
+        unflushed = self.every if len(self.kept) >= self.every else 0
         with nullcontext() if own_ids(tracer) else private_random():
             pid = os.getpid()
             for made_in, trace_id, span_id, facts in self.kept:
+                if unflushed >= self.every and self.flush is not None:
+                    left = int((deadline - time.monotonic()) * 1000)
+                    if left > 0:
+                        try:
+                            self.flush(left)
+                        except Exception as exc:  # noqa: BLE001
+                            record_error("late spans flush", exc)
+                    unflushed = 0
                 if made_in != pid:
                     continue  # a forked child's inherited compile: the parent writes its spans
                 parent = trace.set_span_in_context(
@@ -78,6 +105,7 @@ class LateSpans(Sink):
                                 name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start
                             )
                             span.end(end_time=end)
+                            unflushed += 1
                     except Exception as exc:  # noqa: BLE001 - one compile's spans must not stop the others'
                         record_error("late spans", exc)
         self.kept.clear()
