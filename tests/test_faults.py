@@ -257,6 +257,27 @@ def test_hung_collector_never_blocks_compiles_and_exit_is_bounded(job, protocol)
     assert "Traceback" not in j.stderr()
 
 
+def test_a_collector_that_hangs_after_taking_spans_does_not_hold_the_exit_on_the_late_spans(job):
+    """The late spans (each compile's graph calls, written at exit) are paced by flushes of the span queue; the SDK's
+    flush does not keep its timeout and would wait out each batch on a collector that hangs. One that took the first
+    spans and then hangs: the exit keeps TORCH_OTEL_SHUTDOWN_TIMEOUT with pacing under way (a queue of 256, so every
+    128 late spans)."""
+    with Rotel() as rotel:
+        tap = Tap(rotel.grpc_port)
+        env = {**otlp_env(tap.endpoint, "grpc"), "TORCH_OTEL_SHUTDOWN_TIMEOUT": "2"}
+        j = job({**env, "OTEL_BSP_MAX_QUEUE_SIZE": "256", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "64"})
+        _arrive(rotel, j.compile(140))  # delivered, and past 128 compiles: the late spans will be paced
+        assert j.dropped() == 0
+        tap.hold = True  # from now on: the exit's flushes meet it
+        elapsed = j.exit()
+        held = tap.held
+        tap.close()
+    assert held > 0  # the late spans' export was stuck in it
+    assert j.proc.returncode == 0, j.stderr()[-3000:]
+    assert elapsed < 2 + 15, elapsed  # TORCH_OTEL_SHUTDOWN_TIMEOUT, not the exporter's timeout for each batch
+    assert "Traceback" not in j.stderr()
+
+
 def test_slow_collector_gets_everything_late_and_nothing_is_dropped(job):
     with Rotel() as rotel:
         tap = Tap(rotel.http_port)

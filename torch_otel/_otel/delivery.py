@@ -61,6 +61,7 @@ class Target:
 
 _targets: dict[str, Target] = {}
 _delivered: set[str] = set()  # endpoints that took at least one export: their settings work
+_by_signal: dict[str, set[str]] = {}  # each signal's endpoints
 _explained: dict[str, str] = {}  # endpoint -> the problem its printed line named
 _answered: set[str] = set()  # default endpoints something answered at: from then on they count as named
 _compiles: dict[tuple[str, bool], int] = {}  # (traces endpoint, sent) -> compile traces (root spans) handed to it
@@ -358,6 +359,19 @@ def _points(data: Any) -> int:
         return 1
 
 
+def flowing(signal: str) -> bool:
+    """Whether a flush of ``signal``'s processors comes back promptly: none of its items was lost, and each endpoint it
+    goes to has taken an export, or is OTLP's default endpoint that nobody named and nothing answers at (skipped). A
+    collector that is down or hangs makes a flush wait out its exporter's timeout, batch after batch."""
+    with _lock:
+        if _dropped[signal]:
+            return False
+        return all(
+            t in _delivered or (t in _targets and not _targets[t].named and t not in _answered)
+            for t in _by_signal.get(signal, ())
+        )
+
+
 def _register(target: Target) -> None:
     with _lock:
         _targets[target.endpoint] = target
@@ -377,6 +391,8 @@ class _Guarded:
         self.inner = factory()
         self.target = target.endpoint
         _register(target)
+        with _lock:
+            _by_signal.setdefault(self.signal, set()).add(target.endpoint)
         weak = weakref.WeakMethod(self._renew)
 
         def after_in_child() -> None:

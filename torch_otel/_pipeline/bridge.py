@@ -27,6 +27,7 @@ from .._core.ranks import env_rank
 from .._core.settings import Settings, capture_level, load_settings
 from .._features.registry import start_process
 from .._model.sink_api import Sink
+from .._otel.delivery import flowing
 from .._otel.exposition import sync_before_scrape
 from .._otel.providers import batch_sizes
 from .._sinks.late_spans import EVERY
@@ -124,7 +125,7 @@ def instrument(
                 "live",
                 settings,
                 tracing=SpanMapper(tracer, settings, live=True),
-                flush_spans=getattr(provider, "force_flush", None),
+                flush_spans=_flush_while_flowing(provider),
                 flush_every=max(1, min(EVERY, batch_sizes(os.environ, "OTEL_BSP")[0] // 2)),
                 metrics=metrics,
                 logger_provider=logger_provider,
@@ -158,6 +159,19 @@ def instrument(
             _register_multiprocessing_hook()
             _atexit_registered = True
         return _bridge
+
+
+def _flush_while_flowing(provider: Any) -> Callable[[int], bool] | None:
+    """The tracer provider's flush, for the late spans' pacing: only while spans reach every endpoint (a flush waits
+    out each batch's export on a collector that is down or hangs); False when it was not done."""
+    force = getattr(provider, "force_flush", None)
+    if force is None:
+        return None
+
+    def flush(timeout_millis: int) -> bool:
+        return flowing("traces") and bool(force(timeout_millis))
+
+    return flush
 
 
 def _before_scrape(cap: LiveCapture, pipeline: Pipeline) -> Callable[[], None]:
