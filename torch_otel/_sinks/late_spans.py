@@ -116,6 +116,8 @@ class LateSpans(Sink):
                     except Exception as exc:  # noqa: BLE001 - one compile's spans must not stop the others'
                         record_error("late spans", exc)
         self.kept.clear()
+        if self._flusher is not None:
+            self._flusher.stop()  # its thread ends after any flush still under way (uninstrument leaves none behind)
 
     def _flush(self, left_ms: int) -> bool:
         """Flush within ``left_ms`` on the flusher's thread; whether it was done in time (else the rest is written
@@ -134,12 +136,15 @@ class _Flusher:
     def __init__(self, flush: Callable[[int], object]) -> None:
         self.pid = os.getpid()
         self._do = flush
-        self._asks: queue.SimpleQueue[tuple[int, threading.Event, list[bool]]] = queue.SimpleQueue()
+        self._asks: queue.SimpleQueue[tuple[int, threading.Event, list[bool]] | None] = queue.SimpleQueue()
         threading.Thread(target=self._run, name="torch-otel-late-spans", daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            left_ms, done, ok = self._asks.get()
+            ask = self._asks.get()
+            if ask is None:
+                return
+            left_ms, done, ok = ask
             try:
                 ok.append(bool(self._do(left_ms)))
             except Exception as exc:  # noqa: BLE001
@@ -151,3 +156,6 @@ class _Flusher:
         done, ok = threading.Event(), list[bool]()
         self._asks.put((left_ms, done, ok))
         return done.wait(left_ms / 1000) and ok == [True]
+
+    def stop(self) -> None:
+        self._asks.put(None)
