@@ -303,15 +303,7 @@ def test_a_process_a_shell_execd_after_running_a_command_says_its_first_phase_ho
         out = tmp_path / name
         out.mkdir()
         argv = " ".join(cli_argv("run", "--", sys.executable, str(WORKLOADS / "startup_exit.py"), str(out / "child.json")))
-        res = subprocess.run(
-            ["bash", "-c", f"{before}exec {argv}"],
-            env=clean_env({**HF_ENV, **_bridged(out)}),
-            cwd=WORKLOADS,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
+        res = run(["bash", "-c", f"{before}exec {argv}"], {**HF_ENV, **_bridged(out)}, cwd=WORKLOADS, timeout=600)
         assert res.returncode == 0, res.stderr[-4000:]
         got[name] = json.loads((out / "startup-0.json").read_text())["startup"]
     setup, alone = got["after_setup"], got["alone"]

@@ -15,6 +15,14 @@ __all__ = ["clock_pair", "process_start", "waited_children"]
 _clock = time.perf_counter_ns  # the recorder's clock
 
 
+def _fields(stat: str) -> list[bytes]:
+    """The fields of ``/proc/self/stat`` after the command's name (which may hold spaces and parentheses): the 3rd
+    field on, so field N is at N - 3."""
+    with open(stat, "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2 :].split()
+
+
 def clock_pair(tries: int = 5) -> tuple[int, int]:
     """The recorder's clock and the wall clock, read together: of a few reads, the one whose two reads of this clock
     around the wall clock's lie closest (a read split by another thread taking the GIL, milliseconds under load, would
@@ -36,9 +44,7 @@ def process_start(stat: str = "/proc/self/stat") -> tuple[int, int, str]:
     ``/proc/self/stat`` (clock ticks since boot); else psutil's, if it is loaded; else now (``bridge``)."""
     now, unix = clock_pair()
     try:
-        with open(stat, "rb") as f:
-            data = f.read()
-        ticks = int(data[data.rindex(b")") + 2 :].split()[19])
+        ticks = int(_fields(stat)[19])
         age = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         if age >= 0:
             return now - age, unix - age, "proc"
@@ -61,9 +67,7 @@ def waited_children(stat: str = "/proc/self/stat") -> tuple[bool, float]:
     keeps. A shell that ran commands and then became Python by ``exec`` (``bash -c 'a; b'`` does, for ``b``) leaves
     them set: the kernel's start of the process is the shell's. (False, 0.0) where unknown."""
     try:
-        with open(stat, "rb") as f:
-            data = f.read()
-        rest = data[data.rindex(b")") + 2 :].split()
+        rest = _fields(stat)
         cpu = (int(rest[13]) + int(rest[14])) / os.sysconf("SC_CLK_TCK")
         return int(rest[8]) > 0 or cpu > 0, cpu
     except (OSError, ValueError, IndexError, AttributeError):
