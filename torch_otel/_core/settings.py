@@ -290,6 +290,22 @@ def registered_samplers() -> set[str]:
     return {ep.name for ep in entry_points(group="opentelemetry_traces_sampler")}
 
 
+SDK_QUEUE, SDK_BATCH = 2048, 512  # the SDK's batch processors' queue and export batch, where nothing sets them
+
+
+def _whole(raw: str | None, lo: int) -> int | None:
+    v = (raw or "").strip()
+    return int(v) if v.isascii() and v.isdigit() and int(v) >= lo else None
+
+
+def batch_sizes(env: Mapping[str, str], prefix: str) -> tuple[int, int]:
+    """The queue and export batch a batch processor runs with (``prefix``: ``OTEL_BSP`` or ``OTEL_BLRP``): the
+    settings where they are whole numbers >= 1, else the SDK's defaults; a batch larger than the queue is the queue's
+    size (the SDK refuses to build such a processor: :func:`sdk_env_problems` says so in one line)."""
+    queue = _whole(env.get(f"{prefix}_MAX_QUEUE_SIZE"), 1) or SDK_QUEUE
+    return queue, min(_whole(env.get(f"{prefix}_MAX_EXPORT_BATCH_SIZE"), 1) or SDK_BATCH, queue)
+
+
 def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
     """Bad values among the SDK's own variables: ``{name: one-line message}`` (a batch processor's queue and batch that
     do not fit together: under ``"OTEL_BSP batch"`` or ``"OTEL_BLRP batch"``)."""
@@ -299,11 +315,10 @@ def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
         raw = env.get(name)
         if raw is None or not raw.strip():
             return None
-        v = raw.strip()
-        if not v.isascii() or not v.isdigit() or int(v) < lo:
+        v = _whole(raw, lo)
+        if v is None:
             out[name] = f"{name}={raw!r} is not a whole number >= {lo}; fix or unset it (using the SDK's default)"
-            return None
-        return int(v)
+        return v
 
     for name in _COUNT_LIMITS + _NON_NEGATIVE:
         whole(name, 0)
@@ -312,16 +327,16 @@ def sdk_env_problems(env: Mapping[str, str]) -> dict[str, str]:
         queue, batch = sizes[f"{prefix}_MAX_QUEUE_SIZE"], sizes[f"{prefix}_MAX_EXPORT_BATCH_SIZE"]
         # (keyed by the pair, not a variable: the bridge's processors run with batches of the queue's size, and neither
         # variable is hidden from the SDK, as a bad value is)
-        if batch is not None and batch > (queue or 2048):
+        if batch is not None and batch > (queue or SDK_QUEUE):
             name = f"{prefix}_MAX_EXPORT_BATCH_SIZE"
             out[f"{prefix} batch"] = (
-                f"{name}={batch} is larger than the queue ({queue or 2048}); make it at most {prefix}_MAX_QUEUE_SIZE"
-                f" (batches of {queue or 2048} meanwhile)"
+                f"{name}={batch} is larger than the queue ({queue or SDK_QUEUE}); make it at most {prefix}_MAX_QUEUE_SIZE"
+                f" (batches of {queue or SDK_QUEUE} meanwhile)"
             )
-        elif batch is None and queue is not None and queue < 512:
+        elif batch is None and queue is not None and queue < SDK_BATCH:
             name = f"{prefix}_MAX_QUEUE_SIZE"
             out[f"{prefix} batch"] = (
-                f"{name}={queue} is smaller than the export batch (the SDK's 512); set {prefix}_MAX_EXPORT_BATCH_SIZE"
+                f"{name}={queue} is smaller than the export batch (the SDK's {SDK_BATCH}); set {prefix}_MAX_EXPORT_BATCH_SIZE"
                 f" to at most {queue} (batches of {queue} meanwhile)"
             )
     for name, allowed in _CHOICES.items():

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from .._core.errors import warn_once
 from .._core.import_watch import sdk_disabled
 from .._core.ranks import env_rank
-from .._core.settings import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, load_settings, url_problem
+from .._core.settings import SDK_SAMPLERS, Settings, bad_sdk_values_hidden, batch_sizes, load_settings, url_problem
 from .._version import __version__, torch_version
 from .ids import UrandomIdGenerator
 from .nothing_configured import ClosingLine, nothing_configured
@@ -344,19 +344,6 @@ def sampler_from_env(env: Mapping[str, str]) -> Any:
         message = f"OTEL_TRACES_SAMPLER={name!r} could not be built ({type(exc).__name__}: {exc}); using the SDK's default"
         warn_once(message, "%s", message)
         return None
-
-
-def batch_sizes(env: Mapping[str, str], prefix: str) -> tuple[int, int]:
-    """The queue and export batch a batch processor runs with (``prefix``: ``OTEL_BSP`` or ``OTEL_BLRP``): the
-    settings where they are whole numbers >= 1, else the SDK's defaults (2,048 and 512); a batch larger than the
-    queue is the queue's size (the SDK refuses to build such a processor: settings.py says so in one line)."""
-
-    def whole(name: str, default: int) -> int:
-        raw = (env.get(name) or "").strip()
-        return int(raw) if raw.isascii() and raw.isdigit() and int(raw) >= 1 else default
-
-    queue = whole(f"{prefix}_MAX_QUEUE_SIZE", 2048)
-    return queue, min(whole(f"{prefix}_MAX_EXPORT_BATCH_SIZE", 512), queue)
 
 
 def build_span_processors(env: Mapping[str, str] | None = None, traces_file: str | None = None) -> list[BatchSpanProcessor]:

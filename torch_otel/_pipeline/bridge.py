@@ -24,12 +24,11 @@ from .._capture.live_capture import LiveCapture
 from .._core.errors import logger, record_error, warn_once
 from .._core.health import set_live_stats
 from .._core.ranks import env_rank
-from .._core.settings import Settings, capture_level, load_settings
+from .._core.settings import Settings, batch_sizes, capture_level, load_settings
 from .._features.registry import start_process
 from .._model.sink_api import Sink
 from .._otel.delivery import flowing
 from .._otel.exposition import sync_before_scrape
-from .._otel.providers import batch_sizes
 from .._sinks.late_spans import EVERY
 from .._sinks.metrics import CompileMetrics
 from .._sinks.spans import SpanMapper
