@@ -23,6 +23,7 @@ from .._features.feature import Feature
 from .._features.registry import features_or_default
 from .._model.compilation_metrics import compile_on_one_rank, kernel_sources, user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
+from .._otel.direct_spans import DirectSpans, direct_spans
 from .._otel.ids import own_ids, private_random
 from .span_model import METRIC_ATTRIBUTES, Events, Root
 
@@ -311,9 +312,14 @@ class SpanMapper:
                     count_not_sampled(rec.kind)
                 return None
             ctx = root.get_span_context()
-            parent_ctx = trace.set_span_in_context(root)
-            for child in rec.root.children:
-                self._phase_span(tracer, child, parent_ctx)
+            direct = direct_spans(tracer)
+            if direct is not None:  # the same spans the SDK's path makes, handed to its processors finished
+                for child in rec.root.children:
+                    self._phase_direct(direct, child, ctx, tracer)
+            else:
+                parent_ctx = trace.set_span_in_context(root)
+                for child in rec.root.children:
+                    self._phase_span(tracer, child, parent_ctx)
             self._events(rec, root, m, tracer)
             if rec.recompile_limit_near:
                 self._near_limit_event(rec, root)
@@ -360,6 +366,24 @@ class SpanMapper:
             for child in node.children:
                 self._phase_span(tracer, child, ctx)
         span.end(end_time=node.end_ns)
+
+    def _phase_direct(self, direct: DirectSpans, node: PhaseNode, parent: trace.SpanContext, tracer: Tracer) -> None:
+        """``_phase_span`` through :mod:`torch_otel._otel.direct_spans`: a span whose events the tracer's limit cannot
+        hold takes the SDK's path (which keeps the newest and counts the rest), with its children."""
+        limit = direct.events_limit
+        if limit is not None and len(node.instants) > limit:
+            self._phase_span(tracer, node, trace.set_span_in_context(trace.NonRecordingSpan(parent)))
+            return
+        span_id = direct.new_span_id()
+        if node.children:
+            ctx = trace.SpanContext(
+                parent.trace_id, span_id, is_remote=False, trace_flags=parent.trace_flags, trace_state=parent.trace_state
+            )
+            for child in node.children:
+                self._phase_direct(direct, child, ctx, tracer)
+        scalar = self._scalar_args
+        events = [(iname, its, scalar(iargs)) for iname, its, iargs in node.instants]
+        direct.span(node.name, parent, scalar(node.args), events, node.start_ns, node.end_ns, span_id)
 
     @staticmethod
     def _event_limit(tracer: Tracer) -> int:

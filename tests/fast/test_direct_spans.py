@@ -1,0 +1,153 @@
+"""Fast tier: a compile's phase spans handed to the SDK's processors finished (torch_otel._otel.direct_spans) are the
+spans the SDK's own path makes, field by field; and where that cannot be known (a processor or sampler of the user's,
+limits below the span's), the SDK's path is taken. No torch.compile: records from the assembler, as replay makes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+
+from tests.fast.fastkit import B, E, feed, frame, instant, metrics
+from torch_otel._core.settings import Settings
+from torch_otel._model.record import CompileRecord
+from torch_otel._otel.direct_spans import direct_spans
+from torch_otel._sinks.spans import SpanMapper
+from torch_otel.sampling import RankSampler
+
+
+def _record() -> CompileRecord:
+    """A frame's compile: nested phases, instants with arguments of every kind (a long text the mapper leaves out)."""
+    args = {"cache_state": "miss", "key": "f" * 300, "attributed": "x", "size": 3, "ratio": 0.5, "ok": True}
+    _, sink = feed(
+        frame(
+            "0/1",
+            0,
+            9_000_000,
+            ("bytecode_tracing", 10, 2_000_000),
+            ("backend_compile", 2_000_010, 8_000_000, ("create_aot_dispatcher_function", 2_100_000, 7_000_000)),
+        )[:-1],
+        B("0/1", "inductor_compile", 7_100_000, args=args),
+        instant("0/1", "fx_graph_cache_miss", 7_200_000, args={"key": "abc", "components": 4}),
+        instant("0/1", "autotune", 7_300_000),
+        E("0/1", "inductor_compile", 7_900_000),
+        E("0/1", "dynamo", 9_000_000),
+        metrics("0/1", guard_count=3),
+    )
+    return sink.only()
+
+
+def _spans(provider: TracerProvider, exporter: InMemorySpanExporter, rec: CompileRecord) -> list[dict[str, Any]]:
+    mapper = SpanMapper(provider.get_tracer("torch_otel.test", "1.0"), Settings(), live=False)
+    mapper.emit(rec)
+    provider.force_flush()
+    spans = exporter.get_finished_spans()
+    names = {s.context.span_id: s.name for s in spans}
+    return [_fields(s, names) for s in spans]
+
+
+def _fields(s: ReadableSpan, names: dict[int, str]) -> dict[str, Any]:
+    """Everything an exporter reads of a span, its ids as the names they point to."""
+    assert s.parent is None or s.parent.trace_id == s.context.trace_id
+    return {
+        "name": s.name,
+        "parent": names.get(s.parent.span_id) if s.parent else None,
+        "parent_remote": s.parent.is_remote if s.parent else None,
+        "flags": int(s.context.trace_flags),
+        "state": dict(s.context.trace_state or {}),
+        "remote": s.context.is_remote,
+        "kind": s.kind,
+        "times": (s.start_time, s.end_time),
+        "attributes": list(dict(s.attributes or {}).items()),  # in order
+        "dropped": (s.dropped_attributes, s.dropped_events, s.dropped_links),
+        "events": [(e.name, e.timestamp, list(dict(e.attributes or {}).items()), e.dropped_attributes) for e in s.events],
+        "links": [(dict(link.attributes or {})) for link in s.links],
+        "status": (s.status.status_code, s.status.description),
+        "resource": dict(s.resource.attributes),
+        "scope": (s.instrumentation_scope.name, s.instrumentation_scope.version) if s.instrumentation_scope else None,
+    }
+
+
+class _Starts(SpanProcessor):
+    """A user's processor that reads each span as it starts: the direct path must not skip it."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started.append(span.name)
+
+
+def _provider(sampler: Any = None, limits: SpanLimits | None = None) -> tuple[TracerProvider, InMemorySpanExporter]:
+    provider = TracerProvider(sampler=sampler, span_limits=limits)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def test_the_direct_paths_spans_are_the_sdks_field_by_field():
+    rec = _record()
+    provider, exporter = _provider()
+    assert direct_spans(provider.get_tracer("t")) is not None  # the SDK's defaults: the direct path is taken
+    direct = _spans(provider, exporter, rec)
+    sdk_provider, sdk_exporter = _provider()
+    starts = _Starts()
+    sdk_provider.add_span_processor(starts)
+    assert direct_spans(sdk_provider.get_tracer("t")) is None  # a processor of the user's: the SDK's path
+    sdk = _spans(sdk_provider, sdk_exporter, rec)
+    assert len(direct) == 5 and direct == sdk
+    assert starts.started[0] == "torch.compile" and len(starts.started) == 5  # the user's processor saw every span
+    inductor = next(s for s in direct if s["name"] == "inductor_compile")
+    assert ("torch.compile.cache_state", "miss") in inductor["attributes"]
+    assert not any(k == "torch.compile.key" for k, _ in inductor["attributes"])  # over 256 characters: left out
+    assert [e[0] for e in inductor["events"]] == ["fx_graph_cache_miss", "autotune"]
+    assert [s["name"] for s in direct[:2]] == ["bytecode_tracing", "create_aot_dispatcher_function"]  # children first
+
+
+@pytest.mark.parametrize(
+    "sampler, direct, spans",
+    [
+        (None, True, 5),  # the SDK's default: ParentBased(ALWAYS_ON)
+        (ALWAYS_ON, True, 5),
+        (ParentBased(TraceIdRatioBased(1.0)), True, 5),
+        (RankSampler("0"), True, 5),
+        (ParentBased(ALWAYS_ON, local_parent_sampled=ALWAYS_OFF), False, 1),  # a user's choice: the root alone
+        (TraceIdRatioBased(1.0), False, 5),  # not known here to keep a child as given: the SDK's path
+    ],
+)
+def test_the_direct_path_is_taken_only_with_a_sampler_known_to_keep_a_sampled_parents_children(sampler, direct, spans):
+    rec = _record()
+    provider, exporter = _provider(sampler)
+    assert (direct_spans(provider.get_tracer("t")) is not None) is direct
+    got = _spans(provider, exporter, rec)
+    reference, ref_exporter = _provider(sampler)
+    reference.add_span_processor(_Starts())
+    expected = _spans(reference, ref_exporter, rec)
+    assert got == expected and len(got) == spans
+
+
+def test_limits_below_the_spans_and_a_batch_processor_of_the_users():
+    rec = _record()
+    few = SpanLimits(max_span_attributes=2)
+    provider, exporter = _provider(limits=few)
+    assert direct_spans(provider.get_tracer("t")) is None  # fewer attributes than a phase may carry: the SDK's path
+    got = _spans(provider, exporter, rec)
+    inductor = next(s for s in got if s["name"] == "inductor_compile")
+    assert len(inductor["attributes"]) == 2 and inductor["dropped"][0] > 0  # the SDK applied the limit, and counted
+    one_event = SpanLimits(max_events=1)
+    provider, exporter = _provider(limits=one_event)
+    assert direct_spans(provider.get_tracer("t")) is not None  # the events limit is checked span by span
+    got = _spans(provider, exporter, rec)
+    inductor = next(s for s in got if s["name"] == "inductor_compile")
+    assert [e[0] for e in inductor["events"]] == ["autotune"] and inductor["dropped"][1] == 1  # the SDK's path for it
+    batch_provider = TracerProvider()
+    batch_provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    assert direct_spans(batch_provider.get_tracer("t")) is not None
+    batch_provider.add_span_processor(_Starts())  # added later: the tracer's path is checked again
+    assert direct_spans(batch_provider.get_tracer("t")) is None
+    batch_provider.shutdown()
