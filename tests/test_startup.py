@@ -97,6 +97,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ("train_off", "sleep", False),
         ("gen", "generate", True),
         ("gen_off", "generate", False),
+        ("seq2seq", "seq2seq", True),
     ):
         out = tmp / name
         out.mkdir()
@@ -207,6 +208,19 @@ def test_generate_ends_at_its_first_token(runs: dict[str, Any]) -> None:
     assert st["phases"]["compile"] == pytest.approx(_torch_compile_s(d), abs=0.002)
     assert st["second_step_s"] > 0  # the second forward: generate's first decode step
     assert lead_line(Startup.from_dict(st)).startswith("first forward after ")
+
+
+def test_an_encoder_decoders_generate_ends_at_its_first_token_not_at_its_encoders_return(runs: dict[str, Any]) -> None:
+    """T5's ``generate`` calls its encoder, then the model: the encoder's return is no token (it ended the start-up
+    there before, with the model's compile after the end)."""
+    d = runs["seq2seq"]
+    st = d["startup"]
+    assert st["end"] == "forward"
+    _adds_up(st)
+    assert abs(st["first_step_s"] - _rel(d, "token1")) <= 0.05
+    assert st["phases"]["compile"] > 0.2  # the model's forward compiled before its first token
+    assert st["phases"]["compile"] == pytest.approx(_torch_compile_s(d), abs=0.002)
+    assert st["second_step_s"] > 0
 
 
 @pytest.mark.parametrize("name", ["train", "gen"])

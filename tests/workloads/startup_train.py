@@ -8,6 +8,8 @@ on (tests/workloads/startup_probe.py), else the bridge stays off.
 - ``train``: the model loaded with ``from_pretrained``, compiled (``aot_eager``) and trained three steps on a
   ``DataLoader`` whose two workers do real work for each sample; the start-up ends at the first optimizer step;
 - ``generate``: the same model loaded, its ``forward`` compiled, and ``generate``: it ends at the first token;
+- ``seq2seq``: an encoder-decoder (a T5 built from its config), its ``forward`` compiled, and ``generate``, which calls
+  the encoder first: it ends at the first token too, not at the encoder's return;
 - ``sleep``: ``train``, with a ``time.sleep(SLEEP_S)`` in the user's model construction (plain code: unattributed).
 
 Stamps (``startup_probe.stamp``): ``imports0/1`` around the imports, ``build0/1`` around the model's construction
@@ -133,8 +135,31 @@ def generate() -> list[int]:
     return [int(t) for t in out[0]]
 
 
+def seq2seq() -> list[int]:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2, d_kv=16, vocab_size=VOCAB)
+    config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 0, 0, 1
+    model = T5ForConditionalGeneration(config)
+    model.forward = torch.compile(model.forward, backend="aot_eager")
+    ids = torch.tensor([[5, 6, 7, 8]])
+
+    def first_token(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if "token1" not in startup_probe._stamps:  # the first token's scores: the model's first call has returned
+            startup_probe.stamp("token1")
+        return scores
+
+    startup_probe.stamp("gen0")
+    out = model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, logits_processor=[first_token])
+    startup_probe.stamp("gen1")
+    return [int(t) for t in out[0]]
+
+
 if mode == "save":
     save()
+elif mode == "seq2seq":
+    with open(outputs, "w", encoding="utf-8") as f:
+        json.dump({"outputs": seq2seq(), "fingerprint": startup_probe.fingerprint()}, f)
 else:
     result = generate() if mode == "generate" else train(float(os.environ.get("SLEEP_S", "1.0")) if mode == "sleep" else 0.0)
     with open(outputs, "w", encoding="utf-8") as f:

@@ -146,6 +146,12 @@ def _module_call(r: Any, call: Callable[..., Any], phase: str, label: str, args:
     r.sync()
     t0 = _clock()
     entry = r.push(t0, phase, label) if r.state == "recording" else None
+    part = False
+    if entry is not None and r.mode == "auto" and not r.forwards:
+        try:
+            part = _part_of_generate(args[0] if args else None)
+        except Exception as exc:  # noqa: BLE001
+            error("start-up generate", exc)
     try:
         return call(*args, **kwargs)
     finally:
@@ -155,10 +161,31 @@ def _module_call(r: Any, call: Callable[..., Any], phase: str, label: str, args:
             if entry is not None:
                 r.pop(entry, t1)
                 r.step_from = t1
-            _forwarded(r, t0, t1)
+            if not part:
+                _forwarded(r, t0, t1)
             r.sync()
         except Exception as exc:  # noqa: BLE001
             error("start-up forward", exc)
+
+
+GENERATE_DEPTH = 32  # frames looked through, out from a module call, for the ``generate`` it is part of
+
+
+def _part_of_generate(module: Any) -> bool:
+    """Whether this outermost call is of another module than the one whose ``generate`` (transformers') runs it: an
+    encoder-decoder's encoder, before its model's first call. The first token is that model's own call's return, so
+    the call before it is part of the first token, not the first forward."""
+    f: Any = sys._getframe(2)
+    for _ in range(GENERATE_DEPTH):
+        if f is None:
+            return False
+        if f.f_code.co_name == "generate":
+            owner = f.f_locals.get("self")
+            if owner is None or owner is module:
+                return False
+            return any(c.__name__ == "GenerationMixin" for c in type(owner).__mro__)
+        f = f.f_back
+    return False
 
 
 def _forwarded(r: Any, t0: int, t1: int) -> None:
