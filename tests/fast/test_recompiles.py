@@ -17,6 +17,7 @@ from torch_otel._analysis.recompile_guards import Guard, automatic_dynamic_of, g
 from torch_otel._analysis.recompile_hints import DYNAMIC_SHAPES_URL, FrameContext, advise
 from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words
 from torch_otel._assemble.assembler import Assembler
+from torch_otel._core.categories import recompile_category
 from torch_otel._core.errors import logger
 from torch_otel._sinks.near_limit import NearLimitWarning
 from torch_otel._sinks.summary import RunSummary
@@ -52,6 +53,29 @@ CONFIG = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shap
 )
 def test_torchs_reasons_are_read_as_guards(reason: str, guard: Guard) -> None:
     assert parse_guard(reason) == guard
+
+
+@pytest.mark.parametrize(
+    ("reason", "category"),
+    [
+        # T5's generate, torch 2.13: a value guard whose source line says "is not None" (it read "id")
+        (
+            "0/0: kwargs['cache'].is_updated[0] == False                   # if is_cross_attention and cache is not "
+            "None and is_updated:  # transformers/models/t5/modeling_t5.py:321 in forward",
+            "value",
+        ),
+        ("0/0: n == 0                                  # y = x.to(x.device, x.dtype)  # m.py:8 in f", "value"),
+        ("L['self'].training == True   # if self.training and x.requires_grad:  # m.py:3 in f", "value"),
+        ("L['k'] <= 7                  # if x.dtype == y.dtype:  # m.py:4 in f", "size_mismatch"),
+        ("___check_obj_id(L['fn'], 1403)   # return fn(x, size=3) == y  # m.py:9 in f", "id"),
+        ("L['mask'] is None   # if mask is not None and mask.dtype == torch.bool:  # m.py:2 in f", "id"),
+        ("0/1: tensor 'x' size mismatch at index 0. expected 8, actual 16", "size_mismatch"),
+        ("tensor 'x' dtype mismatch. expected Float, actual Double", "dtype"),
+        ("1/3: GLOBAL_STATE changed: grad_mode ", "global_state"),
+    ],
+)
+def test_a_recompiles_category_is_its_guards_not_the_source_line_torch_appends(reason: str, category: str) -> None:
+    assert recompile_category(reason) == category
 
 
 @pytest.mark.parametrize(

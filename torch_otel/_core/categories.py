@@ -25,6 +25,7 @@ _RECOMPILE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 RECOMPILE_CATEGORIES: tuple[str, ...] = tuple(c for c, _ in _RECOMPILE_RULES) + ("other",)
 
+GUARD_COMMENT = "  # "  # what torch puts between a guard's code and its source comment (dynamo's get_verbose_code_part)
 _PREFIX_RE = re.compile(r"^\s*(?:!\d+/)?\d+/\d+(?:_\d+)?:\s*")
 
 
@@ -40,10 +41,12 @@ def strip_recompile_prefix(reason: str) -> str:
 
 @functools.lru_cache(maxsize=512)  # a frame's every recompile lists its earlier cache entries' failures again
 def recompile_category(reason: str | None) -> str:
-    """Map a guard failure to one of :data:`RECOMPILE_CATEGORIES`."""
+    """Map a guard failure to one of :data:`RECOMPILE_CATEGORIES`, by the guard alone: torch appends to a guard's code
+    the user's source line it came from (``L['n'] == 3  # if x.dtype == y:  # m.py:5 in f``), whose words (``dtype``,
+    ``is not None``) are not the guard's."""
     if not reason:
         return "other"
-    text = strip_recompile_prefix(reason)
+    text = strip_recompile_prefix(reason).split(GUARD_COMMENT, 1)[0]
     for name, pat in _RECOMPILE_RULES:
         if pat.search(text):
             return name
