@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fast.fastkit import feed, frame, metrics
+from tests.fast.fastkit import cid, feed, frame, metrics
 from torch_otel._analysis.recompile_guards import Guard, automatic_dynamic_of, guard_line, parse_guard, recompile_limit_of
 from torch_otel._analysis.recompile_hints import DYNAMIC_SHAPES_URL, FrameContext, advise
 from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words
@@ -431,3 +431,39 @@ def test_the_evidence_of_graph_calls_names_the_graphs_that_ran_once_as_a_range_o
     assert evidence([50, 1, 7, 1, 1])["line"].startswith("graphs 0/1, 0/3, 0/4 ran at most once each")
     assert evidence([50, 0, 9])["line"].startswith("graph 0/1 ran at most once and cost 1.50 s")
     assert evidence([50, 9]) == {}  # every recompile paid off: no evidence
+
+
+def test_the_compile_the_limit_stopped_joins_its_frame_called_from_the_frames_last_call_site() -> None:
+    """Replay: torch logs no code and no stack for the compile its recompile limit stops (a BERT trained with
+    dynamic=False: its frame is transformers' wrapper, a library's, keyed by the user's call site too), so it read
+    as another frame, with no call site: two rows, the one with the recompiles not at the limit."""
+    from torch_otel._model.events import StartEvent
+
+    limit_2 = json.dumps({"automatic_dynamic_shapes": False, "recompile_limit": 2})
+    stack = [
+        {"filename_str": "/src/train.py", "line": 18, "name": "train"},
+        {"filename_str": LIB + "utils/generic.py", "line": 1030, "name": "wrapper"},
+    ]
+    events: list[object] = []
+    for i in range(2):
+        fields = {
+            "co_name": "wrapper",
+            "co_filename": LIB + "utils/generic.py",
+            "co_firstlineno": 1030,
+            "dynamo_config": limit_2,
+            "cache_size": i,
+        }
+        if i:
+            fields["recompile_reason"] = "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 16"
+        begin, end = frame(f"0/{i}", 100 * i, 100 * i + 10)
+        events += [begin, StartEvent(cid(f"0/{i}"), stack), end, metrics(f"0/{i}", **fields)]  # dynamo_start: after begin
+    limit = "Dynamo recompile limit exceeded\n  Developer debug context: Limit type: recompile_limit"
+    events += [frame("0/2", 300, 310), metrics("0/2", fail_type="Unsupported", fail_reason=limit, dynamo_config=limit_2)]
+    summary = RunSummary("replay")
+    _, sink = feed(events)
+    for r in sink.finished:
+        summary.on_finish(r)
+    d = summary.to_dict()
+    (f,) = d["recompiling_frames"]
+    assert (f["function"], f["call_site"], f["recompiles"], f["limit_hits"]) == ("wrapper", "train.py:18", 1, 1)
+    assert [(g["function"], g["call_site"], g["compiles"]) for g in d["frames"]] == [("wrapper", "train.py:18", 3)]

@@ -23,6 +23,8 @@ from .._model.record import CodeLocation, CompileRecord, Linked, Recent, frame_n
 
 __all__ = ["RECENT", "CacheLoads", "Derive", "Tracing", "guard"]
 
+_FrameCode = tuple[CodeLocation, CodeLocation, "str | None", "CodeLocation | None", bool]
+
 # Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
 # recent ones, whatever the job's length (tests/workloads/many.py runs past it with a smaller value)
 RECENT = 4096
@@ -72,7 +74,9 @@ class Derive:
         # What later compiles inherit: a frame's code by (autograd id, frame id); forwards by compile id (a lazy
         # backward's); compiled-autograd graphs by their id
         # (torch's code, the frame as named, the class that names it)
-        self._frame_code: Recent[tuple[int | None, int | None], tuple[CodeLocation, CodeLocation, str | None]] = Recent(recent)
+        # a frame's code as its last compile named it, and the user's line that called it: (torch's code, the code as
+        # named, the class that names it, the call site, whether the user's code called it directly)
+        self._frame_code: Recent[tuple[int | None, int | None], _FrameCode] = Recent(recent)
         self._forwards: Recent[str, Linked] = Recent(recent)
         self._autograd_graphs: Recent[int, Linked] = Recent(max(1, recent // 4))
         # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
@@ -89,13 +93,18 @@ class Derive:
             key = (cid.compiled_autograd_id, cid.frame_id)
             before = self._frame_code.get(key)
             if not (torch_code.function and torch_code.file):
-                # a compile that stops before dynamo reports its code (the recompile-limit check): its frame's
+                # a compile that stops before dynamo reports its code or its stack (the recompile-limit check): its
+                # frame's, called from where the frame was last called (replay: no stack; live: the stack's own)
                 if before is not None:
-                    torch_code, code, frame_class = before
+                    torch_code, code, frame_class = before[:3]
+                    if rec.call_site is None:
+                        rec.call_site, rec.called_directly = before[3:]
             elif not classes and before is not None and before[0] == torch_code:
-                _, code, frame_class = before  # no guards of its own to name it by: as its frame's earlier compile
+                code, frame_class = before[1:3]  # no guards of its own to name it by: as its frame's earlier compile
+                if rec.call_site is not None:
+                    self._frame_code.remember(key, (*before[:3], rec.call_site, rec.called_directly))
             else:
-                self._frame_code.remember(key, (torch_code, code, frame_class))
+                self._frame_code.remember(key, (torch_code, code, frame_class, rec.call_site, rec.called_directly))
             self._recompile_facts(rec, key)
         if rec.kind == "backward":
             rec.forward = self._forwards.get(rec.id_str)
