@@ -117,22 +117,27 @@ def train(sleep_s: float) -> list[str]:
     return losses
 
 
-def generate() -> list[int]:
-    startup_probe.stamp("weights0")
-    model = LlamaForCausalLM.from_pretrained(model_dir)
-    startup_probe.stamp("weights1")
+def _generate(model: torch.nn.Module, ids: list[int], **kwargs: int) -> list[int]:
+    """``model.forward`` compiled, then ``generate``: ``token1`` is stamped when the first token's scores reach a logits
+    processor (the model's first call has returned)."""
     model.forward = torch.compile(model.forward, backend="aot_eager")
-    ids = torch.tensor([[1, 2, 3, 4]])
 
     def first_token(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if "token1" not in startup_probe._stamps:  # the first token's scores: the first forward has returned
+        if "token1" not in startup_probe._stamps:
             startup_probe.stamp("token1")
         return scores
 
     startup_probe.stamp("gen0")
-    out = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0, logits_processor=[first_token])
+    out = model.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False, logits_processor=[first_token], **kwargs)
     startup_probe.stamp("gen1")
     return [int(t) for t in out[0]]
+
+
+def generate() -> list[int]:
+    startup_probe.stamp("weights0")
+    model = LlamaForCausalLM.from_pretrained(model_dir)
+    startup_probe.stamp("weights1")
+    return _generate(model, [1, 2, 3, 4], pad_token_id=0)
 
 
 def seq2seq() -> list[int]:
@@ -140,27 +145,15 @@ def seq2seq() -> list[int]:
 
     config = T5Config(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2, d_kv=16, vocab_size=VOCAB)
     config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 0, 0, 1
-    model = T5ForConditionalGeneration(config)
-    model.forward = torch.compile(model.forward, backend="aot_eager")
-    ids = torch.tensor([[5, 6, 7, 8]])
-
-    def first_token(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if "token1" not in startup_probe._stamps:  # the first token's scores: the model's first call has returned
-            startup_probe.stamp("token1")
-        return scores
-
-    startup_probe.stamp("gen0")
-    out = model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, logits_processor=[first_token])
-    startup_probe.stamp("gen1")
-    return [int(t) for t in out[0]]
+    return _generate(T5ForConditionalGeneration(config), [5, 6, 7, 8], min_new_tokens=4)
 
 
 if mode == "save":
     save()
-elif mode == "seq2seq":
-    with open(outputs, "w", encoding="utf-8") as f:
-        json.dump({"outputs": seq2seq(), "fingerprint": startup_probe.fingerprint()}, f)
 else:
-    result = generate() if mode == "generate" else train(float(os.environ.get("SLEEP_S", "1.0")) if mode == "sleep" else 0.0)
+    if mode in ("generate", "seq2seq"):
+        result = generate() if mode == "generate" else seq2seq()
+    else:
+        result = train(float(os.environ.get("SLEEP_S", "1.0")) if mode == "sleep" else 0.0)
     with open(outputs, "w", encoding="utf-8") as f:
         json.dump({"outputs": result, "fingerprint": startup_probe.fingerprint()}, f)

@@ -73,7 +73,6 @@ class Derive:
         self.recompile_limit = recompile_limit
         # What later compiles inherit: a frame's code by (autograd id, frame id); forwards by compile id (a lazy
         # backward's); compiled-autograd graphs by their id
-        # (torch's code, the frame as named, the class that names it)
         # a frame's code as its last compile named it, and the user's line that called it: (torch's code, the code as
         # named, the class that names it, the call site, whether the user's code called it directly)
         self._frame_code: Recent[tuple[int | None, int | None], _FrameCode] = Recent(recent)

@@ -60,7 +60,6 @@ class DirectSpans:
     """One SDK tracer's direct path (see the module). ``events_limit``: the tracer's events per span."""
 
     def __init__(self, tracer: SdkTracer) -> None:
-        self.tracer = tracer
         self.on_end = tracer.span_processor.on_end
         self.new_span_id = tracer.id_generator.generate_span_id
         self.resource = tracer.resource
@@ -68,25 +67,28 @@ class DirectSpans:
         self.info = tracer.instrumentation_info
         self.events_limit: int | None = tracer._span_limits.max_events  # noqa: SLF001
 
+    def context(self, parent: SpanContext) -> SpanContext:
+        """A new child's context: a span id of its own, the sampled parent's trace, flags and state (as the SDK's
+        sampler gives a kept child of a local parent)."""
+        return SpanContext(
+            parent.trace_id,
+            self.new_span_id(),
+            is_remote=False,
+            trace_flags=parent.trace_flags,
+            trace_state=parent.trace_state,
+        )
+
     def span(
         self,
         name: str,
+        ctx: SpanContext,
         parent: SpanContext,
         attributes: Mapping[str, Any],
         events: Sequence[tuple[str, int | None, Mapping[str, Any]]],
         start_ns: int,
         end_ns: int | None,
-        span_id: int | None = None,
     ) -> None:
-        """A finished child of ``parent`` (sampled), handed to the processors. ``span_id``: one drawn already (the
-        span's children were handed first, under it)."""
-        ctx = SpanContext(
-            parent.trace_id,
-            span_id if span_id is not None else self.new_span_id(),
-            is_remote=False,
-            trace_flags=parent.trace_flags,
-            trace_state=parent.trace_state,
-        )
+        """A finished child of ``parent`` (its context ``ctx``, from :meth:`context`), handed to the processors."""
         self.on_end(
             ReadableSpan(
                 name=name,

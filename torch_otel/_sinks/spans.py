@@ -374,16 +374,12 @@ class SpanMapper:
         if limit is not None and len(node.instants) > limit:
             self._phase_span(tracer, node, trace.set_span_in_context(trace.NonRecordingSpan(parent)))
             return
-        span_id = direct.new_span_id()
-        if node.children:
-            ctx = trace.SpanContext(
-                parent.trace_id, span_id, is_remote=False, trace_flags=parent.trace_flags, trace_state=parent.trace_state
-            )
-            for child in node.children:
-                self._phase_direct(direct, child, ctx, tracer)
+        ctx = direct.context(parent)
+        for child in node.children:  # handed over first, as the SDK ends a span after its children
+            self._phase_direct(direct, child, ctx, tracer)
         scalar = self._scalar_args
         events = [(iname, its, scalar(iargs)) for iname, its, iargs in node.instants]
-        direct.span(node.name, parent, scalar(node.args), events, node.start_ns, node.end_ns, span_id)
+        direct.span(node.name, ctx, parent, scalar(node.args), events, node.start_ns, node.end_ns)
 
     @staticmethod
     def _event_limit(tracer: Tracer) -> int:
