@@ -5,18 +5,26 @@ limits below the span's), the SDK's path is taken. No torch.compile: records fro
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from tests.fast.fastkit import B, E, feed, frame, instant, metrics
+from tests.fast.fastkit import B, Collect, E, feed, frame, instant, metrics
+from torch_otel._core.errors import internal_error_count
 from torch_otel._core.settings import Settings
 from torch_otel._model.record import CompileRecord
+from torch_otel._otel import direct_spans as direct_spans_module
 from torch_otel._otel.direct_spans import direct_spans
+from torch_otel._parse.trace_log import ReplayStats
+from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.spans import SpanMapper
 from torch_otel.sampling import RankSampler
 
@@ -151,3 +159,127 @@ def test_limits_below_the_spans_and_a_batch_processor_of_the_users():
     batch_provider.add_span_processor(_Starts())  # added later: the tracer's path is checked again
     assert direct_spans(batch_provider.get_tracer("t")) is None
     batch_provider.shutdown()
+
+
+class _Counting(IdGenerator):
+    """Ids in a fixed order: the two paths, drawing the same ids in the same order, give the same spans and trees."""
+
+    def __init__(self) -> None:
+        self.n = self.traces = 0
+
+    def generate_span_id(self) -> int:
+        self.n += 1
+        return self.n
+
+    def generate_trace_id(self) -> int:
+        self.traces += 1
+        return (self.traces << 64) | (self.traces % 2) << 63  # TraceIdRatioBased(0.5) reads the low 64 bits: every other
+
+    def is_trace_id_random(self) -> bool:
+        return True
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "tlparse-corpus"
+
+
+def _replayed(log: str, sampler: Any, limits: SpanLimits | None, user_processor: bool, artifacts: bool) -> list[Any]:
+    """Every span of a real log's replay (tlparse's corpus), each with its ids, as an exporter reads it."""
+    provider = TracerProvider(sampler=sampler, span_limits=limits, id_generator=_Counting())
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if user_processor:
+        provider.add_span_processor(_Starts())
+    tracer = provider.get_tracer("torch_otel.test", "1.0")
+    assert (direct_spans(tracer) is None) is user_processor
+    mapper = SpanMapper(tracer, Settings(capture="full" if artifacts else "default"), live=False)
+    errors = internal_error_count()
+    replay_file(CORPUS / log, [Collect()], ReplayStats(), artifacts=artifacts, tracing=mapper)
+    assert internal_error_count() == errors
+    spans = exporter.get_finished_spans()
+    names = {s.context.span_id: s.name for s in spans}
+    return [(s.context.trace_id, s.context.span_id, s.parent.span_id if s.parent else None, _fields(s, names)) for s in spans]
+
+
+def _no_sdk_span(**_: Any) -> None:
+    raise AssertionError("the SDK's span was built for a root within the limits")
+
+
+@pytest.mark.parametrize(
+    "log, sampler, limits, artifacts",
+    [
+        ("comp_failure.log.gz", None, None, False),  # failed compiles: an error status, the exception events
+        ("cache_hit_miss.log.gz", None, None, True),  # full capture: the artifact events; lazy backwards linked
+        ("multi_rank_runtime_rank_0.log.gz", ALWAYS_ON, None, False),  # 12 roots, runtime ones too
+        ("multi_rank_runtime_rank_0.log.gz", ParentBased(TraceIdRatioBased(0.5)), None, False),  # some roots dropped
+        ("simple.log.gz", ParentBased(ALWAYS_OFF), None, False),  # every root dropped
+        ("multi_rank_runtime_rank_0.log.gz", None, SpanLimits(max_span_attributes=40, max_events=2), True),  # roots cut
+        ("cache_hit_miss.log.gz", None, SpanLimits(max_attribute_length=260, max_span_attribute_length=300), True),
+    ],
+)
+def test_a_compiles_root_on_the_direct_path_is_the_sdks_root(log, sampler, limits, artifacts, monkeypatch):
+    """Each compile of a real log, its root built both ways: the same spans, field by field, with the same ids drawn in
+    the same order (the sampler asked alike), and where the SDK's limits cut the root, the same cut and counts."""
+    if limits is None:  # within the limits no root takes the SDK's span (it would fail, and count an internal error)
+        monkeypatch.setattr(direct_spans_module, "_Span", _no_sdk_span)
+    direct = _replayed(log, sampler, limits, user_processor=False, artifacts=artifacts)
+    monkeypatch.undo()
+    sdk = _replayed(log, sampler, limits, user_processor=True, artifacts=artifacts)
+    assert direct == sdk
+    roots = [f for *_, parent, f in direct if parent is None]
+    if isinstance(sampler, ParentBased) and sampler._root is ALWAYS_OFF:
+        assert direct == []
+        return
+    assert roots
+    if isinstance(sampler, ParentBased):  # the ratio: some roots kept, some not (the ids drawn for each alike)
+        assert 0 < len(roots) < 12
+    if log == "comp_failure.log.gz":
+        assert any(r["status"][0] is StatusCode.ERROR and r["status"][1] for r in roots)
+    if limits is not None and limits.max_events == 2:
+        assert any(r["dropped"][0] > 0 for r in roots)  # the SDK's cut of the attributes (events: the mapper fits them)
+        assert max(len(r["events"]) for r in roots) == 2
+
+
+def _root_calls(span: Any) -> None:
+    """What the span mapper does with a root: attributes set again, events, statuses (OK is final)."""
+    span.set_attribute("torch.compile.artifact_count", 3)
+    span.set_attribute("first", "again")  # set again: it moves last
+    span.add_event("torch.compile.graph_break", {"reason": "r", "lines": [1, 2], "none": None}, timestamp=5)
+    span.add_event("plain", None, timestamp=6)
+    span.set_status(Status(StatusCode.OK))
+    span.set_status(Status(StatusCode.ERROR, "ignored: OK is final"))
+    span.end(end_time=9)
+
+
+@pytest.mark.parametrize("limits", [None, SpanLimits(max_span_attributes=33, max_link_attributes=1, max_events=1)])
+def test_a_root_with_a_remote_parent_links_and_statuses_is_the_sdks(limits):
+    """Beyond what a log replays: a user's remote parent with a trace state, links (a lazy backward's forward), values
+    the SDK cleans (a list, a long text, bytes, None), an attribute set again, statuses; and limits that cut them."""
+    got = []
+    for path in ("direct", "sdk"):
+        provider = TracerProvider(span_limits=limits, id_generator=_Counting())
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("torch_otel.test", "1.0")
+        d = direct_spans(tracer)
+        assert d is not None and d.roots
+        remote = SpanContext(7, 8, True, TraceFlags(TraceFlags.SAMPLED), TraceState([("k", "v")]))
+        parent = trace.set_span_in_context(NonRecordingSpan(remote))
+        linked = SpanContext(5, 6, False, TraceFlags(TraceFlags.SAMPLED))
+        links = [Link(linked, {"torch.compile.link": "forward", "n": 1}), Link(linked, {"torch.compile.link": "ca"})]
+        attrs: dict[str, Any] = {"first": 1, "list": ["a", "b"], "long": "x" * 5000, "bytes": b"\x00", "none": None}
+        attrs.update({f"a{i}": i for i in range(30)})
+        if path == "direct":
+            span = d.root("torch.compile", parent, attrs, links, 1)
+        else:
+            span = tracer.start_span("torch.compile", parent, SpanKind.INTERNAL, attrs, links, start_time=1)
+        _root_calls(span)
+        (s,) = exporter.get_finished_spans()
+        got.append((s.context, s.parent, _fields(s, {})))
+    assert got[0] == got[1]
+    ctx, parent_ctx, fields = got[0]
+    assert parent_ctx.span_id == 8 and parent_ctx.is_remote and dict(ctx.trace_state) == {"k": "v"}
+    assert fields["status"] == (StatusCode.OK, None) and fields["attributes"][-1] == ("first", "again")
+    if limits is None:
+        assert ("list", ("a", "b")) in fields["attributes"]  # the SDK's tuple
+    else:
+        assert fields["dropped"][:2] == (4, 1) and fields["links"][0] == {"n": 1}  # the SDK keeps the newest

@@ -141,3 +141,26 @@ def test_a_value_the_bridge_cannot_encode_goes_to_the_sdks_encoder_and_the_rest_
         logging.getLogger("opentelemetry.exporter.otlp.proto.common._internal").disabled = False
     keys = [kv.key for kv in sent.resource_spans[0].scope_spans[0].spans[0].attributes]
     assert keys == ["ok"]
+
+
+def test_the_encoders_kept_integers_start_again_when_full_and_still_encode_as_the_sdk():
+    """Integer attributes are kept encoded (ids, lines and counts come back); past the bound the kept ones are dropped,
+    never a wrong field: a batch of more distinct integers than the bound, twice, each time the SDK's message."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    ctx, resource = SpanContext(1, 2, False, TraceFlags(1)), Resource({"service.name": "svc"})
+    spans = [
+        ReadableSpan(
+            name=f"s{j}",
+            context=ctx,
+            resource=resource,
+            attributes={f"k{i}": j * 1000 + i % 7 for i in range(1000)},
+            start_time=1,
+            end_time=2,
+        )
+        for j in range(6)
+    ]
+    encoder = wire.Encoder()
+    assert _fast(spans, encoder) == sdk_encode_spans(spans)
+    assert 0 < len(encoder._ints) <= wire._CACHE_MAX  # the bound held: 6,000 distinct integers went through it
+    assert _fast(spans, encoder) == sdk_encode_spans(spans)

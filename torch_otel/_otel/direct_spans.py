@@ -15,19 +15,44 @@ leave the span as given, :class:`DirectSpans` builds that ``ReadableSpan`` itsel
 - the span's attributes and events fit the tracer's limits (a span that does not fit takes the SDK's path).
 
 Anything else (a processor of the user's, a sampler of the user's) takes the SDK's path, span by span as before.
+
+The compile's root takes the same path where the SDK is one whose steps are known here (:meth:`DirectSpans.root`):
+the tracer's sampler is asked as its ``start_span`` asks it (any sampler, the user's too), with the same trace id, trace
+flags and span id, and a kept root records its attributes, events and status as given. At its ``end`` each value is
+checked as the SDK's ``BoundedAttributes`` would (a text, number or flag within the limits is kept as it is; any other
+value is cleaned by the SDK's own function), and a root that passes a limit (too many attributes, events or links) is
+built by the SDK's own span, from the same calls in the same order: its limits apply and its counts of what it dropped
+are kept.
+
 ``tests/fast/test_direct_spans.py`` compares the two paths' spans field by field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from time import time_ns
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-from opentelemetry.trace import SpanContext, SpanKind
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    get_current_span,
+)
+
+try:  # what the root's path needs of the SDK: its value cleaning, its span and link checks (an older SDK: its own path)
+    from opentelemetry.attributes import _clean_attribute_value
+    from opentelemetry.sdk.trace import _is_valid_link, _Span
+except ImportError:  # pragma: no cover - an SDK without them
+    _clean_attribute_value = _is_valid_link = _Span = None  # type: ignore[assignment,misc]
 
 __all__ = ["MAX_ATTRIBUTES", "MAX_TEXT", "DirectSpans", "direct_spans"]
 
@@ -66,6 +91,43 @@ class DirectSpans:
         self.scope = tracer._instrumentation_scope  # noqa: SLF001 - what the SDK's spans carry, read once
         self.info = tracer.instrumentation_info
         self.events_limit: int | None = tracer._span_limits.max_events  # noqa: SLF001
+        self.limits = tracer._span_limits  # noqa: SLF001
+        self.tracer = tracer
+        # the root's path, where the SDK's start_span is the one this module follows (trace flags with RANDOM_TRACE_ID,
+        # a tracer that can be disabled)
+        self.roots = (
+            _Span is not None and hasattr(TraceFlags, "RANDOM_TRACE_ID") and callable(getattr(tracer, "_is_enabled", None))
+        )
+
+    def root(self, name: str, context: Any, attributes: Mapping[str, Any], links: Sequence[Link], start_ns: int) -> Any:
+        """A compile's root, as the tracer's ``start_span(name, context, INTERNAL, attributes, links, start_ns)`` starts
+        it: the sampler asked with the same arguments, the same ids drawn in the same order. A kept root records what
+        it is given until its ``end`` hands it to the processors (see the module); a dropped one is the SDK's
+        non-recording span."""
+        tracer = self.tracer
+        links = links or ()
+        parent: SpanContext | None = get_current_span(context).get_span_context()
+        if not tracer._is_enabled():  # noqa: SLF001 - the SDK's tracer configurator turned it off
+            return NonRecordingSpan(parent)  # type: ignore[arg-type]  # as the SDK's start_span does
+        ids = tracer.id_generator
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = ids.generate_trace_id()
+            random_id = ids.is_trace_id_random()
+        else:
+            trace_id = parent.trace_id
+            random_id = parent.trace_flags.random_trace_id
+        sampled = tracer.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes, links)
+        kept: bool = sampled.decision.is_sampled()  # type: ignore[no-untyped-call]
+        flags = TraceFlags.SAMPLED if kept else TraceFlags.DEFAULT
+        if random_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        ctx = SpanContext(
+            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags), trace_state=sampled.trace_state
+        )
+        if not sampled.decision.is_recording():  # type: ignore[no-untyped-call]
+            return NonRecordingSpan(ctx)
+        return _Root(self, name, ctx, parent, sampled.attributes, links, start_ns, context)
 
     def context(self, parent: SpanContext) -> SpanContext:
         """A new child's context: a span id of its own, the sampled parent's trace, flags and state (as the SDK's
@@ -105,6 +167,147 @@ class DirectSpans:
                 instrumentation_scope=self.scope,
             )
         )
+
+
+_SCALAR_TYPES = frozenset((str, bool, int, float))  # values the SDK keeps as they are (a text within its limit)
+_KEY_TYPES = frozenset((str,))
+
+
+def _cleaned(
+    given: Mapping[Any, Any], later: Sequence[tuple[Any, Any]], most: int | None, longest: int | None
+) -> dict[str, Any] | None:
+    """``given``, then each of ``later`` set, as the SDK's ``BoundedAttributes(most, given, max_value_len=longest)``
+    holds them; None where it would drop one (a key that is not a text, an empty one, more than ``most``): the SDK's own
+    span must then apply its limits. A text, number or flag within ``longest`` is kept as it is; any other value is
+    cleaned by the SDK's own function. The checks run over the whole mapping at once (a Python loop per value cost as
+    much as the SDK's own)."""
+    out = dict(given)
+    for k, v in later:
+        out.pop(k, None)  # set again: last, as the SDK keeps it
+        out[k] = v
+    if (most is not None and len(out) > most) or "" in out or not _KEY_TYPES.issuperset(map(type, out)):
+        return None
+    if not _SCALAR_TYPES.issuperset(map(type, out.values())) or (
+        longest is not None and any(type(v) is str and len(v) > longest for v in out.values())
+    ):
+        for k, v in list(out.items()):
+            if type(v) not in _SCALAR_TYPES or (type(v) is str and longest is not None and len(v) > longest):
+                out[k] = _clean_attribute_value(v, longest)  # a sequence, a mapping, a long text: the SDK's cleaning
+    return out
+
+
+class _Root:
+    """A kept root (:meth:`DirectSpans.root`): the calls the span mapper makes of an SDK span, kept until ``end``."""
+
+    def __init__(
+        self,
+        direct: DirectSpans,
+        name: str,
+        ctx: SpanContext,
+        parent: SpanContext | None,
+        attributes: Mapping[str, Any],
+        links: Sequence[Link],
+        start_ns: int,
+        context: Any,
+    ) -> None:
+        self._direct, self._name, self._ctx, self._parent = direct, name, ctx, parent
+        self._attributes, self._links, self._start, self._context = attributes, links, start_ns, context
+        self._later: list[tuple[str, Any]] = []
+        self._events: list[tuple[str, Mapping[str, Any], int]] = []
+        self._statuses: list[Status] = []
+        self._end: int | None = None
+
+    def get_span_context(self) -> SpanContext:
+        return self._ctx
+
+    def is_recording(self) -> bool:
+        return self._end is None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self._end is None:
+            self._later.append((key, value))
+
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
+        if self._end is None:
+            self._events.append((name, attributes or {}, time_ns() if timestamp is None else timestamp))
+
+    def set_status(self, status: Status) -> None:
+        if self._end is None:
+            self._statuses.append(status)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end is not None:
+            return
+        self._end = time_ns() if end_time is None else end_time
+        span = self._finished()
+        if span is None:
+            self._sdk_span()
+        else:
+            self._direct.on_end(span)
+
+    def _finished(self) -> ReadableSpan | None:
+        """The span as the SDK's would end, or None where one of its limits applies."""
+        limits, d = self._direct.limits, self._direct
+        attributes = _cleaned(self._attributes, self._later, limits.max_span_attributes, limits.max_span_attribute_length)
+        if attributes is None or not _fits(limits.max_events, len(self._events)) or not _fits(limits.max_links, len(self._links)):
+            return None
+        events = []
+        for name, given, ts in self._events:
+            a = _cleaned(given, (), limits.max_event_attributes, limits.max_attribute_length)
+            if a is None:
+                return None
+            events.append(Event(name, a, ts))
+        links = []
+        for link in self._links:
+            a = _cleaned(link.attributes or {}, (), limits.max_link_attributes, limits.max_attribute_length)
+            if a is None or not _is_valid_link(link.context, link.attributes):
+                return None
+            links.append(link if a == link.attributes else Link(link.context, a))
+        status = Status(StatusCode.UNSET)
+        for st in self._statuses:  # the SDK's rule: OK is final, UNSET is never set
+            if status.status_code is not StatusCode.OK and st.status_code is not StatusCode.UNSET:
+                status = st
+        return ReadableSpan(
+            name=self._name,
+            context=self._ctx,
+            parent=self._parent,
+            resource=d.resource,
+            attributes=attributes,
+            events=tuple(events),
+            links=tuple(links),
+            kind=SpanKind.INTERNAL,
+            status=status,
+            start_time=self._start,
+            end_time=self._end,
+            instrumentation_info=d.info,
+            instrumentation_scope=d.scope,
+        )
+
+    def _sdk_span(self) -> None:
+        """The SDK's own span, given the same calls in the same order: its limits apply, and it counts what it drops."""
+        t = self._direct.tracer
+        span = _Span(
+            name=self._name,
+            context=self._ctx,
+            parent=self._parent,
+            sampler=t.sampler,
+            resource=t.resource,
+            attributes=self._attributes,
+            span_processor=t.span_processor,
+            kind=SpanKind.INTERNAL,
+            links=self._links,
+            instrumentation_info=t.instrumentation_info,
+            limits=t._span_limits,  # noqa: SLF001
+            instrumentation_scope=t._instrumentation_scope,  # noqa: SLF001
+        )
+        span.start(start_time=self._start, parent_context=self._context)
+        for key, value in self._later:
+            span.set_attribute(key, value)
+        for name, attributes, ts in self._events:
+            span.add_event(name, attributes, timestamp=ts)
+        for status in self._statuses:
+            span.set_status(status)
+        span.end(end_time=self._end)
 
 
 _cache: dict[int, tuple[Any, Any, DirectSpans | None]] = {}

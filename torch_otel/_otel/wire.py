@@ -91,6 +91,7 @@ class Encoder:
     def __init__(self) -> None:
         self._pairs: dict[tuple[int, str, Any], bytes] = {}  # (tag, key, a str or bool) -> its field
         self._keys: dict[str, bytes] = {}  # an attribute's key -> its KeyValue's key field
+        self._ints: dict[tuple[int, str, int], bytes] = {}  # (tag, key, an int) -> its field (never a bool: True == 1)
         self._names: dict[str, bytes] = {}  # a span's name -> its name field
         from opentelemetry.trace import SpanKind
 
@@ -101,7 +102,7 @@ class Encoder:
         """Each attribute as a ``KeyValue`` field numbered by ``tag``."""
         if not attributes:
             return b""
-        pairs, keys = self._pairs, self._keys
+        pairs, keys, ints = self._pairs, self._keys, self._ints
         out = []
         for k, v in attributes.items():
             t = type(v)
@@ -113,14 +114,24 @@ class Encoder:
                         pairs[(tag, k, v)] = kv
                 out.append(kv)
                 continue
+            if t is int:  # ids, lines, counts: most come back; a full cache starts again (measurements move on)
+                kv = ints.get((tag, k, v))
+                if kv is not None:
+                    out.append(kv)
+                    continue
             kb = keys.get(k)
             if kb is None:
                 kb = _len(0x0A, k.encode("utf-8"))
                 if len(keys) < _CACHE_MAX:
                     keys[k] = kb
             if t is int and -(1 << 63) <= v < (1 << 63):
-                val = b"\x18" + _varint(v)
-            elif t is float:
+                kv = _len(tag, kb + _len(0x12, b"\x18" + _varint(v)))
+                if len(ints) >= _CACHE_MAX:
+                    ints.clear()
+                ints[(tag, k, v)] = kv
+                out.append(kv)
+                continue
+            if t is float:
                 val = b"\x21" + _pack_double(v)
             else:
                 val = _value(v)

@@ -299,20 +299,23 @@ class SpanMapper:
                 links.append(Link(ctx, {"torch.compile.link": why}))
         tracer = self.tracer_for(rec) if self.tracer_for is not None else self.tracer
         with nullcontext() if own_ids(tracer) else private_random():
-            root = tracer.start_span(
-                name,
-                context=parent,
-                kind=SpanKind.INTERNAL,
-                attributes=attrs,
-                links=links,
-                start_time=rec.root.start_ns,
-            )
+            direct = direct_spans(tracer)
+            if direct is not None and direct.roots:  # the same root the SDK's start_span makes, built finished
+                root = direct.root(name, parent, attrs, links, rec.root.start_ns)
+            else:
+                root = tracer.start_span(
+                    name,
+                    context=parent,
+                    kind=SpanKind.INTERNAL,
+                    attributes=attrs,
+                    links=links,
+                    start_time=rec.root.start_ns,
+                )
             if not root.is_recording():  # no trace of this compile: build nothing more of it
                 if root.get_span_context().is_valid:  # an SDK's sampler dropped it (traces off: no tracer, no count)
                     count_not_sampled(rec.kind)
                 return None
             ctx = root.get_span_context()
-            direct = direct_spans(tracer)
             if direct is not None:  # the same spans the SDK's path makes, handed to its processors finished
                 for child in rec.root.children:
                     self._phase_direct(direct, child, ctx, tracer)
