@@ -17,7 +17,7 @@ from torch_otel._analysis.recompile_guards import Guard, automatic_dynamic_of, g
 from torch_otel._analysis.recompile_hints import DYNAMIC_SHAPES_URL, FrameContext, advise
 from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words
 from torch_otel._assemble.assembler import Assembler
-from torch_otel._core.categories import recompile_category
+from torch_otel._core.categories import recompile_category, scrub_guard_text
 from torch_otel._core.errors import logger
 from torch_otel._sinks.near_limit import NearLimitWarning
 from torch_otel._sinks.summary import RunSummary
@@ -55,6 +55,15 @@ def test_torchs_reasons_are_read_as_guards(reason: str, guard: Guard) -> None:
     assert parse_guard(reason) == guard
 
 
+# A Mamba trained with a new sequence length per step (transformers 5.24, torch 2.13, aot_eager): the guard dynamic
+# shapes made on the sequence length, as torch logged its recompile reason
+MAMBA_SHAPE_GUARD = (
+    "0/1: (((-1) + (kwargs['input_ids'].size()[1] // 2)) // 2) == (2*(kwargs['input_ids'].size()[1] // 8))  # if "
+    "batch_sizes and any(size != batch_sizes[0] for size in batch_sizes):  # _functorch/vmap.py:72 in "
+    "_validate_and_get_batch_size (_dynamo/variables/tensor.py:2606 in evaluate_expr)"
+)
+
+
 @pytest.mark.parametrize(
     ("reason", "category"),
     [
@@ -72,10 +81,41 @@ def test_torchs_reasons_are_read_as_guards(reason: str, guard: Guard) -> None:
         ("0/1: tensor 'x' size mismatch at index 0. expected 8, actual 16", "size_mismatch"),
         ("tensor 'x' dtype mismatch. expected Float, actual Double", "dtype"),
         ("1/3: GLOBAL_STATE changed: grad_mode ", "global_state"),
+        # a guard on sizes: a number a size was specialized to, a relation dynamic shapes made (Mamba, torch 2.13)
+        ("0/0: L['x'].size()[1] == 8  # return x.view(-1, 8)  # m.py:3 in f", "size_mismatch"),
+        (MAMBA_SHAPE_GUARD, "size_mismatch"),
     ],
 )
 def test_a_recompiles_category_is_its_guards_not_the_source_line_torch_appends(reason: str, category: str) -> None:
     assert recompile_category(reason) == category
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        ("scale == 0.5  # y = x * s  # f.py:9 in f", "scale == <value>"),
+        # a literal is taken whole, however deep it nests: none of it is left behind the mark
+        ("L['cfg'] == (1, (2, 3))  # m.py:1 in f", "L['cfg'] == <value>"),
+        ("L['xs'] == [1, [2, 3]]", "L['xs'] == <value>"),
+        ("L['d'] == {'a': (1,)} and L['n'] != -3.5e-2", "L['d'] == <value> and L['n'] != <value>"),
+        ("L['name'] == 'a)b'", "L['name'] == <value>"),
+        # a guard on sizes keeps its numbers (shapes, not data): the relation whole, not cut inside its parentheses
+        ("L['x'].size()[1] == 8  # return x.view(-1, 8)  # m.py:3 in f", "L['x'].size()[1] == 8"),
+        (
+            MAMBA_SHAPE_GUARD.removeprefix("0/1: "),
+            "(((-1) + (kwargs['input_ids'].size()[1] // 2)) // 2) == (2*(kwargs['input_ids'].size()[1] // 8))",
+        ),
+        (
+            "tensor 'x' size mismatch at index 0. expected 8, actual 16",
+            "tensor 'x' size mismatch at index 0. expected 8, actual 16",
+        ),
+    ],
+)
+def test_a_reason_shown_keeps_its_shapes_and_hides_each_value_whole(reason: str, shown: str) -> None:
+    """By default a value guard's literal leaves the process as ``<value>`` (docs/configuration.md, Privacy). Mamba's
+    shape guard read ``... // 2) == <value>[1] // 8))``: the literal's pattern stopped at the first closing parenthesis
+    of an expression of sizes, and named a shape relation a value."""
+    assert scrub_guard_text(reason) == shown
 
 
 @pytest.mark.parametrize(

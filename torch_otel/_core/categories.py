@@ -12,7 +12,14 @@ _RECOMPILE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("global_state", re.compile(r"GLOBAL_STATE changed|___check_global_state|grad_mode", re.I)),
     # compiled autograd's cache miss (TORCH_LOGS=compiled_autograd_verbose): a node its cache had not seen
     ("autograd_graph", re.compile(r"new autograd node", re.I)),
-    ("size_mismatch", re.compile(r"size mismatch|sizes? (?:of|for) .* changed|changed shapes|Ne\(|Eq\(|<= |>= ", re.I)),
+    # a tensor check's size, or a guard on sizes: dynamo's shape guards compare its inputs' sizes with each other or with
+    # a number (``L['x'].size()[1] == 8``; Mamba's ``((-1) + (L['ids'].size()[1] // 2)) // 2 == (2*(...)``)
+    (
+        "size_mismatch",
+        re.compile(
+            r"size mismatch|sizes? (?:of|for) .* changed|changed shapes|Ne\(|Eq\(|<= |>= |\.size\(\)|\.storage_offset\(\)", re.I
+        ),
+    ),
     ("stride_mismatch", re.compile(r"stride mismatch", re.I)),
     ("dtype", re.compile(r"dtype mismatch|dtype", re.I)),
     ("device", re.compile(r"device mismatch|device", re.I)),
@@ -165,26 +172,68 @@ class BoundedLabels:
 
 # Dynamo appends the guarded source line and its location to a guard: "x == 3  # y = x * 3  # f.py:9 in f".
 _GUARD_SOURCE = re.compile(r"\s+#\s.*$")
-# The literal a value guard compares with: the user's constants (hyper-parameters, strings, lists).
-_GUARD_LITERAL = re.compile(
-    r"""(==|!=|\bnot in\b|\bin\b)\s*("""
-    r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[\d.][\w.+-]*|\b(?:True|False|None)\b|\[[^\]]*\]|\([^)]*\)|\{[^}]*\})"""
-)
+# What a value guard compares with: the user's constants (hyper-parameters, strings, lists), after its operator.
+_GUARD_OPERATOR = re.compile(r"(==|!=|\bnot in\b|\bin\b)\s*")
+_GUARD_SCALAR = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[\d.][\w.+-]*|\b(?:True|False|None)\b""")
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+# A guard on sizes (dynamo's shape guards, ``L['x'].size()[1] == 8``): its numbers are shapes, not data
+_SHAPE_GUARD = re.compile(r"\.size\(\)|\.stride\(\)|\.storage_offset\(\)")
+
+
+def _literal_end(line: str, at: int) -> int | None:
+    """Where the literal starting at ``line[at]`` ends: a text, a number, a flag or None, or a bracketed literal taken
+    whole however deep it nests (a tuple of tuples, a list of texts holding brackets). None: no literal starts there.
+    An unclosed bracket runs to the line's end (the rest is the literal's)."""
+    if at < len(line) and line[at] in _CLOSING:
+        depth, i = 0, at
+        while i < len(line):
+            c = line[i]
+            if c in "'\"":  # a text inside: its brackets are not the literal's
+                m = _GUARD_SCALAR.match(line, i)
+                i = m.end() if m else len(line)
+                continue
+            if c in _CLOSING:
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return len(line)
+    m = _GUARD_SCALAR.match(line, at)
+    return m.end() if m else None
+
+
+def _scrub_values(line: str) -> str:
+    """Each literal a value guard compares with as ``<value>``, the rest of the guard as torch wrote it."""
+    out, kept, pos = [], 0, 0
+    while True:
+        m = _GUARD_OPERATOR.search(line, pos)
+        if m is None:
+            break
+        end = _literal_end(line, m.end())
+        if end is None:
+            pos = m.end()
+            continue
+        out.append(f"{line[kept : m.start()]}{m.group(1)} <value>")
+        kept = pos = end
+    out.append(line[kept:])
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=512)  # the same failure texts come back at each recompile of a frame
 def scrub_guard_text(text: str) -> str:
     """A guard failure without the user's source line and without the values of value guards.
 
-    ``"scale == 0.5  # y = x * s  # f.py:9 in f"`` -> ``"scale == <value>"``.
-    Tensor checks (``tensor 'x' size mismatch ... expected 4, actual 8``) keep
-    their sizes, dtypes and devices: those are shapes, not data.
+    ``"scale == 0.5  # y = x * s  # f.py:9 in f"`` -> ``"scale == <value>"``; ``"cfg == (1, (2, 3))"`` -> ``"cfg ==
+    <value>"``. Tensor checks (``tensor 'x' size mismatch ... expected 4, actual 8``) and guards on sizes
+    (``L['x'].size()[1] == 8``) keep their sizes, dtypes and devices: those are shapes, not data.
     """
     out = []
     for line in text.splitlines():
         line = _GUARD_SOURCE.sub("", line)
-        if "tensor '" not in line:
-            line = _GUARD_LITERAL.sub(lambda m: f"{m.group(1)} <value>", line)
+        if "tensor '" not in line and not _SHAPE_GUARD.search(line):
+            line = _scrub_values(line)
         out.append(line)
     return "\n".join(out)
 
