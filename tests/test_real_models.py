@@ -414,6 +414,10 @@ def test_recompile_reasons_keep_torchs_words_on_screen_and_are_whole_in_the_json
         assert any("mismatch. actual lacks AutogradCPU" in ln for ln in dispatch), dispatch
         (value,) = [ln for ln in shown if "value:" in ln]
         assert value.endswith("layers[1].self_attn.attention_dropout == <value>"), (how, value)
+        # the frame is transformers' deprecate_kwarg wrapper of the model's forward, named by the model it was given
+        # (its args[0]: the frame has no self), live from the frame, on replay from torch's guard on L['args'][0]
+        assert {f["function"] for f in summary["frames"]} == {"LlamaForCausalLM.wrapped_func"}, (how, summary["frames"])
+        assert frame["function"] == "LlamaForCausalLM.wrapped_func", how
     # the diff's new recompiles keep them too
     res = run_cli("diff", str(runs["llama_train"]["out"] / "summary.json"), str(run["out"] / "summary.json"))
     assert res.returncode in (0, 4), res.stderr[-3000:]

@@ -232,6 +232,46 @@ def test_a_frame_is_named_by_the_class_of_its_own_objects_as_the_user_wrote_it()
     assert frame_name(forward, {}, site) == (forward, None)
 
 
+# transformers 5.x wraps many models' ``forward`` in ``deprecate_kwarg``'s ``wrapped_func(*args, **kwargs)``: a Llama's
+# guards, as torch 2.13 logged them (the line replay reads), and the frame the wrapper is
+LLAMA_ARGS_GUARD = (
+    "| | +- GuardManager: source=L['args'][0], accessed_by=TupleGetItemGuardAccessor(0), type=<class "
+    "'transformers.models.llama.modeling_llama.LlamaForCausalLM'>, tag_safe=(False, False)"
+)
+DEPRECATE_KWARG = CodeLocation("wrapped_func", "/v/lib/python3.11/site-packages/transformers/utils/deprecation.py", 121)
+
+
+def test_a_librarys_wrapper_of_a_method_is_named_by_the_class_of_its_first_argument_live_and_on_replay():
+    """A Llama in transformers 5.x: its frame was ``wrapped_func (deprecation.py:121)``, no model named (the wrapper has
+    no ``self``; the model is its ``args[0]``). Replay reads the class from the guard torch logged on ``L['args'][0]``,
+    live from the frame's own ``args``; both name it ``LlamaForCausalLM.wrapped_func``. Only a library's wrapper, and
+    only for an object: a tensor, a value or a user's own ``*args`` function keep torch's name."""
+    from torch_otel._capture.frames import object_classes
+    from torch_otel._model.record import frame_name
+    from torch_otel._parse.records import FRAME_OBJECT_MARKS, guard_classes
+
+    llama = "transformers.models.llama.modeling_llama.LlamaForCausalLM"
+    assert any(mark.decode() in LLAMA_ARGS_GUARD for mark in FRAME_OBJECT_MARKS)  # the reader keeps the line
+    replayed = guard_classes([LLAMA_ARGS_GUARD, "| | +- GuardManager: source=L['args'][0].config, type=<class 'x.C'>"])
+    assert replayed == {"args[0]": llama}
+
+    class LlamaForCausalLM:  # the model's class as the frame holds it (a module of transformers)
+        pass
+
+    LlamaForCausalLM.__module__ = "transformers.models.llama.modeling_llama"
+    LlamaForCausalLM.__qualname__ = "LlamaForCausalLM"
+    live = object_classes({"args": (LlamaForCausalLM(),), "kwargs": {}})
+    assert live == replayed
+    site = CodeLocation("<module>", "/w/train.py", 40)
+    named = CodeLocation("LlamaForCausalLM.wrapped_func", DEPRECATE_KWARG.file, 121)
+    assert frame_name(DEPRECATE_KWARG, live, site) == (named, llama)
+    for value in ("torch.Tensor", "torch.nn.parameter.Parameter", "int", "tuple", "function", "torch._C.Generator"):
+        assert frame_name(DEPRECATE_KWARG, {"args[0]": value}, site) == (DEPRECATE_KWARG, None), value
+    users = CodeLocation("wrapped_func", "/w/decorators.py", 3)  # the user's own wrapper: torch's name stays
+    assert frame_name(users, {"args[0]": llama}, site) == (users, None)
+    assert object_classes({"args": ()}) == {} and object_classes({"args": [1]}) == {}  # no first argument, no tuple
+
+
 def test_live_and_replay_name_a_method_by_its_class_and_keep_torchs_code_on_the_span():
     from torch_otel._core.compile_id import parse_compile_id
     from torch_otel._model.events import FrameObjectsEvent

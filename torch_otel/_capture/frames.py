@@ -97,7 +97,7 @@ def class_name(obj: object) -> str:
 
 def object_classes(frame_locals: object, frame: object = None) -> dict[str, str]:
     """The classes of the compiled frame's objects that name it (torch_otel._model.events.FrameObjectsEvent): its
-    ``self``, torch's wrapper's ``fn``, a bound method's ``fn.__self__``. ``frame_locals`` is the locals dict dynamo's
+    ``self``, torch's wrapper's ``fn``, a bound method's ``fn.__self__``, a wrapper's first positional ``args[0]``. ``frame_locals`` is the locals dict dynamo's
     ``_compile`` was given; else ``frame``'s own."""
     if not isinstance(frame_locals, dict):
         frame_locals = getattr(frame, "f_locals", None)
@@ -107,6 +107,9 @@ def object_classes(frame_locals: object, frame: object = None) -> dict[str, str]
     for key in ("self", "fn"):
         if key in frame_locals:
             out[key] = class_name(frame_locals[key])
+    args = frame_locals.get("args")
+    if type(args) is tuple and args:  # a wrapper's ``*args``: a decorated method's object is the first
+        out["args[0]"] = class_name(args[0])
     if out.get("fn") == "method":
         owner = getattr(frame_locals["fn"], "__self__", None)
         if owner is not None:

@@ -118,6 +118,9 @@ def frame_name(code: CodeLocation, classes: dict[str, str], call_site: CodeLocat
       module whose ``forward`` is torch's own is compiled): the module's class (a bound method's object's), at the
       user's line that called it, else at torch's code;
     - a method (its frame has a ``self``) in a file: ``Class.name``, the class of its object, at its own file and line;
+    - a library's wrapper of a method (a decorator's ``wrapper(*args, **kwargs)`` in an installed package, as
+      transformers' ``deprecate_kwarg`` wraps a model's ``forward``): ``Class.name``, the class of its first argument
+      (the method's object; not a builtin value or a tensor), at the wrapper's file and line;
     - else torch's code object as it is.
     Live and replay name a frame alike: both read the classes of the same objects (the frame's locals; the guards
     torch logged on them).
@@ -134,7 +137,20 @@ def frame_name(code: CodeLocation, classes: dict[str, str], call_site: CodeLocat
     # (code torch generated, such as a compiled-autograd graph's ``<eval_with_key>.3``, guards no ``self``: its name stays)
     if own and own not in _NOT_A_CLASS and "." not in code.function and code.file and not code.file.startswith("<"):
         return CodeLocation(f"{short_class(own)}.{code.function}", code.file, code.line), own
+    first = classes.get("args[0]")
+    if first and _names_a_wrapped_method(first) and "." not in code.function and in_installed_package(code.file):
+        return CodeLocation(f"{short_class(first)}.{code.function}", code.file, code.line), first
     return code, None
+
+
+# What a library's ``*args`` wrapper's first argument is when it is no method's object: a value, a tensor
+_NOT_AN_OBJECT = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter", "torch.nn.parameter.Buffer"})
+
+
+def _names_a_wrapped_method(dotted: str) -> bool:
+    """Whether a library wrapper's first positional argument (``args[0]``) is the object of the method it wraps, by its
+    class: a class of a module (a model), not a builtin value (``int``, ``tuple``), a tensor or a function."""
+    return "." in dotted and dotted not in _NOT_AN_OBJECT and dotted not in _NOT_A_CLASS and not dotted.startswith("torch._")
 
 
 K = TypeVar("K")
