@@ -97,8 +97,8 @@ def class_name(obj: object) -> str:
 
 def object_classes(frame_locals: object, frame: object = None) -> dict[str, str]:
     """The classes of the compiled frame's objects that name it (torch_otel._model.events.FrameObjectsEvent): its
-    ``self``, torch's wrapper's ``fn``, a bound method's ``fn.__self__``, a wrapper's first positional ``args[0]``. ``frame_locals`` is the locals dict dynamo's
-    ``_compile`` was given; else ``frame``'s own."""
+    ``self``, torch's wrapper's ``fn``, a bound method's ``fn.__self__``, a wrapper's first positional ``args[0]``.
+    ``frame_locals`` is the locals dict dynamo's ``_compile`` was given; else ``frame``'s own."""
     if not isinstance(frame_locals, dict):
         frame_locals = getattr(frame, "f_locals", None)
         if not isinstance(frame_locals, dict):

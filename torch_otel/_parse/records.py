@@ -270,8 +270,8 @@ def _ignore(
 # The guards torch logs on the compiled frame's objects that name it, with the class it printed for each (2.13:
 # "| +- GuardManager: source=L['fn'], accessed_by=FrameLocalsGuardAccessor(key='fn', ...), type=<class
 # 'torch.nn.modules.container.Sequential'>, tag_safe=..."): its ``self``, torch's wrapper's ``fn``, a bound
-# method's ``fn.__self__`` and a wrapper's first positional ``args[0]``. The replay reader keeps only the lines that hold one of these marks
-# (:data:`FRAME_OBJECT_MARKS`), never the rest of the guards' text.
+# method's ``fn.__self__`` and a wrapper's first positional ``args[0]``. The replay reader keeps only the lines that
+# hold one of these marks (:data:`FRAME_OBJECT_MARKS`), never the rest of the guards' text.
 FRAME_OBJECT_MARKS = (b"source=L['self'], ", b"source=L['fn'], ", b"source=L['fn'].__self__, ", b"source=L['args'][0], ")
 FRAME_OBJECT_LINES = "_torch_otel_frame_object_lines"  # where the reader puts those lines, in the record's metadata
 _OBJECT_GUARD = re.compile(r"source=L\['(self|fn|args)'\](\.__self__|\[0\])?, .*?\btype=<class '([^']+)'>")
