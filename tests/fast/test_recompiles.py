@@ -84,6 +84,7 @@ MAMBA_SHAPE_GUARD = (
         # a guard on sizes: a number a size was specialized to, a relation dynamic shapes made (Mamba, torch 2.13)
         ("0/0: L['x'].size()[1] == 8  # return x.view(-1, 8)  # m.py:3 in f", "size_mismatch"),
         (MAMBA_SHAPE_GUARD, "size_mismatch"),
+        ("L['x'].stride()[0] == 8  # return x.view(-1)  # m.py:3 in f", "stride_mismatch"),
     ],
 )
 def test_a_recompiles_category_is_its_guards_not_the_source_line_torch_appends(reason: str, category: str) -> None:
@@ -101,6 +102,7 @@ def test_a_recompiles_category_is_its_guards_not_the_source_line_torch_appends(r
         ("L['name'] == 'a)b'", "L['name'] == <value>"),
         # a guard on sizes keeps its numbers (shapes, not data): the relation whole, not cut inside its parentheses
         ("L['x'].size()[1] == 8  # return x.view(-1, 8)  # m.py:3 in f", "L['x'].size()[1] == 8"),
+        ("L['x'].stride()[0] == 8", "L['x'].stride()[0] == 8"),
         (
             MAMBA_SHAPE_GUARD.removeprefix("0/1: "),
             "(((-1) + (kwargs['input_ids'].size()[1] // 2)) // 2) == (2*(kwargs['input_ids'].size()[1] // 8))",

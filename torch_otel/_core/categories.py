@@ -20,7 +20,7 @@ _RECOMPILE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"size mismatch|sizes? (?:of|for) .* changed|changed shapes|Ne\(|Eq\(|<= |>= |\.size\(\)|\.storage_offset\(\)", re.I
         ),
     ),
-    ("stride_mismatch", re.compile(r"stride mismatch", re.I)),
+    ("stride_mismatch", re.compile(r"stride mismatch|\.stride\(\)", re.I)),
     ("dtype", re.compile(r"dtype mismatch|dtype", re.I)),
     ("device", re.compile(r"device mismatch|device", re.I)),
     ("requires_grad", re.compile(r"requires_grad", re.I)),
