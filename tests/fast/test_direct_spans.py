@@ -283,3 +283,19 @@ def test_a_root_with_a_remote_parent_links_and_statuses_is_the_sdks(limits):
         assert ("list", ("a", "b")) in fields["attributes"]  # the SDK's tuple
     else:
         assert fields["dropped"][:2] == (4, 1) and fields["links"][0] == {"n": 1}  # the SDK keeps the newest
+
+
+def test_a_direct_path_made_before_the_bridge_took_over_the_tracers_ids_draws_none_from_the_users_random():
+    """The bridge gives an SDK tracer drawing from ``random`` a generator of its own at its first compile
+    (torch_otel._otel.ids.own_ids). A direct path made before that (here, asked for first) draws every span's id from
+    the tracer's generator as it is when the span is made: the user's ``random`` stream is neither read nor advanced."""
+    import random
+
+    provider, _ = _provider()
+    tracer = provider.get_tracer("t")
+    assert direct_spans(tracer) is not None  # made while the tracer still draws from ``random``
+    random.seed(7)
+    want = random.getrandbits(64)
+    random.seed(7)
+    SpanMapper(tracer, Settings(), live=False).emit(_record())
+    assert random.getrandbits(64) == want

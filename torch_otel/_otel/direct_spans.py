@@ -82,15 +82,13 @@ def _fits(limit: int | None, need: int) -> bool:
 
 
 class DirectSpans:
-    """One SDK tracer's direct path (see the module). ``events_limit``: the tracer's events per span."""
+    """One SDK tracer's direct path (see the module). ``limits``: the tracer's span limits."""
 
     def __init__(self, tracer: SdkTracer) -> None:
         self.on_end = tracer.span_processor.on_end
-        self.new_span_id = tracer.id_generator.generate_span_id
         self.resource = tracer.resource
         self.scope = tracer._instrumentation_scope  # noqa: SLF001 - what the SDK's spans carry, read once
         self.info = tracer.instrumentation_info
-        self.events_limit: int | None = tracer._span_limits.max_events  # noqa: SLF001
         self.limits = tracer._span_limits  # noqa: SLF001
         self.tracer = tracer
         # the root's path, where the SDK's start_span is the one this module follows (trace flags with RANDOM_TRACE_ID,
@@ -134,7 +132,7 @@ class DirectSpans:
         sampler gives a kept child of a local parent)."""
         return SpanContext(
             parent.trace_id,
-            self.new_span_id(),
+            self.tracer.id_generator.generate_span_id(),  # the tracer's generator as it is now, as the root's draws
             is_remote=False,
             trace_flags=parent.trace_flags,
             trace_state=parent.trace_state,

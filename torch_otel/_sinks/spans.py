@@ -373,7 +373,7 @@ class SpanMapper:
     def _phase_direct(self, direct: DirectSpans, node: PhaseNode, parent: trace.SpanContext, tracer: Tracer) -> None:
         """``_phase_span`` through :mod:`torch_otel._otel.direct_spans`: a span whose events the tracer's limit cannot
         hold takes the SDK's path (which keeps the newest and counts the rest), with its children."""
-        limit = direct.events_limit
+        limit = direct.limits.max_events
         if limit is not None and len(node.instants) > limit:
             self._phase_span(tracer, node, trace.set_span_in_context(trace.NonRecordingSpan(parent)))
             return
