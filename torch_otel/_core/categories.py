@@ -175,7 +175,6 @@ _GUARD_SOURCE = re.compile(r"\s+#\s.*$")
 # What a value guard compares with: the user's constants (hyper-parameters, strings, lists), after its operator.
 _GUARD_OPERATOR = re.compile(r"(==|!=|\bnot in\b|\bin\b)\s*")
 _GUARD_SCALAR = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|-?[\d.][\w.+-]*|\b(?:True|False|None)\b""")
-_CLOSING = {"(": ")", "[": "]", "{": "}"}
 # A guard on sizes (dynamo's shape guards, ``L['x'].size()[1] == 8``): its numbers are shapes, not data
 _SHAPE_GUARD = re.compile(r"\.size\(\)|\.stride\(\)|\.storage_offset\(\)")
 
@@ -184,7 +183,7 @@ def _literal_end(line: str, at: int) -> int | None:
     """Where the literal starting at ``line[at]`` ends: a text, a number, a flag or None, or a bracketed literal taken
     whole however deep it nests (a tuple of tuples, a list of texts holding brackets). None: no literal starts there.
     An unclosed bracket runs to the line's end (the rest is the literal's)."""
-    if at < len(line) and line[at] in _CLOSING:
+    if at < len(line) and line[at] in "([{":
         depth, i = 0, at
         while i < len(line):
             c = line[i]
@@ -192,7 +191,7 @@ def _literal_end(line: str, at: int) -> int | None:
                 m = _GUARD_SCALAR.match(line, i)
                 i = m.end() if m else len(line)
                 continue
-            if c in _CLOSING:
+            if c in "([{":  # any bracket opens and any closes: a literal is balanced, and only its end is sought
                 depth += 1
             elif c in ")]}":
                 depth -= 1
