@@ -2,6 +2,7 @@
 
 - resume compiles: each graph break ends a graph, and the rest of the frame compiles as a resume frame; two sizes
   recompile them all, and their backwards compile lazily;
+- a data-dependent branch (``if y.sum() > 0:``), a graph break torch resumes after, in the branch that runs;
 - a graph break torch cannot handle (inside a user's context manager): torch skips the frame, which runs in eager;
 - compiled autograd over a compiled model, two batch sizes (two compiled-autograd graphs).
 
@@ -41,6 +42,20 @@ def resumes(x):
 compiled = torch.compile(resumes, backend="aot_eager")
 for n in (2, 3):
     compiled(torch.randn(n, requires_grad=True)).backward()
+
+
+def branch(x):
+    y = x * 2
+    if y.sum() > 0:  # data-dependent: dynamo compiles the graph up to here and resumes in the branch that runs
+        return y.relu()
+    return y.tanh()
+
+
+branch_before = (sum(counters["unimplemented"].values()), sum(counters["graph_break"].values()))
+compiled_branch = torch.compile(branch, backend="eager")
+for x in (torch.ones(3), -torch.ones(3), torch.ones(5)):  # each branch's resume frame; a new size recompiles
+    compiled_branch(x)
+branch_after = (sum(counters["unimplemented"].values()), sum(counters["graph_break"].values()))
 
 
 class Ctx:
@@ -85,6 +100,7 @@ out = {
         "unimplemented": sum(counters["unimplemented"].values()),
         "graph_break": sum(counters["graph_break"].values()),
         "in_context": [in_context_before, in_context_after],
+        "branch": [branch_before, branch_after],
         "compiled_autograd_captures": counters["compiled_autograd"]["captures"] - captures_before,
     },
 }
