@@ -25,6 +25,7 @@ import torch_otel
 from tests.helpers import GRAPH_CALLS_SPAN, WORKLOADS, read_otlp_json_spans, run_cli, run_python, torch_release
 from torch_otel._core.settings import load_settings
 from torch_otel._sinks.summary import RunSummary
+from torch_otel._sinks.summary_text import format_text
 
 WORKLOAD = WORKLOADS / "graph_calls.py"
 
@@ -571,3 +572,27 @@ def test_the_summary_page_shows_each_graphs_calls_and_the_ones_that_never_paid_o
     )
     assert [(r[1], r[2], bool(r[0])) for r in rows] == [("0/0", "7", False), ("0/1", "1", True), ("0/2", "3", False)]
     assert "evidence: graph 0/1 ran at most once and cost" in page.dom
+
+
+def _break_first(x: torch.Tensor) -> torch.Tensor:
+    torch._dynamo.graph_break()  # the frame's own compile installs no graph: only its resume frame's has one
+    return x * 2
+
+
+def test_the_compile_time_that_made_no_graph_is_said_where_the_shares_stop_short_of_all(counted):
+    """A frame that breaks before any op compiles, but installs no graph: its compile time is in no graph's row, so the
+    shares of compile time by calls stop short of 100%. The summary says how much, and why, rather than leave a reader
+    to wonder where it went (an optimizer's ``step`` wrapper meets this: its first frame breaks at once)."""
+    c = counted()
+    f = torch.compile(_break_first, backend="eager")
+    for _ in range(3):
+        f(torch.ones(2))
+    summary = c.stop()
+    calls = {s["id"]: s["calls"] for s in summary["slowest"]}
+    assert calls["0/0"] is None and calls["1/0"] == 3  # _break_first's compile made no graph; its resume's ran 3 times
+    part = summary["graph_calls"]
+    top = {r["calls"]: r for r in part["ran_at_most"]}[100]
+    no_graph = next(s["duration_s"] for s in summary["slowest"] if s["id"] == "0/0")
+    assert top["share"] == pytest.approx(1 - no_graph / summary["wall_s"], abs=1e-3) and top["share"] < 1
+    text = format_text(summary, 140)
+    assert f"  the other {no_graph / summary['wall_s']:.0%}: compiles with no graph counted (none installed" in text, text

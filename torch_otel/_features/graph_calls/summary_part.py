@@ -191,6 +191,15 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     ]
     shares = " / ".join(f"{num(at_most[n].get('share')):.0%}" for n in AT_MOST if n in at_most)
     out.append(f"  share of compile time in graphs that ran at most {' / '.join(str(n) for n in AT_MOST)} times: {shares}")
+    of_all = num((at_most.get(AT_MOST[-1]) or {}).get("of_compile_s"))
+    rest = 1 - num(c.get("compile_s")) / of_all if of_all else 0.0
+    if rest >= 0.005:  # the shares stop short of all: say where the rest went
+        out.append(
+            _cut(
+                f"  the other {rest:.0%}: compiles with no graph counted (none installed, failed, past the counters' bound)",
+                width,
+            )
+        )
     for f in (c.get("frames") or [])[:2]:
         graphs = [g for g in f.get("graphs") or [] if g.get("kind") != "backward"]
         dead = int(num(f.get("dead")))
