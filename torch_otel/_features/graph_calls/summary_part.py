@@ -193,7 +193,7 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     out.append(f"  share of compile time in graphs that ran at most {' / '.join(str(n) for n in AT_MOST)} times: {shares}")
     of_all = num((at_most.get(AT_MOST[-1]) or {}).get("of_compile_s"))
     rest = 1 - num(c.get("compile_s")) / of_all if of_all else 0.0
-    if rest >= 0.005:  # the shares stop short of all: say where the rest went
+    if rest >= 0.01:  # the shares stop short of all (by 1% or more, as they print): say where the rest went
         out.append(
             _cut(
                 f"  the other {rest:.0%}: compiles with no graph counted (none installed, failed, past the counters' bound)",
