@@ -44,3 +44,14 @@ def test_the_test_extra_installs_what_torchs_logging_helper_imports():
     names = {re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0].lower() for req in extra}
     assert {"numpy", "expecttest"} <= names, sorted(names)
     assert importlib.util.find_spec("numpy") and importlib.util.find_spec("expecttest")  # installed with it here
+
+
+def test_the_instruction_guards_limit_is_the_one_the_readme_and_the_benchmarks_doc_state():
+    """The README's test command tells a user past which cost the instruction guard fails; the limit moved with each cut
+    of issue 53's work and the README kept an old one once."""
+    from tests.test_instructions import LIMIT
+
+    readme = (ROOT / "README.md").read_text()
+    stated = re.findall(r"`tests/test_instructions\.py` fails when that cost grows past ([\d.]+) times no bridge", readme)
+    assert stated == [f"{LIMIT}"], stated
+    assert f"fails past {LIMIT} " in (ROOT / "docs" / "benchmarks.md").read_text()
