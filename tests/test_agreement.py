@@ -394,3 +394,40 @@ def test_a_compiles_cpu_counts_inductors_compile_worker_processes():
         return
     assert len(got["pids"]) >= 2  # the sidecar and a worker
     assert got["others"] == pytest.approx(got["took"], abs=0.06e9)
+
+
+def test_a_graph_break_in_a_loop_is_one_failed_compile_where_torchs_counters_say_two_unimplemented(tmp_path: Path):
+    """A graph break inside a loop: dynamo cannot resume in the loop, so it skips the whole frame (``GB7000``), which
+    runs in eager from then on. torch's counters add two to ``unimplemented``: the break, and the skip it raises for
+    it. Read as the test above reads them, that is two things torch could not handle. torch's own record of the run
+    has one compile, failed (``Unsupported``), and tlparse lists that one failure. torch-otel counts one failure and one
+    graph break torch could not handle, no handled one, live and on replay of the same log."""
+    out = tmp_path / "run"
+    env = {
+        "TORCH_TRACE": str(tmp_path / "trace"),
+        "TORCH_OTEL_SUMMARY": str(tmp_path / "live.json"),
+        **spans_to_file(tmp_path / "s.jsonl"),
+    }
+    res = run_python(WORKLOADS / "loop_break.py", env, args=[str(out)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    counters = json.loads((out / "counters.json").read_text())
+    assert (sum(counters.get("unimplemented", {}).values()), sum(counters.get("graph_break", {}).values())) == (2, 0)
+    (log,) = (tmp_path / "trace").glob("*.log")
+    records = _torch_records(log)
+    assert [(r["compile_id"], r["fail_type"]) for r in records] == [("0/0", "Unsupported")]  # one compile, failed
+    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
+    subprocess.run(
+        [tlparse, str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True, capture_output=True
+    )
+    failures = (tmp_path / "tl" / "failures_and_restarts.html").read_text()
+    assert failures.count("[0/0]") == 1 and "Unsupported" in failures  # tlparse: the one failure
+    res = run_cli("replay", str(log), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    for how, summary in (
+        ("live", json.loads((tmp_path / "live.json").read_text())),
+        ("replay", json.loads((tmp_path / "replayed.json").read_text())),
+    ):
+        assert summary["compiles"] == 1 and summary["failures"]["by_type"] == {"Unsupported": 1}, how
+        gb = summary["graph_breaks"]
+        assert (gb["total"], gb["unhandled"], gb["ends_frame"]) == (0, 1, 0), (how, gb)
+        assert summary["eager_fallbacks"] == 1, how
