@@ -582,7 +582,7 @@ def _break_first(x: torch.Tensor) -> torch.Tensor:
 def test_the_compile_time_that_made_no_graph_is_said_where_the_shares_stop_short_of_all(counted):
     """A frame that breaks before any op compiles, but installs no graph: its compile time is in no graph's row, so the
     shares of compile time by calls stop short of 100%. The summary says how much, and why, rather than leave a reader
-    to wonder where it went (an optimizer's ``step`` wrapper meets this: its first frame breaks at once)."""
+    to wonder where it went (a compiled function that only calls an optimizer's ``step()`` meets this)."""
     c = counted()
     f = torch.compile(_break_first, backend="eager")
     for _ in range(3):
