@@ -147,14 +147,19 @@ def cache_lookups(spans: list[dict[str, Any]], ranks: bool = False) -> list[dict
     return out
 
 
-def tlparse_compile_ids(log: Path, out_dir: Path) -> set[str]:
-    """The compile ids the reference reader, tlparse (a test dependency), lists for a log."""
+def run_tlparse(log: Path, out_dir: Path) -> dict[str, Any]:
+    """tlparse, the reference reader (a test dependency), on a log: its pages in ``out_dir``, and its compile directory
+    (``compile_directory.json``: each compile id's artifacts)."""
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
     subprocess.run(
         [tlparse, str(log), "-o", str(out_dir), "--no-browser", "--overwrite"], check=True, capture_output=True, timeout=300
     )
-    directory = json.loads((out_dir / "compile_directory.json").read_text())
-    return {k.strip("[]") for k in directory} - {"-/-"}
+    return json.loads((out_dir / "compile_directory.json").read_text())  # type: ignore[no-any-return]
+
+
+def tlparse_compile_ids(log: Path, out_dir: Path) -> set[str]:
+    """The compile ids the reference reader, tlparse (a test dependency), lists for a log."""
+    return {k.strip("[]") for k in run_tlparse(log, out_dir)} - {"-/-"}
 
 
 def span_compile_ids(roots: list[dict[str, Any]]) -> set[str]:

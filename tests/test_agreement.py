@@ -32,6 +32,7 @@ from tests.helpers import (
     read_otlp_json_spans,
     run_cli,
     run_python,
+    run_tlparse,
     spans_to_file,
     summary_screen,
     torchrun_under_torch_otel,
@@ -227,9 +228,7 @@ def test_a_data_dependent_branch_is_a_graph_break_torch_resumed_after_where_its_
     resumed = [r for r in run.torch_records if str(r.get("co_name", "")).startswith("torch_dynamo_resume_in_branch_at_")]
     assert len(branch) == 2 and len(resumed) == 3  # each branch's resume frame, and one recompiled for the new size
     assert not any(r.get("fail_type") for r in branch + resumed)
-    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
-    subprocess.run([tlparse, str(run.log), "-o", str(tmp_path), "--no-browser", "--overwrite"], check=True, capture_output=True)
-    directory = json.loads((tmp_path / "compile_directory.json").read_text())
+    directory = run_tlparse(run.log, tmp_path)
     failures = (tmp_path / "failures_and_restarts.html").read_text()
     line = next(
         n
@@ -415,10 +414,7 @@ def test_a_graph_break_in_a_loop_is_one_failed_compile_where_torchs_counters_say
     (log,) = (tmp_path / "trace").glob("*.log")
     records = _torch_records(log)
     assert [(r["compile_id"], r["fail_type"]) for r in records] == [("0/0", "Unsupported")]  # one compile, failed
-    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
-    subprocess.run(
-        [tlparse, str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True, capture_output=True
-    )
+    run_tlparse(log, tmp_path / "tl")
     failures = (tmp_path / "tl" / "failures_and_restarts.html").read_text()
     assert failures.count("[0/0]") == 1 and "Unsupported" in failures  # tlparse: the one failure
     res = run_cli("replay", str(log), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
