@@ -70,3 +70,17 @@ def test_a_frame_name_keeps_the_users_call_site_and_line_where_a_librarys_file_g
     assert cut_where(where, 40).endswith(" from hf_models.py:65") and len(cut_where(where, 40)) == 40
     own = "a_function_whose_name_is_long_enough_to_fill_the_frames_column (model.py:30)"
     assert cut_where(own, 50).endswith(" (model.py:30)") and len(cut_where(own, 50)) == 50
+
+
+def test_compile_seconds_per_call_always_carry_a_decimal_point():
+    """0.996 s per call once printed ``(1)`` and 4e-05 ``(4e-05)``: the README's check of the demo (which reads numbers
+    with a decimal point as placeholders) then failed on a run whose first graph took just under a second."""
+    from torch_otel._features.graph_calls.calls import NAME
+    from torch_otel._features.graph_calls.summary_part import summary_text
+
+    per_call = {"0/0": 0.996, "0/1": 0.13, "0/2": 0.00004, "0/3": 1.04, "0/4": 12.3}
+    graphs = [{"id": g, "calls": 1, "kind": "frame", "compile_s_per_call": s} for g, s in per_call.items()]
+    frame_ = {"function": "f", "file": "/m.py", "line": 3, "compile_s": 14.5, "dead": 0, "graphs": graphs}
+    facts = {NAME: {"graphs": 5, "calls": 5, "compile_s": 14.5, "ran_at_most": [], "frames": [frame_]}}
+    line = next(ln for ln in summary_text(facts, 200) if "calls per graph" in ln)
+    assert line.endswith("0/0 1 (1.0), 0/1 1 (0.13), 0/2 1 (0.00004), 0/3 1 (1.0), 0/4 1 (12.3)"), line

@@ -4,6 +4,7 @@ compiles that never paid off; its text lines, and how it adds up over a job's ra
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from ..._core.merge import Merge, basename, merge_with, num, sum_int, sum_s
@@ -174,8 +175,10 @@ def _ids(rows: list[Mapping[str, Any]]) -> str:
 
 
 def _per_call(s: float) -> str:
-    """Seconds of compiling per call: two significant digits under a second, tenths above (``1.0``, never ``1``)."""
-    return f"{s:.2g}" if s < 1 else f"{s:.1f}"
+    """Seconds of compiling per call, always with a decimal point: two significant digits where they stay under a
+    second (``0.13``, ``0.00004``, never ``4e-05``), tenths from there (``1.0``: 0.996 too, never ``1``)."""
+    two = Decimal(f"{s:.2g}")
+    return f"{s:.1f}" if two >= 1 else format(two, "f")
 
 
 def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
