@@ -22,7 +22,7 @@ from torch_otel._core.errors import internal_error_count
 from torch_otel._core.settings import Settings
 from torch_otel._model.record import CompileRecord
 from torch_otel._otel import direct_spans as direct_spans_module
-from torch_otel._otel.direct_spans import direct_spans
+from torch_otel._otel.direct_spans import MAX_TEXT, direct_spans
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.spans import SpanMapper
@@ -250,7 +250,10 @@ def _root_calls(span: Any) -> None:
     span.end(end_time=9)
 
 
-@pytest.mark.parametrize("limits", [None, SpanLimits(max_span_attributes=33, max_link_attributes=1, max_events=1)])
+@pytest.mark.parametrize(
+    "limits",
+    [None, SpanLimits(max_span_attributes=33, max_link_attributes=1, max_events=1), SpanLimits(max_attribute_length=MAX_TEXT)],
+)
 def test_a_root_with_a_remote_parent_links_and_statuses_is_the_sdks(limits):
     """Beyond what a log replays: a user's remote parent with a trace state, links (a lazy backward's forward), values
     the SDK cleans (a list, a long text, bytes, None), an attribute set again, statuses; and limits that cut them."""
@@ -268,6 +271,10 @@ def test_a_root_with_a_remote_parent_links_and_statuses_is_the_sdks(limits):
         links = [Link(linked, {"torch.compile.link": "forward", "n": 1}), Link(linked, {"torch.compile.link": "ca"})]
         attrs: dict[str, Any] = {"first": 1, "list": ["a", "b"], "long": "x" * 5000, "bytes": b"\x00", "none": None}
         attrs.update({f"a{i}": i for i in range(30)})
+        # sequences: of texts (kept as their tuple, cut to the limit), of mixed kinds, of numbers, empty
+        attrs.update(
+            {"texts": ("ab", "cd"), "long_texts": ["y" * (MAX_TEXT + 2), "g"], "mixed": ["a", 1], "ints": [1, 2], "empty": []}
+        )
         if path == "direct":
             span = d.root("torch.compile", parent, attrs, links, 1)
         else:
@@ -279,10 +286,12 @@ def test_a_root_with_a_remote_parent_links_and_statuses_is_the_sdks(limits):
     ctx, parent_ctx, fields = got[0]
     assert parent_ctx.span_id == 8 and parent_ctx.is_remote and dict(ctx.trace_state) == {"k": "v"}
     assert fields["status"] == (StatusCode.OK, None) and fields["attributes"][-1] == ("first", "again")
-    if limits is None:
+    if limits is None or limits.max_attribute_length == MAX_TEXT:  # no attribute dropped
         assert ("list", ("a", "b")) in fields["attributes"]  # the SDK's tuple
+        cut = MAX_TEXT if limits is not None else MAX_TEXT + 2  # cut to the limit where one is set
+        assert ("long_texts", ("y" * cut, "g")) in fields["attributes"]
     else:
-        assert fields["dropped"][:2] == (4, 1) and fields["links"][0] == {"n": 1}  # the SDK keeps the newest
+        assert fields["dropped"][:2] == (9, 1) and fields["links"][0] == {"n": 1}  # the SDK keeps the newest
 
 
 def test_a_direct_path_made_before_the_bridge_took_over_the_tracers_ids_draws_none_from_the_users_random():

@@ -169,6 +169,8 @@ class DirectSpans:
 
 _SCALAR_TYPES = frozenset((str, bool, int, float))  # values the SDK keeps as they are (a text within its limit)
 _KEY_TYPES = frozenset((str,))
+_TEXT_TYPES = frozenset((str,))
+_SEQUENCE_TYPES = frozenset((list, tuple))  # a list of texts (a compile's recompile reasons) is kept as their tuple
 
 
 def _cleaned(
@@ -189,8 +191,16 @@ def _cleaned(
         longest is not None and any(type(v) is str and len(v) > longest for v in out.values())
     ):
         for k, v in list(out.items()):
-            if type(v) not in _SCALAR_TYPES or (type(v) is str and longest is not None and len(v) > longest):
-                out[k] = _clean_attribute_value(v, longest)  # a sequence, a mapping, a long text: the SDK's cleaning
+            t = type(v)
+            if t is str and longest is not None and len(v) > longest:
+                out[k] = _clean_attribute_value(v, longest)  # a long text: the SDK's cleaning (its warning, its cut)
+            elif t in _SEQUENCE_TYPES and _TEXT_TYPES.issuperset(map(type, v)):
+                if longest is None or not any(len(e) > longest for e in v):
+                    out[k] = tuple(v)  # texts within the limit: the tuple the SDK's cleaning makes of them
+                else:
+                    out[k] = _clean_attribute_value(v, longest)
+            elif t not in _SCALAR_TYPES:
+                out[k] = _clean_attribute_value(v, longest)  # another sequence, a mapping: the SDK's cleaning
     return out
 
 
