@@ -83,6 +83,7 @@ class Derive:
         self._near_limit: Recent[tuple[int | None, int | None], bool] = Recent(recent)
 
     def __call__(self, rec: CompileRecord) -> None:
+        rec.seal()  # torch's facts of the finished compile, worked out once for every sink
         cid = rec.compile_id
         torch_code = rec.own_code()
         rec.call_site, rec.called_directly = rec.user_call_site()

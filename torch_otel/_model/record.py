@@ -235,6 +235,16 @@ class PhaseNode:
             stack.extend((c, depth + 1) for c in reversed(node.children))
 
 
+class _Sealed(NamedTuple):
+    """A finished compile's facts from torch's records, worked out once (:meth:`CompileRecord.seal`)."""
+
+    fail_type: str | None
+    fail_reason: str | None
+    limit_hit: bool
+    eager_fallback: bool
+    cache_counts: dict[tuple[str, str, str], int]
+
+
 @dataclass(slots=True)
 class CompileRecord:
     kind: str
@@ -311,6 +321,9 @@ class CompileRecord:
     _lanes: dict[int | None, list[PhaseNode]] | None = None
     _ended: bool = False
     _nodes: int = 1
+    # what torch's records say, worked out once when the assembler finished the compile (:meth:`seal`): every sink
+    # reads these, several times each
+    _sealed: _Sealed | None = None
 
     @property
     def id_str(self) -> str:
@@ -323,14 +336,24 @@ class CompileRecord:
             v = self.root.args.get(field_name)
         return v if isinstance(v, str) and v else None
 
+    def seal(self) -> None:
+        """The assembler has finished this compile: torch's facts no longer change, so the ones every sink reads (its
+        failure, the recompile limit, eager fallback, cache lookups) are worked out once, here."""
+        self._sealed = None
+        fail_type, fail_reason = self._text("fail_type"), self._text("fail_reason")
+        hit = is_recompile_limit_hit(fail_type, fail_reason)
+        self._sealed = _Sealed(fail_type, fail_reason, hit, self._eager_fallback(hit), self._cache_counts())
+
     @property
     def fail_type(self) -> str | None:
         """torch's ``fail_type`` (``Unsupported``, ``InductorError``, ...) of a failed compile."""
-        return self._text("fail_type")
+        sealed = self._sealed
+        return sealed.fail_type if sealed is not None else self._text("fail_type")
 
     @property
     def fail_reason(self) -> str | None:
-        return self._text("fail_reason")
+        sealed = self._sealed
+        return sealed.fail_reason if sealed is not None else self._text("fail_reason")
 
     @property
     def recompile_reason(self) -> str | None:
@@ -341,13 +364,18 @@ class CompileRecord:
     @property
     def recompile_limit_hit(self) -> bool:
         """The frame exceeded ``recompile_limit``: it runs in eager from now on."""
-        return is_recompile_limit_hit(self.fail_type, self.fail_reason)
+        sealed = self._sealed
+        return sealed.limit_hit if sealed is not None else is_recompile_limit_hit(self.fail_type, self.fail_reason)
 
     @property
     def eager_fallback(self) -> bool:
         """This compile left its frame running in eager (limit hit, skipped frame, no guarded code)."""
+        sealed = self._sealed
+        return sealed.eager_fallback if sealed is not None else self._eager_fallback(self.recompile_limit_hit)
+
+    def _eager_fallback(self, limit_hit: bool) -> bool:
         return (
-            self.recompile_limit_hit
+            limit_hit
             or (self.metrics or {}).get("has_guarded_code") is False
             or any(gb.skipped_frame for gb in self.graph_breaks)
         )
@@ -356,8 +384,12 @@ class CompileRecord:
         """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
 
         Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked
-        ``cache_state=bypass`` (local: a bypass never reaches a remote cache).
+        ``cache_state=bypass`` (local: a bypass never reaches a remote cache). A new dict on each call.
         """
+        sealed = self._sealed
+        return dict(sealed.cache_counts) if sealed is not None else self._cache_counts()
+
+    def _cache_counts(self) -> dict[tuple[str, str, str], int]:
         m: dict[str, Any] = self.metrics or {}
         out: dict[tuple[str, str, str], int] = {}
         for cache, prefix in CACHE_METRIC_PREFIXES:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry
 
 from .._analysis.divergence import RankFingerprints
 from .._core.categories import PHASES_ALSO, RECOMPILE_CATEGORIES, BoundedLabels, phase_label, recompile_category
@@ -34,6 +34,7 @@ from .._features.registry import features_or_default, series_of
 from .._features.views import Observation, Series
 from .._model.record import RUNTIME, CompileRecord, PhaseNode, Sink
 from .._version import __version__, torch_version
+from .histograms import HistogramTable
 
 # A further rank (not a detail rank): its failures and graph breaks by their first few kinds, the rest as ``other``
 FURTHER_FAIL_TYPES = 4
@@ -134,37 +135,30 @@ def default_rank() -> str:
 class PrometheusBackend:
     """The series on a prometheus_client registry, with trace-id exemplars on histograms.
 
-    Histograms are prometheus_client's own. Counters and gauges are numbers kept
-    here and read by one collector at scrape time: an observation is a dict
-    update, and the exposition is the same as prometheus_client's (``_total``,
-    ``_created``).
+    Every series is a number kept here and read by a collector at scrape time, with the same exposition as
+    prometheus_client's own metrics (``_total``, ``_created``; a histogram's ``_bucket`` with its exemplar, ``_count``,
+    ``_sum``): an observation is a dict update (counters and gauges) or a bucket's (histograms,
+    torch_otel._sinks.histograms).
     """
 
     def __init__(self, registry: CollectorRegistry, series: Mapping[str, Series] | None = None) -> None:
         self.registry = registry
-        self._histograms: dict[str, Histogram] = {}
-        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
         series = SERIES if series is None else series
         self._table = _SeriesTable(series)
-        for s in series.values():
-            if s.instrument == "histogram":
-                self._histograms[s.name] = Histogram(
-                    s.name, s.help, s.labels, buckets=s.buckets or DURATION_BUCKETS, registry=registry
-                )
+        self._histograms = HistogramTable(
+            (s.name, s.help, s.labels, s.buckets or DURATION_BUCKETS) for s in series.values() if s.instrument == "histogram"
+        )
+        self._is_histogram = {s.name: s.instrument == "histogram" for s in series.values()}
+        registry.register(self._histograms)
         registry.register(self._table)
         registry.register(SelfMetrics())
         registry.register(TorchCounters())
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        h = self._histograms.get(name)
-        if h is None:
+        if not self._is_histogram[name]:
             self._table.apply(name, labels, value)
-            return
-        key = (name, labels)
-        m = self._children.get(key)
-        if m is None:  # label sets are bounded: keep each child instead of looking it up per observation
-            m = self._children[key] = h.labels(*labels)
-        m.observe(value, {"trace_id": f"{exemplar[0]:032x}"} if exemplar else None)
+        else:
+            self._histograms.observe(name, labels, value, f"{exemplar[0]:032x}" if exemplar else None)
 
 
 class _SeriesTable:
