@@ -308,3 +308,27 @@ def test_the_users_call_site_from_dynamo_start_passes_over_the_start_up_recorder
     rec = sink.only()
     assert rec.user_call_site() == (CodeLocation("<module>", "/w/run.py", 125), False)
     assert rec.caller() == CodeLocation("_call_impl", "/x/site-packages/torch/nn/modules/module.py", 1786)
+
+
+def test_a_finished_compiles_facts_are_worked_out_once_and_read_the_same_as_from_torchs_records():
+    """Sinks read a finished compile's failure, recompile-limit hit, eager fallback and cache lookups from what the
+    derive step worked out once (CompileRecord.seal); each reads as torch's records say, and the lookups are a new
+    dict on each call (a sink that changes its copy changes no other sink's)."""
+    limit_hit = {"fail_type": "Unsupported", "fail_reason": "Dynamo recompile limit exceeded", "has_guarded_code": False}
+    lookups = {"inductor_fx_local_cache_miss_count": 2, "aotautograd_local_cache_hit_count": 1}
+    cases = [
+        (limit_hit, ("Unsupported", "Dynamo recompile limit exceeded", True, True, {})),
+        (lookups, (None, None, False, False, {("fx_graph", "local", "miss"): 2, ("aot_autograd", "local", "hit"): 1})),
+        ({}, (None, None, False, False, {})),
+    ]
+    for fields, want in cases:
+        asm, sink = feed(frame("0/1", 100, 900), metrics("0/1", **fields))
+        rec = sink.only()
+        assert rec._sealed is not None
+        sealed = (rec.fail_type, rec.fail_reason, rec.recompile_limit_hit, rec.eager_fallback, rec.cache_counts())
+        assert sealed == want
+        rec._sealed = None  # as torch's records say, worked out again
+        assert sealed == (rec.fail_type, rec.fail_reason, rec.recompile_limit_hit, rec.eager_fallback, rec.cache_counts())
+        rec.seal()
+        rec.cache_counts()[("fx_graph", "local", "hit")] = 99
+        assert ("fx_graph", "local", "hit") not in rec.cache_counts()

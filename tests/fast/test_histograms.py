@@ -21,7 +21,9 @@ HISTOGRAMS = (
 LABELS = {"torch_compile_phase_duration_seconds": [("0", "dynamo"), ("1", "inductor")], "torch_compile_guards": [("0",), ("3",)]}
 _bound = st.sampled_from([*DURATION_BUCKETS, *GUARD_BUCKETS])
 values = st.one_of(_bound, st.floats(allow_nan=False, min_value=-5, max_value=1e5), st.just(math.inf), st.just(-math.inf))
-observation = st.tuples(st.sampled_from([h[0] for h in HISTOGRAMS]), st.integers(0, 1), values, st.none() | st.integers(1, 2**128 - 1))
+observation = st.tuples(
+    st.sampled_from([h[0] for h in HISTOGRAMS]), st.integers(0, 1), values, st.none() | st.integers(1, 2**128 - 1)
+)
 
 
 def _both() -> tuple[CollectorRegistry, dict[str, Any], CollectorRegistry, HistogramTable]:
