@@ -174,20 +174,22 @@ class _SeriesTable:
         self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
             s.name: {} for s in self._series.values() if s.instrument != "histogram"
         }
+        self._kinds = {s.name: s.instrument for s in self._series.values()}
 
     def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
         series = self._values[name]
+        kind = self._kinds[name]
         with self._lock:
             cell = series.get(labels)
-            if self._series[name].instrument == "info":  # the rank's one series: a new label set replaces its last
+            if kind == "info":  # the rank's one series: a new label set replaces its last
                 for other in [k for k in series if k[0] == labels[0] and k != labels]:
                     del series[other]
             if cell is None:
                 series[labels] = [value, time.time()]  # the value, and when the series was created
-            elif self._series[name].instrument in ("gauge", "info"):
-                cell[0] = value
-            else:
+            elif kind == "counter" or kind == "updown":
                 cell[0] += value
+            else:  # a gauge, an info
+                cell[0] = value
 
     def rows(self, name: str) -> list[tuple[tuple[str, ...], float, float]]:
         """Every series of ``name`` as it stands: (label values, value, when it was created)."""
