@@ -81,3 +81,29 @@ def test_the_registry_knows_every_name_before_the_first_observation():
         assert "Duplicated timeseries" in str(exc)
     else:
         raise AssertionError("a second torch_compile_guards was registered")
+
+
+def test_a_forked_child_observes_and_scrapes_though_a_parents_thread_held_the_locks():
+    """At a fork a parent's thread (the bridge's worker) may hold a backend's lock: the child's metrics take fresh
+    ones (CompileMetrics.after_fork_in_child, which the pipeline calls in a forked child), and never wait on it."""
+    import threading
+
+    from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
+
+    registry = CollectorRegistry()
+    backend = PrometheusBackend(registry)
+    metrics = CompileMetrics([backend])
+    for lock in (backend._table._lock, backend._histograms._lock, metrics._sampled_lock):
+        lock.acquire()  # held, as a thread that no longer exists in the child would leave it
+    metrics.after_fork_in_child()
+    done = threading.Event()
+
+    def child_work() -> None:
+        backend.apply("torch_compile_phase_duration_seconds", ("0", "dynamo"), 0.5, (1, 2))
+        backend.apply("torch_compile_compiles", ("0", "frame", "ok"), 1, None)
+        metrics.apply_collected([])
+        assert registry.get_sample_value("torch_compile_phase_duration_seconds_count", {"rank": "0", "phase": "dynamo"}) == 1
+        done.set()
+
+    threading.Thread(target=child_work, daemon=True).start()
+    assert done.wait(10), "the child waited on a lock its parent's thread held"

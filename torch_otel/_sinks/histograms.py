@@ -33,6 +33,9 @@ class HistogramTable:
         # name -> label values -> [per-bucket counts, sum, created, per-bucket (trace id, value, time) or None]
         self._cells: dict[str, dict[tuple[str, ...], list[Any]]] = {name: {} for name in self._meta}
 
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # a parent's thread may have held it as the process forked
+
     def observe(self, name: str, labels: tuple[str, ...], value: float, trace_id: str | None) -> None:
         bounds = self._bounds[name]
         i = bisect_left(bounds, value) if value == value else len(bounds)  # NaN: no bucket, as prometheus_client

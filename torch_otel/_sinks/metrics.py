@@ -154,6 +154,10 @@ class PrometheusBackend:
         registry.register(SelfMetrics())
         registry.register(TorchCounters())
 
+    def after_fork_in_child(self) -> None:
+        self._table.after_fork_in_child()
+        self._histograms.after_fork_in_child()
+
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
         if not self._is_histogram[name]:
             self._table.apply(name, labels, value)
@@ -190,6 +194,9 @@ class _SeriesTable:
                 cell[0] += value
             else:  # a gauge, an info
                 cell[0] = value
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # a parent's thread may have held it as the process forked
 
     def rows(self, name: str) -> list[tuple[tuple[str, ...], float, float]]:
         """Every series of ``name`` as it stands: (label values, value, when it was created)."""
@@ -373,6 +380,9 @@ class OTelBackend:
         """The meter's callback: every series of ``name``, as it stands."""
         return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
 
+    def after_fork_in_child(self) -> None:
+        self._table.after_fork_in_child()
+
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
         if self._series[name].instrument != "histogram":
             self._table.apply(name, labels, value)
@@ -454,8 +464,12 @@ class CompileMetrics(Sink):
         return str(rec.rank) if rec.rank is not None else default_rank()
 
     def after_fork_in_child(self) -> None:
-        """A forked child: the parent's threads may have held the sampled series' lock as it forked."""
+        """A forked child: the parent's threads may have held the sampled series' lock, or a backend's, as it forked."""
         self._sampled_lock = threading.Lock()
+        for b in self.backends:
+            fresh = getattr(b, "after_fork_in_child", None)
+            if fresh is not None:
+                fresh()
 
     def apply_collected(self, observations: list[Observation]) -> None:
         """The series the features' live states stand at (``FeatureState.collect``: each compiled graph's calls), into
