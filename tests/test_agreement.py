@@ -427,3 +427,40 @@ def test_a_graph_break_in_a_loop_is_one_failed_compile_where_torchs_counters_say
         gb = summary["graph_breaks"]
         assert (gb["total"], gb["unhandled"], gb["ends_frame"]) == (0, 1, 0), (how, gb)
         assert summary["eager_fallbacks"] == 1, how
+
+
+def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp_path: Path):
+    """torch suppresses only its soft failures (``Unsupported``, ``UserError``), running the frame uncompiled; any other
+    failure raises into the caller unless ``suppress_errors`` is on, as every failure does under ``fullgraph=True``.
+    A backend that raises (``BackendCompilerFailed``, twice: each call compiles again) and a graph break under
+    ``fullgraph=True`` (``Unsupported``, twice) raised into the script; a graph break in a loop left its frame in eager.
+    Live: six failures, one frame left in eager. On replay the same, but for the ``fullgraph=True`` failures: torch's
+    log does not say the compile was ``fullgraph``, so replay reads an ``Unsupported`` as torch suppressing it."""
+    env = {
+        "TORCH_TRACE": str(tmp_path / "trace"),
+        "TORCH_OTEL_SUMMARY": str(tmp_path / "live.json"),
+        **spans_to_file(tmp_path / "s.jsonl"),
+    }
+    res = run_python(WORKLOADS / "raised.py", env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [ln for ln in res.stdout.splitlines() if ln.startswith("raised")] == [
+        "raised broken_backend BackendCompilerFailed",
+        "raised broken_backend BackendCompilerFailed",
+        "raised whole Unsupported",
+        "raised whole Unsupported",
+    ]
+    (log,) = (tmp_path / "trace").glob("*.log")
+    records = _torch_records(log)
+    assert sorted(r["fail_type"] for r in records) == ["BackendCompilerFailed"] * 2 + ["Unsupported"] * 3
+    live = json.loads((tmp_path / "live.json").read_text())
+    assert live["failures"]["by_type"] == {"BackendCompilerFailed": 2, "Unsupported": 3}
+    assert live["eager_fallbacks"] == 1
+    assert [(f["function"], f["why"]) for f in live["eager_frames"]] == [("looped", "graph_break_in_loop")]
+    roots = [s for s in read_otlp_json_spans(tmp_path / "s.jsonl") if "torch.compile.kind" in s["attrs"]]
+    eager = sorted(s["attrs"]["code.function.name"] for s in roots if s["attrs"].get("torch.compile.eager_fallback"))
+    assert eager == ["looped"]
+    res = run_cli("replay", str(log), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    replayed = json.loads((tmp_path / "replayed.json").read_text())
+    assert replayed["failures"]["by_type"] == live["failures"]["by_type"]
+    assert sorted(f["function"] for f in replayed["eager_frames"]) == ["looped", "whole"]  # fullgraph: not in the log

@@ -68,6 +68,9 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
                 origin.code_file = code.co_filename
                 origin.code_line = code.co_firstlineno
                 origin.classes = object_classes(here.get("locals"), here.get("frame"))
+                one_graph = here.get("one_graph")
+                if isinstance(one_graph, bool):
+                    origin.fullgraph = one_graph
         elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
             if len(stack) < MAX_STACK:
                 stack.append((fn, f.f_lineno, co.co_name))

@@ -71,6 +71,10 @@ ROOT_NAMES = {
 }
 # cache -> the prefix of its counts in torch's CompilationMetrics; the phase that reports its bypass
 CACHE_METRIC_PREFIXES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautograd"))
+# The failures torch suppresses, running the frame uncompiled (convert_frame's ``soft_fail``: ``Unsupported`` and
+# ``UserError``; 2.10's ``RecompileLimitExceeded`` is an ``Unsupported``); any other raises into the caller unless
+# ``torch._dynamo.config.suppress_errors`` is on (CompilationMetrics' ``config_suppress_errors``)
+SOFT_FAIL_TYPES = frozenset({"Unsupported", "UserError", "RecompileLimitExceeded"})
 BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
 # The kinds whose duration is torch's CompilationMetrics.duration_us (CompileRecord.duration_ns); the others' root
 # covers more than torch's record (an export's: the whole call) or torch logs no record for them
@@ -374,11 +378,20 @@ class CompileRecord:
         return sealed.eager_fallback if sealed is not None else self._eager_fallback(self.recompile_limit_hit)
 
     def _eager_fallback(self, limit_hit: bool) -> bool:
-        return (
-            limit_hit
-            or (self.metrics or {}).get("has_guarded_code") is False
-            or any(gb.skipped_frame for gb in self.graph_breaks)
-        )
+        if limit_hit or any(gb.skipped_frame for gb in self.graph_breaks):
+            return True
+        m = self.metrics or {}
+        if m.get("has_guarded_code") is not False:
+            return False
+        fail_type = self._text("fail_type")
+        if fail_type is None:
+            return True  # nothing torch could compile, and no failure: the frame runs uncompiled
+        # A failed compile leaves its frame uncompiled only where torch suppresses the error (convert_frame's
+        # ConvertFrame): a soft failure, or any with suppress_errors on. Any other raises into the caller, as every
+        # failure does under fullgraph=True: the call failed, nothing ran in eager.
+        if self.origin is not None and self.origin.fullgraph:
+            return False
+        return fail_type in SOFT_FAIL_TYPES or m.get("config_suppress_errors") is True
 
     def cache_counts(self) -> dict[tuple[str, str, str], int]:
         """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
