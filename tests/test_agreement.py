@@ -432,8 +432,10 @@ def test_a_graph_break_in_a_loop_is_one_failed_compile_where_torchs_counters_say
 def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp_path: Path):
     """torch suppresses only its soft failures (``Unsupported``, ``UserError``), running the frame uncompiled; any other
     failure raises into the caller unless ``suppress_errors`` is on, as every failure does under ``fullgraph=True``.
-    A backend that raises (``BackendCompilerFailed``, twice: each call compiles again) and a graph break under
-    ``fullgraph=True`` (``Unsupported``, twice) raised into the script; a graph break in a loop left its frame in eager.
+    A backend that raises (``BackendCompilerFailed``, twice: each call compiles again), a graph break under
+    ``fullgraph=True`` (``Unsupported``, twice) and a size ``mark_dynamic`` made dynamic and the code specialised
+    (``ConstraintViolationError``, after its backend made a graph) raised into the script; a graph break in a loop left
+    its frame in eager.
     Live: six failures, one frame left in eager. On replay the same, but for the ``fullgraph=True`` failures: torch's
     log does not say the compile was ``fullgraph``, so replay reads an ``Unsupported`` as torch suppressing it."""
     env = {
@@ -448,14 +450,19 @@ def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp
         "raised broken_backend BackendCompilerFailed",
         "raised whole Unsupported",
         "raised whole Unsupported",
+        "raised constrained ConstraintViolationError",
     ]
     (log,) = (tmp_path / "trace").glob("*.log")
     records = _torch_records(log)
-    assert sorted(r["fail_type"] for r in records) == ["BackendCompilerFailed"] * 2 + ["Unsupported"] * 3
+    failed = ["BackendCompilerFailed"] * 2 + ["ConstraintViolationError"] + ["Unsupported"] * 3
+    assert sorted(r["fail_type"] for r in records if r["fail_type"]) == failed
     live = json.loads((tmp_path / "live.json").read_text())
-    assert live["failures"]["by_type"] == {"BackendCompilerFailed": 2, "Unsupported": 3}
+    assert live["failures"]["by_type"] == {"BackendCompilerFailed": 2, "ConstraintViolationError": 1, "Unsupported": 3}
     assert live["eager_fallbacks"] == 1
     assert [(f["function"], f["why"]) for f in live["eager_frames"]] == [("looped", "graph_break_in_loop")]
+    # the graph its backend made before the constraint failed was never installed: the frame's one graph ran once
+    (frame,) = [f for f in live["graph_calls"]["frames"] if f["function"] == "constrained"]
+    assert [(g["calls"], g["id"].endswith("/1")) for g in frame["graphs"]] == [(1, True)], frame
     roots = [s for s in read_otlp_json_spans(tmp_path / "s.jsonl") if "torch.compile.kind" in s["attrs"]]
     eager = sorted(s["attrs"]["code.function.name"] for s in roots if s["attrs"].get("torch.compile.eager_fallback"))
     assert eager == ["looped"]

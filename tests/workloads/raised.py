@@ -5,7 +5,10 @@
 - ``broken_backend``: a backend that raises: torch raises ``BackendCompilerFailed`` into the caller (no
   ``suppress_errors``), and the next call compiles again;
 - ``whole``: ``fullgraph=True`` around a graph break: torch raises ``Unsupported`` into the caller;
-- ``looped``: a graph break inside a loop: torch suppresses its ``Unsupported`` and runs the frame uncompiled.
+- ``looped``: a graph break inside a loop: torch suppresses its ``Unsupported`` and runs the frame uncompiled;
+- ``constrained``: a size ``mark_dynamic`` made dynamic, which its code specialises: its backend compiled a graph,
+  then torch raised ``ConstraintViolationError`` into the caller and installed none; a call with another size compiles
+  again, and that graph runs.
 
 It prints one line per call that raised, ``raised <function> <exception type>``.
 """
@@ -44,6 +47,21 @@ for fn, kw in ((broken_backend, {"backend": failing}), (whole, {"backend": "eage
         except Exception as exc:  # noqa: BLE001 - the failure raised into this caller, as torch raises it
             print("raised", fn.__name__, type(exc).__name__, flush=True)
 assert torch.equal(torch.compile(looped, backend="eager")(torch.zeros(3)), torch.ones(3))
+
+
+def constrained(x):
+    if x.shape[0] == 4:
+        return x * 2
+    return x + 1
+
+
+marked = torch.ones(4, 3)
+torch._dynamo.mark_dynamic(marked, 0)
+try:
+    torch.compile(constrained, backend="eager")(marked)
+except Exception as exc:  # noqa: BLE001
+    print("raised", constrained.__name__, type(exc).__name__, flush=True)
+assert torch.equal(torch.compile(constrained, backend="eager")(torch.ones(5, 3)), torch.full((5, 3), 2.0))
 
 import torch_otel  # noqa: E402
 

@@ -124,6 +124,8 @@ def derive(rec: CompileRecord, state: Any) -> None:
     events: list[GraphEvent] = rec.attached.get(NAME) or []
     if not events:
         return
+    if rec.fail_type is not None or (rec.metrics or {}).get("has_guarded_code") is False:
+        return  # a graph its backend made before the compile failed (a constraint mark_dynamic broke): never installed
     top = max(ev.attempt for ev in events)
     mine = [ev for ev in events if ev.attempt == top]
     graphs = [ev.graph for ev in mine if ev.graph is not None]
