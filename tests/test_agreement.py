@@ -431,13 +431,13 @@ def test_a_graph_break_in_a_loop_is_one_failed_compile_where_torchs_counters_say
 
 def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp_path: Path):
     """torch suppresses only its soft failures (``Unsupported``, ``UserError``), running the frame uncompiled; any other
-    failure raises into the caller unless ``suppress_errors`` is on, as every failure does under ``fullgraph=True``.
-    A backend that raises (``BackendCompilerFailed``, twice: each call compiles again), a graph break under
-    ``fullgraph=True`` (``Unsupported``, twice) and a size ``mark_dynamic`` made dynamic and the code specialised
-    (``ConstraintViolationError``, after its backend made a graph) raised into the script; a graph break in a loop left
-    its frame in eager.
-    Live: six failures, one frame left in eager. On replay the same, but for the ``fullgraph=True`` failures: torch's
-    log does not say the compile was ``fullgraph``, so replay reads an ``Unsupported`` as torch suppressing it."""
+    failure raises into the caller unless ``suppress_errors`` is on, as every failure does under ``fullgraph=True`` or
+    ``error_on_graph_break(True)``. A backend that raises (``BackendCompilerFailed``, twice: each call compiles again),
+    a graph break under ``fullgraph=True`` (``Unsupported``, twice), one under ``error_on_graph_break(True)``, and a
+    size ``mark_dynamic`` made dynamic that the code specialised (``ConstraintViolationError``, after its backend made
+    a graph) raised into the script; a graph break in a loop left its frame in eager. Live: seven failures, one frame
+    left in eager. On replay the same, but for the ``fullgraph=True`` and ``error_on_graph_break`` failures: torch's
+    log says neither, so replay reads their ``Unsupported`` as suppressed."""
     env = {
         "TORCH_TRACE": str(tmp_path / "trace"),
         "TORCH_OTEL_SUMMARY": str(tmp_path / "live.json"),
@@ -450,14 +450,15 @@ def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp
         "raised broken_backend BackendCompilerFailed",
         "raised whole Unsupported",
         "raised whole Unsupported",
+        "raised strict Unsupported",
         "raised constrained ConstraintViolationError",
     ]
     (log,) = (tmp_path / "trace").glob("*.log")
     records = _torch_records(log)
-    failed = ["BackendCompilerFailed"] * 2 + ["ConstraintViolationError"] + ["Unsupported"] * 3
+    failed = ["BackendCompilerFailed"] * 2 + ["ConstraintViolationError"] + ["Unsupported"] * 4
     assert sorted(r["fail_type"] for r in records if r["fail_type"]) == failed
     live = json.loads((tmp_path / "live.json").read_text())
-    assert live["failures"]["by_type"] == {"BackendCompilerFailed": 2, "ConstraintViolationError": 1, "Unsupported": 3}
+    assert live["failures"]["by_type"] == {"BackendCompilerFailed": 2, "ConstraintViolationError": 1, "Unsupported": 4}
     assert live["eager_fallbacks"] == 1
     assert [(f["function"], f["why"]) for f in live["eager_frames"]] == [("looped", "graph_break_in_loop")]
     # the graph its backend made before the constraint failed was never installed: the frame's one graph ran once
@@ -470,4 +471,5 @@ def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp
     assert res.returncode == 0, res.stderr[-3000:]
     replayed = json.loads((tmp_path / "replayed.json").read_text())
     assert replayed["failures"]["by_type"] == live["failures"]["by_type"]
-    assert sorted(f["function"] for f in replayed["eager_frames"]) == ["looped", "whole"]  # fullgraph: not in the log
+    # torch's log records neither fullgraph=True nor error_on_graph_break: replay reads their Unsupported as suppressed
+    assert sorted(f["function"] for f in replayed["eager_frames"]) == ["looped", "strict", "whole"]

@@ -5,6 +5,7 @@
 - ``broken_backend``: a backend that raises: torch raises ``BackendCompilerFailed`` into the caller (no
   ``suppress_errors``), and the next call compiles again;
 - ``whole``: ``fullgraph=True`` around a graph break: torch raises ``Unsupported`` into the caller;
+- ``strict``: a graph break under ``torch._dynamo.error_on_graph_break(True)``: torch raises ``Unsupported``;
 - ``looped``: a graph break inside a loop: torch suppresses its ``Unsupported`` and runs the frame uncompiled;
 - ``constrained``: a size ``mark_dynamic`` made dynamic, which its code specialises: its backend compiled a graph,
   then torch raised ``ConstraintViolationError`` into the caller and installed none; a call with another size compiles
@@ -46,6 +47,19 @@ for fn, kw in ((broken_backend, {"backend": failing}), (whole, {"backend": "eage
             compiled(torch.ones(3))
         except Exception as exc:  # noqa: BLE001 - the failure raised into this caller, as torch raises it
             print("raised", fn.__name__, type(exc).__name__, flush=True)
+
+
+def strict(x):
+    x = x + 1
+    torch._dynamo.graph_break()
+    return x * 2
+
+
+with torch._dynamo.error_on_graph_break(True):
+    try:
+        torch.compile(strict, backend="eager")(torch.ones(3))
+    except Exception as exc:  # noqa: BLE001
+        print("raised", strict.__name__, type(exc).__name__, flush=True)
 assert torch.equal(torch.compile(looped, backend="eager")(torch.zeros(3)), torch.ones(3))
 
 

@@ -52,6 +52,12 @@ def skip_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     )
 
 
+def _error_on_graph_break() -> bool:
+    """torch._dynamo.error_on_graph_break(True) in force (torch 2.9 on): torch raises every failure of the compile."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return getattr(utils, "_error_on_graph_break", False) is True
+
+
 def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[str, ...], libraries: tuple[str, ...]) -> None:
     """Fill ``origin``'s compiled code (dynamo's ``_compile`` frame), caller and stack, walking out from ``frame``."""
     f = frame
@@ -70,7 +76,7 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
                 origin.classes = object_classes(here.get("locals"), here.get("frame"))
                 one_graph = here.get("one_graph")
                 if isinstance(one_graph, bool):
-                    origin.fullgraph = one_graph
+                    origin.raises = one_graph or _error_on_graph_break()
         elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
             if len(stack) < MAX_STACK:
                 stack.append((fn, f.f_lineno, co.co_name))

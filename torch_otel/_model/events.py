@@ -37,9 +37,10 @@ class Origin:
     cuda_device: int | None = None
     # The classes of the compiled frame's objects that name it (FrameObjectsEvent's, as live capture sees them)
     classes: dict[str, str] = field(default_factory=dict)
-    # torch.compile(fullgraph=True): dynamo's ``_compile`` was called with ``one_graph``, so a failed compile raises
-    # into the caller and nothing runs uncompiled (None: not known; torch's log does not say it)
-    fullgraph: bool | None = None
+    # A failed compile raises into the caller, nothing runs uncompiled: torch.compile(fullgraph=True) (dynamo's
+    # ``_compile`` called with ``one_graph``) or torch._dynamo.error_on_graph_break(True) as it began (None: not
+    # known; torch's log says neither)
+    raises: bool | None = None
 
 
 @dataclass(slots=True)

@@ -388,8 +388,8 @@ class CompileRecord:
             return True  # nothing torch could compile, and no failure: the frame runs uncompiled
         # A failed compile leaves its frame uncompiled only where torch suppresses the error (convert_frame's
         # ConvertFrame): a soft failure, or any with suppress_errors on. Any other raises into the caller, as every
-        # failure does under fullgraph=True: the call failed, nothing ran in eager.
-        if self.origin is not None and self.origin.fullgraph:
+        # failure does under fullgraph=True or error_on_graph_break(True): the call failed, nothing ran in eager.
+        if self.origin is not None and self.origin.raises:
             return False
         return fail_type in SOFT_FAIL_TYPES or m.get("config_suppress_errors") is True
 
