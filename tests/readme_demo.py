@@ -61,6 +61,10 @@ def mismatches(block: str, out: str, summary: dict[str, Any]) -> list[str]:
     # a phase of the trace's tree, by name: which phases fold into "(N phases under 1 ms)", and so the tree's
     # glyphs (├ or └), follow the run's times
     tree = {m[1] for ln in out.splitlines() if (m := _TREE.match(ln))}
+    # the graph-calls block lists the two frames that cost most compile time: which two follows the run's times
+    calls = summary.get("graph_calls") or {}
+    gc_frames = {(f["function"], os.path.basename(f["file"]), f["line"], f.get("dead")) for f in calls.get("frames") or []}
+    gc_graphs = {(g["id"], g["calls"]) for f in calls.get("frames") or [] for g in f.get("graphs") or []}
     bad = []
     for line in block.splitlines():
         n = _norm(line)
@@ -77,6 +81,12 @@ def mismatches(block: str, out: str, summary: dict[str, Any]) -> list[str]:
             continue
         slow = re.fullmatch(r"# s (\S+) (\S+) .*", n)
         if slow and (slow[1], slow[2]) in slowest:
+            continue
+        frame = re.fullmatch(r"(\S+) \((\S+):(\d+)\): # s compiling, (\d+) graphs? ran at most once \(# s\)", n)
+        if frame and (frame[1], frame[2], int(frame[3]), int(frame[4])) in gc_frames:
+            continue  # one of the run's frames, in another place of the block
+        per_graph = re.fullmatch(r"calls per graph \(compile s per call\): (.*)", n)
+        if per_graph and all((m[1], int(m[2])) in gc_graphs for m in re.finditer(r"(\S+) (\d+) \(#\)", per_graph[1])):
             continue
         bad.append(line)
     return bad
