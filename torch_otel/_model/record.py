@@ -343,10 +343,9 @@ class CompileRecord:
     def seal(self) -> None:
         """The assembler has finished this compile: torch's facts no longer change, so the ones every sink reads (its
         failure, the recompile limit, eager fallback, cache lookups) are worked out once, here."""
-        self._sealed = None
         fail_type, fail_reason = self._text("fail_type"), self._text("fail_reason")
         hit = is_recompile_limit_hit(fail_type, fail_reason)
-        self._sealed = _Sealed(fail_type, fail_reason, hit, self._eager_fallback(hit), self._cache_counts())
+        self._sealed = _Sealed(fail_type, fail_reason, hit, self._eager_fallback(hit, fail_type), self._cache_counts())
 
     @property
     def fail_type(self) -> str | None:
@@ -375,15 +374,14 @@ class CompileRecord:
     def eager_fallback(self) -> bool:
         """This compile left its frame running in eager (limit hit, skipped frame, no guarded code)."""
         sealed = self._sealed
-        return sealed.eager_fallback if sealed is not None else self._eager_fallback(self.recompile_limit_hit)
+        return sealed.eager_fallback if sealed is not None else self._eager_fallback(self.recompile_limit_hit, self.fail_type)
 
-    def _eager_fallback(self, limit_hit: bool) -> bool:
+    def _eager_fallback(self, limit_hit: bool, fail_type: str | None) -> bool:
         if limit_hit or any(gb.skipped_frame for gb in self.graph_breaks):
             return True
         m = self.metrics or {}
         if m.get("has_guarded_code") is not False:
             return False
-        fail_type = self._text("fail_type")
         if fail_type is None:
             return True  # nothing torch could compile, and no failure: the frame runs uncompiled
         # A failed compile leaves its frame uncompiled only where torch suppresses the error (convert_frame's

@@ -168,8 +168,7 @@ class DirectSpans:
 
 
 _SCALAR_TYPES = frozenset((str, bool, int, float))  # values the SDK keeps as they are (a text within its limit)
-_KEY_TYPES = frozenset((str,))
-_TEXT_TYPES = frozenset((str,))
+_TEXT_TYPES = frozenset((str,))  # an attribute's key, and the values of a sequence kept as their tuple
 _SEQUENCE_TYPES = frozenset((list, tuple))  # a list of texts (a compile's recompile reasons) is kept as their tuple
 
 
@@ -185,7 +184,7 @@ def _cleaned(
     for k, v in later:
         out.pop(k, None)  # set again: last, as the SDK keeps it
         out[k] = v
-    if (most is not None and len(out) > most) or "" in out or not _KEY_TYPES.issuperset(map(type, out)):
+    if (most is not None and len(out) > most) or "" in out or not _TEXT_TYPES.issuperset(map(type, out)):
         return None
     if not _SCALAR_TYPES.issuperset(map(type, out.values())) or (
         longest is not None and any(type(v) is str and len(v) > longest for v in out.values())
