@@ -377,15 +377,25 @@ def build_meter_provider(
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
 
-    readers = []
+    from .meter_histograms import HistogramExporter, own, owned_histograms_for
+
+    made = []
     for name in exporters:
         exporter = otlp_exporter(env, "metrics") if name == "otlp" else ConsoleMetricExporter() if name == "console" else None
         if exporter is not None:
-            readers.append(PeriodicExportingMetricReader(exporter))
-    if not readers:
+            made.append(exporter)
+    if not made:
         return None
+    # the histograms kept by the bridge and added to each export, where that gives what the SDK's would
+    histograms = owned_histograms_for(made)
+    if histograms is not None:
+        made = [HistogramExporter(e, histograms) for e in made]
+    readers = [PeriodicExportingMetricReader(e) for e in made]
     resource = HashedOnce.of((resource or job_resource(env)).merge(Resource(dict(extra_resource or {}))))
-    return MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+    provider = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+    if histograms is not None:
+        own(provider, histograms)
+    return provider
 
 
 def global_meter_provider_is_set() -> bool:

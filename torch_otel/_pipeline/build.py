@@ -197,6 +197,8 @@ def metrics_backends(spec: MetricsSpec) -> list[Backend]:
     """The backends of ``spec``: prometheus_client's series on its registry, OpenTelemetry's instruments on a meter of
     its meter provider. One set per registry and per meter provider, whoever asks (prometheus_client refuses a
     second metric of one name), so instrumenting again reuses them."""
+    from .._otel.meter_histograms import owned_histograms
+
     out: list[Backend] = []
     series = series_table()  # the record's own series and each added feature's, as the features' table stands
     with _backends_lock:
@@ -209,7 +211,7 @@ def metrics_backends(spec: MetricsSpec) -> list[Backend]:
             b = _backends.get(spec.meter_provider)
             if b is None:
                 meter = spec.meter_provider.get_meter(spec.scope, spec.scope_version)
-                b = _backends[spec.meter_provider] = OTelBackend(meter, series)
+                b = _backends[spec.meter_provider] = OTelBackend(meter, series, owned_histograms(spec.meter_provider))
             out.append(b)
     return out
 

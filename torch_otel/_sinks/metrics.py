@@ -346,7 +346,7 @@ class OTelBackend:
     which have no observable form and carry exemplars, are recorded as they come.
     """
 
-    def __init__(self, meter: Any, series: Mapping[str, Series] | None = None) -> None:
+    def __init__(self, meter: Any, series: Mapping[str, Series] | None = None, histograms: Any = None) -> None:
         from opentelemetry.metrics import Observation as OTelObservation
 
         self._observation = OTelObservation
@@ -354,8 +354,17 @@ class OTelBackend:
         self._series = SERIES if series is None else series
         self._table = _SeriesTable(self._series)
         self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        # the meter provider's histograms, where the bridge built it: kept by the bridge (torch_otel._otel.meter_histograms)
+        self._histograms = histograms
+        if histograms is not None:
+            histograms.define(
+                getattr(meter, "_instrumentation_scope", None) or _scope_of(meter),
+                [(s.name, s.help, s.unit, s.buckets or ()) for s in self._series.values() if s.instrument == "histogram"],
+            )
         for s in self._series.values():
             if s.instrument == "histogram":
+                if histograms is not None:
+                    continue
                 inst = meter.create_histogram(
                     s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
                 )
@@ -382,10 +391,15 @@ class OTelBackend:
 
     def after_fork_in_child(self) -> None:
         self._table.after_fork_in_child()
+        if self._histograms is not None:
+            self._histograms.after_fork_in_child()
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
         if self._series[name].instrument != "histogram":
             self._table.apply(name, labels, value)
+            return
+        if self._histograms is not None:
+            self._histograms.observe(name, labels, self._attributes(name, labels), value, exemplar or None)
             return
         ctx = _span_context(exemplar) if exemplar else None
         self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
@@ -413,6 +427,13 @@ def phase_times(root: PhaseNode) -> dict[str, int]:
         below = inside.union(fresh) if fresh else inside
         stack.extend((child, below) for child in node.children)
     return out
+
+
+def _scope_of(meter: Any) -> Any:
+    """The instrumentation scope a meter of the SDK exports under (its own attribute, where an SDK names it otherwise)."""
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    return InstrumentationScope(getattr(meter, "name", "torch_otel"), getattr(meter, "version", None))
 
 
 @functools.lru_cache(maxsize=4)  # one compile's observations share it
