@@ -40,16 +40,16 @@ from .._model.events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from .._model.record import ROOTS, RUNTIME, STANDALONE, WORKER_ARG, CompileRecord, PhaseNode, Sink
+from .._model.record import ROOTS, RUNTIME, STANDALONE, CompileRecord, PhaseNode, Sink
 from .derive import RECENT, CacheLoads, Derive, Tracing, guard
 from .fanout import Fanout
+from .phase_tree import ATTRIBUTED, MAX_PHASES, place_phase
 
-__all__ = ["ATTACH", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
+__all__ = ["ATTACH", "ATTRIBUTED", "MAX_PHASES", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
 
 # torch's functions on a standalone compile's stack that say what it is
 _STACK_KINDS = (("aot_compile_fullgraph", "precompile"), ("draft_export", "export"), ("_export", "export"))
 
-MAX_PHASES = 2000
 MAX_GRAPH_BREAKS = 256
 MAX_ARTIFACTS = 512
 MAX_LOGS = 32
@@ -57,8 +57,6 @@ MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
 MAX_FRAME_OBJECTS = 8  # guard dumps per compile naming the frame's objects (one per attempt)
 MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
-# on a phase with no compile id (inductor's compile workers) given to the only compile in flight
-ATTRIBUTED = {WORKER_ARG: "the only compile in flight"}
 
 
 def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:
@@ -322,6 +320,9 @@ class Assembler:
 
     def _phase(self, ev: PhaseEvent) -> None:
         kind = ROOTS.get(ev.name)
+        if kind is None:
+            self._inner_phase(ev)
+            return
         if kind == "export" and ev.origin is not None and ev.origin.root_kind:
             kind = ev.origin.root_kind
         if kind in STANDALONE and self._inside_standalone(ev):
@@ -378,9 +379,16 @@ class Assembler:
             if ending.metrics is not None or ending.kind == "compiled_autograd" or ev.final:
                 self._finish(ending)
             return
+        self._inner_phase(ev)
+
+    def _inner_phase(self, ev: PhaseEvent) -> None:
+        """A phase inside a compile (not a root's begin or end): a node of the compile it joins."""
         worker = False
-        if ev.compile_id is not None:
-            found = self._find(ev.compile_id)
+        cid = ev.compile_id
+        if cid is not None:
+            found = self._open.get((cid, "frame"))  # where most phases go: as _find's first look
+            if found is None or found._ended:
+                found = self._find(cid)
         else:  # AOTInductor logs its phases without an id; inductor's compile workers carry none either
             found = self._standalone(None)
             if found is None:
@@ -392,85 +400,8 @@ class Assembler:
                 self.stats["orphan_phases"] += 1
                 return
             found = runtime
-        rec = found
-        rec.last_ts_ns = ev.ts_ns
-        if ev.name.startswith("compile_attempt_"):
-            try:
-                rec.attempt = max(rec.attempt, int(ev.name.rsplit("_", 1)[1]))
-            except ValueError:
-                pass
-        rec.attempt = max(rec.attempt, ev.attempt)
-        top = rec._stack[-1] if rec._stack else rec.root
-        args = {**ev.args, **ATTRIBUTED} if worker else ev.args  # the node says how it was given its compile
-        if worker and ev.ph != "i":
-            self._worker_phase(rec, ev, top, args)
-            return
-        if ev.ph == "B":
-            if rec._nodes >= MAX_PHASES:
-                rec.dropped += 1
-                return
-            node = PhaseNode(ev.name, ev.ts_ns, args=dict(ev.args))
-            top.children.append(node)
-            rec._stack.append(node)
-            rec._nodes += 1
-        elif ev.ph == "E":
-            # Pop to the matching begin, as torch's own logger does.
-            for i in range(len(rec._stack) - 1, 0, -1):
-                if rec._stack[i].name == ev.name:
-                    node = rec._stack[i]
-                    node.end_ns = ev.ts_ns
-                    node.args.update(ev.args)
-                    for unclosed in rec._stack[i + 1 :]:
-                        unclosed.end_ns = ev.ts_ns
-                        self.stats["unmatched_phase_begins"] += 1
-                    del rec._stack[i:]
-                    if rec.kind == RUNTIME and len(rec._stack) == 1:  # its outermost phase ended: so has it
-                        rec.root.end_ns = ev.ts_ns
-                        rec._stack.clear()
-                        rec._ended = True
-                        self._finish(rec)
-                    return
-            self.stats["unmatched_phase_ends"] += 1
-        else:
-            if len(top.instants) < 64:
-                top.instants.append((ev.name, ev.ts_ns, dict(args)))
-
-    def _worker_phase(self, rec: CompileRecord, ev: PhaseEvent, top: PhaseNode, args: dict[str, Any]) -> None:
-        """A phase on one of inductor's compile workers (a kernel build, ``compile_file``), beside the compile's stack.
-
-        Builds run in parallel while the compile goes on (and waits in ``async_compile.wait``), so they never
-        nest in one another nor close the compile's phases. A build is a child of the phase the compile was in
-        when it began. Live, each worker thread has its own stack. On replay the thread is unknown: an end
-        closes the earliest-begun open phase of its name, so each build's time may be another's of the same
-        name, and their sum is exact.
-        """
-        lanes = rec._lanes if rec._lanes is not None else {}
-        rec._lanes = lanes
-        lane = lanes.setdefault(ev.thread, [])
-        if ev.ph == "B":
-            if rec._nodes >= MAX_PHASES:
-                rec.dropped += 1
-                return
-            node = PhaseNode(ev.name, ev.ts_ns, args=dict(args))
-            (lane[-1] if lane and ev.thread is not None else top).children.append(node)
-            lane.append(node)
-            rec._nodes += 1
-            return
-        order = range(len(lane) - 1, -1, -1) if ev.thread is not None else range(len(lane))
-        for i in order:
-            node = lane[i]
-            if node.name == ev.name:
-                node.end_ns = ev.ts_ns
-                node.args.update(args)
-                if ev.thread is not None:  # a thread's phases nest: the ones begun inside it end with it
-                    for unclosed in lane[i + 1 :]:
-                        unclosed.end_ns = ev.ts_ns
-                        self.stats["unmatched_phase_begins"] += 1
-                    del lane[i:]
-                else:
-                    del lane[i]
-                return
-        self.stats["unmatched_phase_ends"] += 1
+        if place_phase(found, ev, worker, self.stats):  # a runtime record's outermost phase ended: so has it
+            self._finish(found)
 
     def _metrics(self, ev: MetricsEvent) -> None:
         if ev.is_runtime:

@@ -371,7 +371,15 @@ class LiveCapture:
     # -- hooks (on torch's path: take what must be read now, queue the rest) ----
     def _record_chromium_event(self, event: dict[str, Any]) -> None:
         orig = self.originals.get("torch._dynamo.utils.record_chromium_event_internal")
-        self._on_chromium(event)
+        try:
+            if type(event) is dict and event.get("name") not in ROOTS and self.installed and not _in_bridge.get():
+                # a phase (most events): only queued, so nothing it does can call back into the bridge
+                self._held.item = None
+                self._pending.append((self._process_phase, event, None, get_ident()))
+            else:
+                self._on_chromium(event)
+        except Exception as exc:  # noqa: BLE001 - never into torch's compile
+            record_error("chromium event hook", exc)
         if orig is not None:
             orig(event)
 
@@ -463,7 +471,7 @@ class LiveCapture:
             else:
                 self._pending.append((self._process_chromium, event, None, None))
             return
-        # A phase: the thread it ran on tells inductor's parallel kernel builds apart (see Assembler._worker_phase)
+        # A phase: the thread it ran on tells inductor's parallel kernel builds apart (see torch_otel._assemble.phase_tree)
         self._pending.append((self._process_phase, event, None, get_ident()))
 
     def queue_events(self, convert: Callable[[], list[Event]]) -> None:

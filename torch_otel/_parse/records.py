@@ -68,6 +68,9 @@ def instant_events(
     return None
 
 
+_PHASE_TYPES = ("B", "E", "i", "X")  # a tuple: an unhashable ph is refused, not raised on
+
+
 def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, record_id: CompileId | None = None) -> PhaseEvent:
     """A chromium event dict (as torch builds it) -> :class:`PhaseEvent`.
 
@@ -76,16 +79,16 @@ def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, record
     ``args.compile_id`` is only the fallback for records without ids (live hooks, and phases torch logs
     outside a compile context, such as inductor's compile workers).
     """
-    if not isinstance(ev, dict):
+    if type(ev) is not dict and not isinstance(ev, dict):
         raise RecordError("chromium event is not an object")
-    name, ph, ts = ev.get("name"), ev.get("ph"), ev.get("ts")
-    if not isinstance(name, str) or ph not in ("B", "E", "i", "X") or not isinstance(ts, (int, float)):
+    get = ev.get
+    name, ph, ts = get("name"), get("ph"), get("ts")
+    if not isinstance(name, str) or ph not in _PHASE_TYPES or not isinstance(ts, (int, float)):
         raise RecordError("chromium event lacks name/ph/ts")
-    args = ev.get("args")
-    if not isinstance(args, dict):
+    args = get("args")
+    if type(args) is not dict and not isinstance(args, dict):
         args = {}
-    cid = record_id or parse_compile_id(args.get("compile_id"))
-    return PhaseEvent(cid, name, ph, int(ts * 1000), args, attempt, rank)
+    return PhaseEvent(record_id or parse_compile_id(args.get("compile_id")), name, ph, int(ts * 1000), args, attempt, rank)
 
 
 def metrics_to_event(fields: dict[str, Any], rank: int | None = None, record_id: CompileId | None = None) -> MetricsEvent:
