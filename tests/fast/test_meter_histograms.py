@@ -21,7 +21,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, ExponentialBucketHistogramAggregation
 
 from torch_otel._otel.meter_histograms import HistogramExporter, owned_histograms_for
-from torch_otel._sinks.metrics import DURATION_BUCKETS, GUARD_BUCKETS, SERIES, OTelBackend
+from torch_otel._sinks.metrics import DURATION_BUCKETS, GUARD_BUCKETS, SERIES
+from torch_otel._sinks.otel_metrics import OTelBackend
 
 NAMES = ("torch_compile_phase_duration_seconds", "torch_compile_frame_duration_seconds", "torch_compile_guards")
 LABELS = {

@@ -153,6 +153,14 @@ class Assembler:
             if handler is not None:
                 handler(event)
 
+    def feed_phase(self, event: PhaseEvent) -> None:
+        """A phase event whose name is not a root's (live capture's hook tells them apart): ``feed``, less its lookups."""
+        with self._lock:
+            if event.name in ROOTS:  # a caller's mistake: the root's own path
+                self._phase(event)
+            else:
+                self._inner_phase(event)
+
     def observe(self, event: Any, torch_version: str | None = None) -> None:
         """An event that joins no compile, offered to the features' live states (replay: each artifact it reads, with
         the torch release its log was written by)."""

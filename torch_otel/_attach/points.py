@@ -225,6 +225,9 @@ class MethodHook(Source[C]):
             self.detached(cap)
 
 
+_KNOWN_ARTIFACTS: set[str] = set()  # TORCH_LOGS artifacts found in torch's log registry
+
+
 @dataclass(frozen=True)
 class LoggerHook(Source[C]):
     """A handler of the capture's on torch's loggers.
@@ -241,13 +244,16 @@ class LoggerHook(Source[C]):
     registry_name: str | None = None  # the TORCH_LOGS artifact that must exist in torch's log registry
 
     def _lookup(self, mod: Any) -> Any:
-        if self.registry_name is None:
+        if self.registry_name is None or self.registry_name in _KNOWN_ARTIFACTS:
             return True
         try:
             from torch._logging._internal import log_registry
 
             names = getattr(log_registry, "artifact_names", None) or set()
-            return True if self.registry_name in names else None
+            if self.registry_name not in names:
+                return None
+            _KNOWN_ARTIFACTS.add(self.registry_name)  # torch never takes one out: found once, not looked up again
+            return True
         except Exception:  # noqa: BLE001
             return None
 
@@ -255,8 +261,11 @@ class LoggerHook(Source[C]):
         if self._lookup(None) is None:
             return False
         handler = self.handler(cap)
+        known = logging.Logger.manager.loggerDict
         for name in self.loggers:
-            lg = logging.getLogger(name)
+            lg = known.get(name)  # as each compile starts: the logger read without logging's lock where it exists
+            if not isinstance(lg, logging.Logger):
+                lg = logging.getLogger(name)
             enabled = not self.lower or lg.isEnabledFor(logging.DEBUG)
             if handler in lg.handlers and enabled:
                 continue  # as it was left (the check that runs as each compile starts: two lookups)

@@ -191,6 +191,7 @@ class LiveCapture:
         # Full capture: a chromium record held back until we know whether torch's chromium hook follows it
         # (a phase begin or end, which the hook delivers without JSON) or not (an instant).
         self._held = threading.local()
+        self._holding = False  # whether a record was ever held (else there is nothing to clear)
         self._pid = os.getpid()  # in a forked child there is no worker: each compile is processed as it ends
         # event types an attached tap (an EventTap row) delivers: full capture's trace records skip them
         self.tapped: set[type] = set()
@@ -374,7 +375,8 @@ class LiveCapture:
         try:
             if type(event) is dict and event.get("name") not in ROOTS and self.installed and not _in_bridge.get():
                 # a phase (most events): only queued, so nothing it does can call back into the bridge
-                self._held.item = None
+                if self._holding:
+                    self._held.item = None
                 self._pending.append((self._process_phase, event, None, get_ident()))
             else:
                 self._on_chromium(event)
@@ -443,7 +445,8 @@ class LiveCapture:
     def _on_chromium(self, event: dict[str, Any]) -> None:
         if not self.installed:
             return  # someone wrapped our hook, so uninstall could not take it out
-        self._held.item = None  # full capture: this event's trace record, replaced by the event itself
+        if self._holding:
+            self._held.item = None  # full capture: this event's trace record, replaced by the event itself
         name = event.get("name") if type(event) is dict else None
         if name in ROOTS:
             ph = event.get("ph")
@@ -547,6 +550,7 @@ class LiveCapture:
             self._pending.append(held)
         item = (self._process_trace_record, md, payload, int(record.created * 1e9))
         if "chromium_event" in md:
+            self._holding = True
             self._held.item = item
             return
         self._pending.append(item)

@@ -75,6 +75,13 @@ CACHE_METRIC_PREFIXES = (("fx_graph", "inductor_fx"), ("aot_autograd", "aotautog
 # ``UserError``; 2.10's ``RecompileLimitExceeded`` is an ``Unsupported``); any other raises into the caller unless
 # ``torch._dynamo.config.suppress_errors`` is on (CompilationMetrics' ``config_suppress_errors``)
 SOFT_FAIL_TYPES = frozenset({"Unsupported", "UserError", "RecompileLimitExceeded"})
+# (cache, location, result) -> torch's CompilationMetrics field that counts it
+_CACHE_COUNT_FIELDS = tuple(
+    ((cache, location, result), f"{prefix}_{location}_cache_{result}_count")
+    for cache, prefix in CACHE_METRIC_PREFIXES
+    for location in ("local", "remote")
+    for result in ("hit", "miss")
+)
 BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
 # The kinds whose duration is torch's CompilationMetrics.duration_us (CompileRecord.duration_ns); the others' root
 # covers more than torch's record (an export's: the whole call) or torch logs no record for them
@@ -236,7 +243,9 @@ class PhaseNode:
         while stack:
             node, depth = stack.pop()
             yield node, depth
-            stack.extend((c, depth + 1) for c in reversed(node.children))
+            if node.children:  # most are leaves
+                below = depth + 1
+                stack.extend([(c, below) for c in reversed(node.children)])
 
 
 class _Sealed(NamedTuple):
@@ -403,12 +412,10 @@ class CompileRecord:
     def _cache_counts(self) -> dict[tuple[str, str, str], int]:
         m: dict[str, Any] = self.metrics or {}
         out: dict[tuple[str, str, str], int] = {}
-        for cache, prefix in CACHE_METRIC_PREFIXES:
-            for location in ("local", "remote"):
-                for result in ("hit", "miss"):
-                    n = m.get(f"{prefix}_{location}_cache_{result}_count")
-                    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                        out[(cache, location, result)] = n
+        for key, counted in _CACHE_COUNT_FIELDS:
+            n = m.get(counted)
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                out[key] = n
         for node, _ in self.root.walk():
             if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
                 key = (BYPASS_PHASES[node.name], "local", "bypass")

@@ -89,53 +89,73 @@ class Encoder:
     """Encodes exports of finished spans; keeps what repeats between exports (bounded)."""
 
     def __init__(self) -> None:
-        self._pairs: dict[tuple[int, str, Any], bytes] = {}  # (tag, key, a str or bool) -> its field
+        # by field tag (a span's, an event's, a link's attributes): (key, a str or bool) -> its field; (key, an int) ->
+        # its field (apart: True == 1); key -> the field's bytes before a double's eight
+        self._pairs: dict[int, dict[tuple[str, Any], bytes]] = {}
+        self._ints: dict[int, dict[tuple[str, int], bytes]] = {}
+        self._floats: dict[int, dict[str, bytes]] = {}
         self._keys: dict[str, bytes] = {}  # an attribute's key -> its KeyValue's key field
-        self._ints: dict[tuple[int, str, int], bytes] = {}  # (tag, key, an int) -> its field (never a bool: True == 1)
         self._names: dict[str, bytes] = {}  # a span's name -> its name field
         from opentelemetry.trace import SpanKind
 
         self._kinds = {k: bytes((0x30, k.value + 1)) for k in SpanKind}  # field 6: the API's 0 (internal) is OTLP's 1
+        self._internal_kind = SpanKind.INTERNAL
+        self._internal = self._kinds[SpanKind.INTERNAL]
+        from opentelemetry.trace import StatusCode
+
+        self._unset = StatusCode.UNSET
         self._groups: dict[tuple[int, int], tuple[Any, Any, tuple[bytes, bytes, bytes, bytes]]] = {}  # their bytes
+
+    def _key(self, k: str) -> bytes:
+        kb = self._keys.get(k)
+        if kb is None:
+            kb = _len(0x0A, k.encode("utf-8"))
+            if len(self._keys) < _CACHE_MAX:
+                self._keys[k] = kb
+        return kb
 
     def _attributes(self, tag: int, attributes: Mapping[str, Any] | None) -> bytes:
         """Each attribute as a ``KeyValue`` field numbered by ``tag``."""
         if not attributes:
             return b""
-        pairs, keys, ints = self._pairs, self._keys, self._ints
-        out = []
-        for k, v in attributes.items():
+        pairs = self._pairs.get(tag)
+        if pairs is None:
+            pairs = self._pairs[tag] = {}
+            self._ints[tag], self._floats[tag] = {}, {}
+        ints, floats = self._ints[tag], self._floats[tag]
+        out: list[bytes] = []
+        append = out.append
+        for item in attributes.items():
+            v = item[1]
             t = type(v)
-            if t is bool or (t is str and len(v) <= 200):  # label-like: the same pairs come back in every compile
-                kv = pairs.get((tag, k, v))
+            if t is str or t is bool:  # label-like: the same pairs come back in every compile
+                kv = pairs.get(item)
                 if kv is None:
-                    kv = _len(tag, _key_value(k, v))
-                    if len(pairs) < _CACHE_MAX:
-                        pairs[(tag, k, v)] = kv
-                out.append(kv)
-                continue
-            if t is int:  # ids, lines, counts: most come back; a full cache starts again (measurements move on)
-                kv = ints.get((tag, k, v))
-                if kv is not None:
-                    out.append(kv)
-                    continue
-            kb = keys.get(k)
-            if kb is None:
-                kb = _len(0x0A, k.encode("utf-8"))
-                if len(keys) < _CACHE_MAX:
-                    keys[k] = kb
-            if t is int and -(1 << 63) <= v < (1 << 63):
-                kv = _len(tag, kb + _len(0x12, b"\x18" + _varint(v)))
-                if len(ints) >= _CACHE_MAX:
-                    ints.clear()
-                ints[(tag, k, v)] = kv
-                out.append(kv)
-                continue
-            if t is float:
-                val = b"\x21" + _pack_double(v)
+                    kv = _len(tag, _key_value(item[0], v))
+                    if len(pairs) < _CACHE_MAX and (t is bool or len(v) <= 200):
+                        pairs[item] = kv
+                append(kv)
+            elif t is float:  # a measurement: the key's part kept, the value packed
+                head = floats.get(item[0])
+                if head is None:
+                    kb = self._key(item[0])
+                    n = len(kb) + 11  # the key, then AnyValue's field: 0x12, its length (9), 0x21, eight bytes
+                    head = bytes((tag, n)) + kb + b"\x12\x09\x21" if n < 0x80 else b""
+                    if len(floats) < _CACHE_MAX:
+                        floats[item[0]] = head
+                append(head + _pack_double(v) if head else _len(tag, self._key(item[0]) + _len(0x12, b"\x21" + _pack_double(v))))
+            elif t is int:  # ids, lines, counts: most come back; a full cache starts again (measurements move on)
+                kv = ints.get(item)
+                if kv is None:
+                    if not -(1 << 63) <= v < (1 << 63):
+                        raise Unencodable("an integer outside int64")
+                    kv = _len(tag, self._key(item[0]) + _len(0x12, b"\x18" + _varint(v)))
+                    if len(ints) >= _CACHE_MAX:
+                        ints.clear()
+                    ints[item] = kv
+                append(kv)
             else:
-                val = _value(v)
-            out.append(_len(tag, kb + _len(0x12, val)))
+                append(_len(tag, self._key(item[0]) + _len(0x12, _value(v))))
         return b"".join(out)
 
     def _span(self, s: Any) -> bytes:
@@ -153,7 +173,8 @@ class Encoder:
             if len(self._names) < _CACHE_MAX:
                 self._names[s.name] = name
         out.append(name)
-        out.append(self._kinds[s.kind])
+        kind = s.kind
+        out.append(self._internal if kind is self._internal_kind else self._kinds[kind])  # an enum's hash is Python's
         out.append(_times(0x39, s.start_time, 0x41, s.end_time))
         out.append(self._attributes(0x4A, s.attributes))
         if s.dropped_attributes:
@@ -185,7 +206,9 @@ class Encoder:
             if s.dropped_links:
                 out.append(b"\x70" + _varint(s.dropped_links))
         st = s.status
-        if st is not None:
+        if st is not None and st.status_code is self._unset and not st.description:
+            out.append(_STATUS[0])  # most spans: unset (an enum's value is a Python property)
+        elif st is not None:
             code = st.status_code.value
             if st.description:
                 body = _len(0x12, st.description.encode("utf-8")) + (bytes((0x18, code)) if code else b"")

@@ -29,8 +29,9 @@ from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import LOG_FILES, ReplayStats
 from .._sinks.late_spans import EVERY, LateSpans
 from .._sinks.logs import LogSink
-from .._sinks.metrics import Backend, CompileMetrics, OTelBackend, PrometheusBackend, series_table
+from .._sinks.metrics import Backend, CompileMetrics, PrometheusBackend, series_table
 from .._sinks.near_limit import NearLimitWarning
+from .._sinks.otel_metrics import OTelBackend
 from .._sinks.replay_report import ReplayReport
 from .._sinks.summary import RunSummary, SummariesByRank
 from .._version import __version__

@@ -14,12 +14,11 @@ come from bounded sets only.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -121,6 +120,9 @@ SERIES = series_table()  # as the features' table stands at import: what backend
 class Backend(Protocol):
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None: ...
 
+    def apply_all(self, observations: Sequence[Observation]) -> None:
+        """Each of ``observations`` (one compile's), as ``apply``; one that fails is counted, and the rest still go."""
+
 
 def default_run_id() -> str:
     """The job's id, shared by its ranks: torchrun's ``TORCHELASTIC_RUN_ID`` (empty otherwise: Prometheus's ``job`` groups)."""
@@ -159,10 +161,20 @@ class PrometheusBackend:
         self._histograms.after_fork_in_child()
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        if not self._is_histogram[name]:
-            self._table.apply(name, labels, value)
-        else:
-            self._histograms.observe(name, labels, value, f"{exemplar[0]:032x}" if exemplar else None)
+        self.apply_all(((name, labels, value, exemplar),))
+
+    def apply_all(self, observations: Sequence[Observation]) -> None:
+        is_histogram, observe = self._is_histogram, self._histograms.observe
+        numbers = []
+        for name, labels, value, exemplar in observations:
+            try:
+                if not is_histogram[name]:
+                    numbers.append((name, labels, value))
+                else:
+                    observe(name, labels, value, f"{exemplar[0]:032x}" if exemplar else None)
+            except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
+                record_error("metrics backend PrometheusBackend", exc)
+        self._table.apply_all(numbers)
 
 
 class _SeriesTable:
@@ -179,21 +191,30 @@ class _SeriesTable:
             s.name: {} for s in self._series.values() if s.instrument != "histogram"
         }
         self._kinds = {s.name: s.instrument for s in self._series.values()}
+        self._of = {name: (series, self._kinds[name]) for name, series in self._values.items()}  # one lookup per number
 
     def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
-        series = self._values[name]
-        kind = self._kinds[name]
+        self.apply_all(((name, labels, value),))
+
+    def apply_all(self, numbers: Sequence[tuple[str, tuple[str, ...], float]]) -> None:
+        """Each ``(name, labels, value)``: a counter or up-down counter adds it, a gauge or info takes it."""
+        of = self._of
         with self._lock:
-            cell = series.get(labels)
-            if kind == "info":  # the rank's one series: a new label set replaces its last
-                for other in [k for k in series if k[0] == labels[0] and k != labels]:
-                    del series[other]
-            if cell is None:
-                series[labels] = [value, time.time()]  # the value, and when the series was created
-            elif kind == "counter" or kind == "updown":
-                cell[0] += value
-            else:  # a gauge, an info
-                cell[0] = value
+            for name, labels, value in numbers:
+                try:
+                    series, kind = of[name]
+                    cell = series.get(labels)
+                    if kind == "info":  # the rank's one series: a new label set replaces its last
+                        for other in [k for k in series if k[0] == labels[0] and k != labels]:
+                            del series[other]
+                    if cell is None:
+                        series[labels] = [value, time.time()]  # the value, and when the series was created
+                    elif kind == "counter" or kind == "updown":
+                        cell[0] += value
+                    else:  # a gauge, an info
+                        cell[0] = value
+                except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
+                    record_error("metrics series", exc)
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()  # a parent's thread may have held it as the process forked
@@ -330,81 +351,6 @@ class TorchCounters(_Families):
         return out
 
 
-class OTelBackend:
-    """The same series as OpenTelemetry instruments (exported over OTLP by the meter provider's readers).
-
-    Counters are named without ``_total`` (Prometheus-compatible backends add
-    it); histograms carry explicit buckets and an exemplar context pointing at
-    the compile's root span.
-
-    Counters, up-down counters and gauges are observable instruments: an
-    observation adds to a number kept here (the same table the Prometheus
-    backend serves from), and the meter reads the numbers when
-    its reader collects (every export interval). The SDK's per-measurement work
-    (attribute hashing, the exemplar reservoir, one storage per reader) is then
-    paid once per series per export, not once per compile. Only histograms,
-    which have no observable form and carry exemplars, are recorded as they come.
-    """
-
-    def __init__(self, meter: Any, series: Mapping[str, Series] | None = None, histograms: Any = None) -> None:
-        from opentelemetry.metrics import Observation as OTelObservation
-
-        self._observation = OTelObservation
-        self._instruments: dict[str, Any] = {}
-        self._series = SERIES if series is None else series
-        self._table = _SeriesTable(self._series)
-        self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
-        # the meter provider's histograms, where the bridge built it: kept by the bridge (torch_otel._otel.meter_histograms)
-        self._histograms = histograms
-        if histograms is not None:
-            histograms.define(
-                getattr(meter, "_instrumentation_scope", None) or _scope_of(meter),
-                [(s.name, s.help, s.unit, s.buckets or ()) for s in self._series.values() if s.instrument == "histogram"],
-            )
-        for s in self._series.values():
-            if s.instrument == "histogram":
-                if histograms is not None:
-                    continue
-                inst = meter.create_histogram(
-                    s.name, unit=s.unit, description=s.help, explicit_bucket_boundaries_advisory=list(s.buckets or ())
-                )
-            else:
-                create = {
-                    "counter": meter.create_observable_counter,
-                    "gauge": meter.create_observable_gauge,
-                    "info": meter.create_observable_gauge,
-                    "updown": meter.create_observable_up_down_counter,
-                }[s.instrument]
-                inst = create(s.name, callbacks=[functools.partial(self._observe, s.name)], unit=s.unit, description=s.help)
-            self._instruments[s.name] = inst
-
-    def _attributes(self, name: str, labels: tuple[str, ...]) -> dict[str, str]:
-        key = (name, labels)
-        a = self._attrs.get(key)
-        if a is None:  # label sets are bounded: one dict per series, never changed after
-            a = self._attrs[key] = dict(zip(self._series[name].labels, labels, strict=True))
-        return a
-
-    def _observe(self, name: str, _options: Any) -> list[Any]:
-        """The meter's callback: every series of ``name``, as it stands."""
-        return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
-
-    def after_fork_in_child(self) -> None:
-        self._table.after_fork_in_child()
-        if self._histograms is not None:
-            self._histograms.after_fork_in_child()
-
-    def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        if self._series[name].instrument != "histogram":
-            self._table.apply(name, labels, value)
-            return
-        if self._histograms is not None:
-            self._histograms.observe(name, labels, self._attributes(name, labels), value, exemplar or None)
-            return
-        ctx = _span_context(exemplar) if exemplar else None
-        self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
-
-
 def phase_times(root: PhaseNode) -> dict[str, int]:
     """Per phase label, the time one compile spent in it (ns): the durations of its phases' stretches, summed.
 
@@ -427,20 +373,6 @@ def phase_times(root: PhaseNode) -> dict[str, int]:
         below = inside.union(fresh) if fresh else inside
         stack.extend((child, below) for child in node.children)
     return out
-
-
-def _scope_of(meter: Any) -> Any:
-    """The instrumentation scope a meter of the SDK exports under (its own attribute, where an SDK names it otherwise)."""
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-    return InstrumentationScope(getattr(meter, "name", "torch_otel"), getattr(meter, "version", None))
-
-
-@functools.lru_cache(maxsize=4)  # one compile's observations share it
-def _span_context(ids: tuple[int, int]) -> Any:
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
-
-    return set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, TraceFlags(TraceFlags.SAMPLED))))
 
 
 class CompileMetrics(Sink):
@@ -473,13 +405,13 @@ class CompileMetrics(Sink):
         self._few_gb_codes = BoundedLabels(FURTHER_GRAPH_BREAK_CODES)
         self._build_seen: set[str] = set()
 
-    def _emit(self, observations: Iterator[Observation]) -> None:
-        for name, labels, value, exemplar in observations:
-            for b in self.backends:
-                try:
-                    b.apply(name, labels, value, exemplar)
-                except Exception as exc:  # noqa: BLE001 - one broken backend never stops the others
-                    record_error(f"metrics backend {type(b).__name__}", exc)
+    def _emit(self, observations: Iterable[Observation]) -> None:
+        batch = observations if isinstance(observations, list) else list(observations)
+        for b in self.backends:
+            try:
+                b.apply_all(batch)
+            except Exception as exc:  # noqa: BLE001 - one broken backend never stops the others
+                record_error(f"metrics backend {type(b).__name__}", exc)
 
     def _rank(self, rec: CompileRecord) -> str:
         return str(rec.rank) if rec.rank is not None else default_rank()
@@ -506,7 +438,7 @@ class CompileMetrics(Sink):
                     self._sampled_totals[(name, labels)] = value
                     value -= before
                 out.append((name, labels, value, ex))
-            self._emit(iter(out))
+            self._emit(out)
 
     def _info(self, rank: str) -> Iterator[Observation]:
         """Once per rank: the build info, and the alerting counters at 0.

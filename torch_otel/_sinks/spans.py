@@ -58,6 +58,9 @@ def cuda_device_attributes(index: int) -> tuple[tuple[str, Any], ...]:
     )
 
 
+_CODE_KEYS: dict[str, tuple[str, str, str]] = {}  # a location's attribute prefix -> its three keys
+
+
 def torch_trace_file() -> str | None:
     """The file torch's TORCH_TRACE handler writes to in this process, once it has opened one."""
     internal = sys.modules.get("torch._logging._internal")
@@ -253,13 +256,16 @@ class SpanMapper:
 
     def _code_attributes(self, code: CodeLocation, a: dict[str, Any], prefix: str) -> None:
         """``<prefix>.function.name``, ``.file.path`` and ``.line.number`` of a location (the compiled code, its caller)."""
+        keys = _CODE_KEYS.get(prefix)
+        if keys is None:
+            keys = _CODE_KEYS[prefix] = (f"{prefix}.function.name", f"{prefix}.file.path", f"{prefix}.line.number")
         if code.function is not None:
-            a[f"{prefix}.function.name"] = self._str(code.function)
+            a[keys[0]] = self._str(code.function)
         p = self._path(code.file)
         if p:
-            a[f"{prefix}.file.path"] = p
+            a[keys[1]] = p
         if code.line is not None:
-            a[f"{prefix}.line.number"] = code.line
+            a[keys[2]] = code.line
 
     def _artifact_places(self, rec: CompileRecord, a: dict[str, Any]) -> None:
         """Where to look next: inductor's debug directories and their files, the TORCH_TRACE file, tlparse's directory."""
@@ -456,6 +462,8 @@ class SpanMapper:
                     {"torch.export.draft_export.failure_type": str(ftype), "torch.export.draft_export.failure_count": count},
                     timestamp=rec.root.end_ns,
                 )
+        if not restart_texts:
+            return
         # A restart starts the next attempt: torch's compile_attempt_N (N >= 1) begins when it happened.
         attempts = sorted(
             n.start_ns for n, _ in rec.root.walk() if n.name.startswith("compile_attempt_") and n.name != "compile_attempt_0"
