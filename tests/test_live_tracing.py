@@ -533,3 +533,45 @@ def test_the_bridges_otlp_encoder_gives_the_sdks_message_for_real_compiles(make_
     encoder = Encoder()
     assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == encode_spans(spans)
     assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == encode_spans(spans)  # from what it kept
+
+
+def test_the_bytes_the_bridges_encoder_writes_reach_a_grpc_receiver_as_the_sdks_message(monkeypatch):
+    """The bridge's OTLP/gRPC exporter sends the bytes its encoder wrote, unparsed: a real gRPC server of OTLP's trace
+    service receives the message the SDK's encoder makes of the same spans, over a reconnection too."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from torch_otel._core.ports import free_port
+    from torch_otel._otel import wire
+    from torch_otel._otel.providers import otlp_exporter
+
+    received: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):  # noqa: N802 - the service's own name
+            received.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    port = free_port()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Receiver(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:
+        env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+        for k, v in env.items():  # the SDK's exporter reads its endpoint from the process's environment
+            monkeypatch.setenv(k, v)
+        exporter = otlp_exporter(env, "traces")
+        assert exporter is not None and isinstance(exporter.inner._client, wire._BytesStub)
+        spans = wire._probe_spans()
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        exporter.inner._initialize_channel_and_stub()  # as the SDK reconnects after UNAVAILABLE
+        assert exporter.export(spans[:2]) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    finally:
+        server.stop(None)
+    assert received == [encode_spans(spans), encode_spans(spans[:2])]

@@ -116,8 +116,18 @@ def _span_exporter(protocol: str) -> Any:
 def test_the_grpc_span_exporter_encodes_with_the_bridges_encoder_and_gives_the_sdks_message():
     inner = _span_exporter("grpc")
     spans = wire._probe_spans()
-    assert inner._translate_data(spans) == sdk_encode_spans(spans)
+    sent = inner._translate_data(spans)  # the bytes, which the exporter's stub sends as they are
+    assert isinstance(sent, bytes) and isinstance(inner._client, wire._BytesStub)
+    assert ExportTraceServiceRequest.FromString(sent) == sdk_encode_spans(spans)
     assert inner._translate_data.__module__ == wire.__name__
+    # a reconnection builds the client again from the exporter's stub: the same one
+    inner._initialize_channel_and_stub()
+    assert isinstance(inner._client, wire._BytesStub)
+    # a client the bridge did not make (an SDK that builds it otherwise) is given the message
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+
+    inner._client = TraceServiceStub(inner._channel)
+    assert inner._translate_data(spans) == sdk_encode_spans(spans)
     # http/protobuf encodes inside its own export: it keeps the SDK's encoder
     http = _span_exporter("http/protobuf")
     assert getattr(http, "_translate_data", None) is None or http._translate_data.__module__ != wire.__name__

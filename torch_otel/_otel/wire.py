@@ -3,8 +3,10 @@
 The OTLP exporters encode each export by building a protobuf message for every span, attribute and value (the SDK's
 ``encode_spans``): about 37 µs a span here, more than the span cost to build. This module writes the same message's
 bytes directly, caching what repeats from one export to the next (a resource, a scope, an attribute's key and its
-string value). The gRPC span exporter is then given the message parsed back from those bytes (protobuf's C parser),
-so what goes on the wire is the message the SDK would have sent.
+string value). The gRPC span exporter's client is then one that sends those bytes as they are (:class:`_BytesStub`,
+made again on each of the SDK's reconnections): what goes on the wire is the message the SDK would have sent, without
+parsing it into protobuf's objects for gRPC to serialize again. A client the bridge did not make is given the message
+parsed back from the bytes.
 
 It is used only where it was checked to agree: :func:`use_fast_encoding` encodes a probe batch (a root with every
 kind of attribute value, events, a link, an error status, children) both ways and compares the two messages, and
@@ -361,15 +363,61 @@ def use_fast_encoding(exporter: Any) -> bool:
     except ImportError:
         return False
     parse, encoder = ExportTraceServiceRequest.FromString, Encoder()
+    sends_bytes = _send_bytes(exporter)
 
     def translate(data: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not _agrees():  # an SDK that passes more than the spans, or encodes otherwise: its own
             exporter._translate_data = original
             return original(data, *args, **kwargs)
         try:
-            return parse(encoder.encode(data))
+            encoded = encoder.encode(data)
         except Exception:  # noqa: BLE001 - a value it does not encode: the SDK's encoder, which skips what it cannot
             return original(data)
+        # the bytes themselves where the exporter's stub is this module's (it sends them as they are), else the message
+        return encoded if sends_bytes and isinstance(exporter._client, _BytesStub) else parse(encoded)
 
     exporter._translate_data = translate
+    return True
+
+
+def _serialized(request: Any) -> bytes:
+    """What goes on the wire: this module's bytes as they are, or a message (the SDK's encoder's) serialized."""
+    return request if type(request) is bytes else request.SerializeToString()
+
+
+class _BytesStub:
+    """The trace service's client, sending an ``Export`` request given as its bytes (or as a message) unchanged: the
+    bytes this module encoded are the message, so parsing them into protobuf's objects only for gRPC to serialize them
+    again is skipped."""
+
+    def __init__(self, channel: Any, export_path: str, response: Any) -> None:
+        try:
+            self.Export = channel.unary_unary(
+                export_path, request_serializer=_serialized, response_deserializer=response, _registered_method=True
+            )
+        except TypeError:  # a gRPC before registered methods
+            self.Export = channel.unary_unary(export_path, request_serializer=_serialized, response_deserializer=response)
+
+
+def _send_bytes(exporter: Any) -> bool:
+    """Give ``exporter`` a stub that sends the encoded bytes (and makes the same on every reconnection: the SDK builds
+    its client from ``_stub`` then). False where the exporter is not the SDK's gRPC one as this module knows it."""
+    try:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+    except ImportError:
+        return False
+    if getattr(exporter, "_stub", None) is not TraceServiceStub or getattr(exporter, "_channel", None) is None:
+        return False
+    path = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+    def stub(channel: Any) -> _BytesStub:
+        return _BytesStub(channel, path, ExportTraceServiceResponse.FromString)
+
+    try:
+        exporter._stub = stub
+        exporter._client = stub(exporter._channel)
+    except Exception:  # noqa: BLE001 - the SDK's own stub stays
+        exporter._stub = TraceServiceStub
+        return False
     return True
