@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.fast.fastkit import cid, feed, frame, metrics
 from torch_otel._analysis.recompile_guards import Guard, automatic_dynamic_of, guard_line, parse_guard, recompile_limit_of
@@ -509,3 +512,49 @@ def test_the_compile_the_limit_stopped_joins_its_frame_called_from_the_frames_la
     (f,) = d["recompiling_frames"]
     assert (f["function"], f["call_site"], f["recompiles"], f["limit_hits"]) == ("wrapper", "train.py:18", 1, 1)
     assert [(g["function"], g["call_site"], g["compiles"]) for g in d["frames"]] == [("wrapper", "train.py:18", 3)]
+
+
+_FRAGMENTS = [
+    "0/1: ",
+    "tensor 'L['x']' ",
+    "Size Mismatch at index 0. ",
+    "sizes of ",
+    "x changed ",
+    "Ne(",
+    "EQ(",
+    "<= ",
+    ".size()",
+    ".Stride()",
+    "DTYPE mismatch",
+    "device",
+    "requires_grad",
+    "NDIM",
+    "isinstance",
+    "___check_obj_id",
+    "is not None",
+    "==",
+    "len(",
+    "GLOBAL_STATE changed",
+    "Grad_Mode",
+    "new Autograd node",
+    "  # ",
+    "ſ",
+    "K",
+    "\n",
+    " ",
+    "7",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=8))
+def test_the_category_read_in_lower_case_is_the_case_blind_rules_one(parts):
+    """The rules run in lower case on the text in lower case (several times faster than case-blind matching): the
+    same category as each rule matched case-blind, on any text made of the rules' words in any case."""
+    from torch_otel._core import categories
+
+    reason = "".join(parts)
+    text = categories.strip_recompile_prefix(reason).split(categories.GUARD_COMMENT, 1)[0] if reason else ""
+    expected = next((name for name, pat in categories._RECOMPILE_RULES if text and pat.search(text)), "other")
+    assert categories.recompile_category.__wrapped__(reason) == expected
+    assert not any(re.search(r"\\[A-Z]", pat.pattern) for _, pat in categories._RECOMPILE_RULES)  # no class lowered
