@@ -308,3 +308,33 @@ def test_a_direct_path_made_before_the_bridge_took_over_the_tracers_ids_draws_no
     random.seed(7)
     SpanMapper(tracer, Settings(), live=False).emit(_record())
     assert random.getrandbits(64) == want
+
+
+def test_a_finished_span_reaches_each_processor_as_its_own_on_end_takes_it():
+    """The direct path hands a finished span to a batch processor's queue without the two calls around it, and to a
+    simple processor's ``on_end``: what each exports is what the SDK's own ``on_end`` chain exports, an unsampled
+    (record-only) span included, which neither exports."""
+
+    def provider() -> tuple[TracerProvider, InMemorySpanExporter, InMemorySpanExporter]:
+        p, batch, simple = TracerProvider(), InMemorySpanExporter(), InMemorySpanExporter()
+        p.add_span_processor(BatchSpanProcessor(batch))
+        p.add_span_processor(SimpleSpanProcessor(simple))
+        return p, batch, simple
+
+    spans = [
+        ReadableSpan(name, context=SpanContext(1, i + 1, False, TraceFlags(flags)), start_time=1, end_time=2)
+        for i, (name, flags) in enumerate([("kept", TraceFlags.SAMPLED), ("recorded only", TraceFlags.DEFAULT), ("kept too", 1)])
+    ]
+    ours, ours_batch, ours_simple = provider()
+    theirs, their_batch, their_simple = provider()
+    direct = direct_spans(ours.get_tracer("t"))
+    assert direct is not None and direct.on_end != ours._active_span_processor.on_end  # noqa: SLF001
+    for s in spans:
+        direct.on_end(s)
+        theirs._active_span_processor.on_end(s)  # noqa: SLF001 - the SDK's own chain
+    for p in (ours, theirs):
+        p.force_flush()
+    names = [[s.name for s in e.get_finished_spans()] for e in (ours_batch, ours_simple, their_batch, their_simple)]
+    assert names == [["kept", "kept too"]] * 4
+    for p in (ours, theirs):
+        p.shutdown()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 
 from .._model.events import Origin
 
@@ -58,6 +58,23 @@ def _error_on_graph_break() -> bool:
     return getattr(utils, "_error_on_graph_break", False) is True
 
 
+# A frame's line, worked out from its code's line table at each read (``f_lineno``): the same call sites come back at
+# every compile, so each (code, instruction) pair's line is kept; by the code's id, with the code (never a reused id)
+_lines: dict[tuple[int, int], tuple[CodeType, int]] = {}
+
+
+def _line(f: FrameType, co: CodeType) -> int:
+    key = (id(co), f.f_lasti)
+    got = _lines.get(key)
+    if got is not None and got[0] is co:
+        return got[1]
+    if len(_lines) >= 4096:
+        _lines.clear()
+    line = f.f_lineno
+    _lines[key] = (co, line)
+    return line
+
+
 def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[str, ...], libraries: tuple[str, ...]) -> None:
     """Fill ``origin``'s compiled code (dynamo's ``_compile`` frame), caller and stack, walking out from ``frame``."""
     f = frame
@@ -79,7 +96,7 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
                     origin.raises = one_graph or _error_on_graph_break()
         elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
             if len(stack) < MAX_STACK:
-                stack.append((fn, f.f_lineno, co.co_name))
+                stack.append((fn, _line(f, co), co.co_name))
             if fallback is None:
                 fallback = f
             if not fn.startswith(libraries) and not fn.startswith(skip):
@@ -90,7 +107,7 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
         f = f.f_back
     if fallback is not None:
         origin.caller_file = fallback.f_code.co_filename
-        origin.caller_line = fallback.f_lineno
+        origin.caller_line = _line(fallback, fallback.f_code)
         origin.caller_function = fallback.f_code.co_name
     origin.stack = stack
 

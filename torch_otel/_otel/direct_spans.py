@@ -77,6 +77,33 @@ def _sampler_keeps_children(sampler: Any) -> bool:
     return False
 
 
+def _on_end(multi: Any) -> Any:
+    """What the tracer's processors do with a finished span, as their ``on_end`` does it: a batch processor queues it
+    when it is sampled (its queue's ``emit``, without the two calls around it), a simple one exports it."""
+    ends = []
+    for p in multi._span_processors:  # noqa: SLF001 - a tuple of the SDK's batch and simple processors (_build)
+        emit = getattr(getattr(p, "_batch_processor", None), "emit", None) if type(p) is BatchSpanProcessor else None
+        if emit is None:
+            ends.append(p.on_end)
+            continue
+
+        def queued(span: ReadableSpan, emit: Any = emit) -> None:
+            if span.context.trace_flags.sampled:  # as BatchSpanProcessor.on_end: an unsampled span is not exported
+                emit(span)
+
+        ends.append(queued)
+    if len(ends) == 1:
+        return ends[0]
+    if not ends:
+        return multi.on_end
+
+    def each(span: ReadableSpan) -> None:
+        for end in ends:
+            end(span)
+
+    return each
+
+
 def _fits(limit: int | None, need: int) -> bool:
     return limit is None or limit >= need
 
@@ -85,7 +112,7 @@ class DirectSpans:
     """One SDK tracer's direct path (see the module). ``limits``: the tracer's span limits."""
 
     def __init__(self, tracer: SdkTracer) -> None:
-        self.on_end = tracer.span_processor.on_end
+        self.on_end = _on_end(tracer.span_processor)
         self.resource = tracer.resource
         self.scope = tracer._instrumentation_scope  # noqa: SLF001 - what the SDK's spans carry, read once
         self.info = tracer.instrumentation_info
