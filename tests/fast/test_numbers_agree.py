@@ -15,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -124,6 +126,63 @@ def test_a_stretch_inside_another_of_its_label_counts_once_and_each_stretch_afte
         ],
     )
     assert phase_times(root) == {"dynamo_tracing": 25, "backend_compile": 50, "inductor": 40}
+
+
+def _phase_times_by_sets(root: PhaseNode) -> dict[str, int]:
+    """The rule as first written (each node's labels against the set of its ancestors' labels): the oracle."""
+    from torch_otel._core.categories import PHASES_ALSO, phase_label
+
+    out: dict[str, int] = {}
+    stack: list[tuple[PhaseNode, frozenset[str]]] = [(root, frozenset())]
+    while stack:
+        node, inside = stack.pop()
+        labels: tuple[str, ...] = ()
+        if node.end_ns is not None:
+            phase = phase_label(node.name)
+            if phase is not None:
+                labels = (phase, *PHASES_ALSO.get(node.name, ()))
+        fresh = [label for label in labels if label not in inside]
+        for label in fresh:
+            out[label] = out.get(label, 0) + max(0, (node.end_ns or node.start_ns) - node.start_ns)
+        stack.extend((child, inside.union(fresh) if fresh else inside) for child in node.children)
+    return out
+
+
+_NAMES = [
+    "bytecode_tracing",
+    "backend_compile",
+    "inductor_compile",
+    "compile_fx_inner",
+    "gc",
+    "build_guards",
+    "mm_template_autotuning",
+    "compile_file",
+    "OutputGraph.call_user_compiler",
+    "async_compile.wait",
+    "unknown",
+]
+
+
+def _trees(depth: int = 3) -> Any:
+    node = st.builds(
+        lambda name, start, length, ended: PhaseNode(name, start, start + length if ended else None),
+        st.sampled_from(_NAMES),
+        st.integers(0, 1000),
+        st.integers(-5, 500),
+        st.booleans(),
+    )
+    if depth == 0:
+        return node
+    return st.builds(lambda n, kids: (setattr(n, "children", kids), n)[1], node, st.lists(_trees(depth - 1), max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_trees())
+def test_phase_times_on_any_tree_are_the_rules_as_first_written(root):
+    from torch_otel._sinks.metrics import phase_times
+
+    assert phase_times(root) == _phase_times_by_sets(root)
+    assert list(phase_times(root)) == list(_phase_times_by_sets(root))  # in the same order
 
 
 def test_a_frames_time_is_torchs_duration_us_on_the_metric_the_root_attribute_and_the_summary():

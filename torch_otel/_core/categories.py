@@ -148,8 +148,15 @@ def phase_label(name: str) -> str | None:
     """The phase label of one of torch's timed events (:data:`PHASES`, then :data:`PHASE_SUFFIXES`), or None."""
     label = PHASES.get(name)
     if label is None:
-        label = next((lab for suffix, lab in PHASE_SUFFIXES if name.endswith(suffix)), None)
+        label = _SUFFIXED.get(name, "")
+        if label == "":  # a name not in the table: its suffix, looked at once (torch's event names are few)
+            label = next((lab for suffix, lab in PHASE_SUFFIXES if name.endswith(suffix)), None)
+            if len(_SUFFIXED) < 4096:
+                _SUFFIXED[name] = label
     return label
+
+
+_SUFFIXED: dict[str, str | None] = {}  # the names PHASES lacks -> their label by suffix, or None ("": not seen)
 
 
 class BoundedLabels:

@@ -359,19 +359,22 @@ def phase_times(root: PhaseNode) -> dict[str, int]:
     its path from the root) is already in that one's time, and is not added again.
     """
     out: dict[str, int] = {}
-    stack: list[tuple[PhaseNode, frozenset[str]]] = [(root, frozenset())]
+    stack: list[tuple[PhaseNode, tuple[str, ...]]] = [(root, ())]  # each node, with the labels of the phases around it
     while stack:
         node, inside = stack.pop()
-        labels: tuple[str, ...] = ()
-        if node.end_ns is not None:
+        below = inside
+        end = node.end_ns
+        if end is not None:
             phase = phase_label(node.name)
             if phase is not None:
-                labels = (phase, *PHASES_ALSO.get(node.name, ()))
-        fresh = [label for label in labels if label not in inside]
-        for label in fresh:
-            out[label] = out.get(label, 0) + max(0, (node.end_ns or node.start_ns) - node.start_ns)
-        below = inside.union(fresh) if fresh else inside
-        stack.extend((child, below) for child in node.children)
+                ns = max(0, (end or node.start_ns) - node.start_ns)
+                also = PHASES_ALSO.get(node.name)
+                for label in (phase,) if also is None else (phase, *also):
+                    if label not in inside:
+                        out[label] = out.get(label, 0) + ns
+                        below = (*below, label)
+        if node.children:
+            stack.extend([(child, below) for child in node.children])
     return out
 
 

@@ -101,6 +101,7 @@ class SpanMapper:
         self.live = live
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
         self._pid = os.getpid()
+        self._stacktraces: dict[tuple[tuple[str, int, str], ...], str] = {}  # a stack's frames -> its text (bounded)
 
     # -- helpers (``text`` and ``path``: what the features' views write with) ------------------------------------
     def text(self, value: object) -> str:
@@ -158,8 +159,7 @@ class SpanMapper:
             a[Root.FRAME_CLASS] = self._str(rec.frame_class)
         self._code_attributes(rec.call_site or rec.caller(), a, "torch.compile.caller")
         if origin is not None and origin.stack:  # Python's traceback form, most recent call last
-            lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(origin.stack)]
-            a["code.stacktrace"] = self._str("\n".join(lines))
+            a["code.stacktrace"] = self._stacktrace(origin.stack)
         for field, attr in METRIC_ATTRIBUTES.items():
             v = m.get(field)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -247,6 +247,23 @@ class SpanMapper:
         if rec.dropped:
             a["torch.compile.dropped_events"] = rec.dropped
         return a
+
+    def _stacktrace(self, stack: list[tuple[str, int, str]]) -> str:
+        """The frames as Python's traceback writes them; each stack's text kept (a call site's stack comes back at each
+        of its compiles)."""
+        key = tuple(stack)
+        try:
+            text = self._stacktraces.get(key)
+        except TypeError:  # a frame that is not (file, line, function): written, not kept
+            key, text = (), None
+        if text is None:
+            lines = [f'  File "{self._path(f) or "?"}", line {n}, in {fn}' for f, n, fn in reversed(stack)]
+            text = self._str("\n".join(lines))
+            if len(self._stacktraces) >= 1024:
+                self._stacktraces.clear()
+            if key:
+                self._stacktraces[key] = text
+        return text
 
     def _gpu_attributes(self, m: Mapping[str, Any], a: dict[str, Any]) -> None:
         """torch's GPU facts about a compile: why it skipped cudagraphs, and the Triton kernel builds it lists."""
