@@ -154,12 +154,9 @@ class Assembler:
                 handler(event)
 
     def feed_phase(self, event: PhaseEvent) -> None:
-        """A phase event whose name is not a root's (live capture's hook tells them apart): ``feed``, less its lookups."""
+        """A phase event (live capture's phase hook): ``feed``, less its lookup of the event's handler."""
         with self._lock:
-            if event.name in ROOTS:  # a caller's mistake: the root's own path
-                self._phase(event)
-            else:
-                self._inner_phase(event)
+            self._phase(event)
 
     def observe(self, event: Any, torch_version: str | None = None) -> None:
         """An event that joins no compile, offered to the features' live states (replay: each artifact it reads, with

@@ -63,13 +63,10 @@ class Processing:
 
     def phase(self, event: Any, _origin: None, thread: int) -> None:
         """A phase's begin or end (never a root's: the hook sent those to ``chromium`` and ``root_end``)."""
-        try:
-            ev = chromium_to_event(event)
-        except RecordError as exc:
-            self.malformed(exc)
-            return
-        ev.thread = thread
-        self.assembler.feed_phase(ev)
+        ev = self.phase_event(event)
+        if ev is not None:
+            ev.thread = thread
+            self.assembler.feed_phase(ev)
 
     def metrics(self, fields: dict[str, Any], _b: None, _c: None) -> None:
         self.assembler.feed(metrics_to_event(fields))

@@ -52,10 +52,6 @@ class MeterHistograms:
                 self._defs[name] = (description, unit, tuple(float(b) for b in bounds))
                 self._cells.setdefault(name, {})
 
-    @property
-    def defined(self) -> bool:
-        return self._scope is not None
-
     def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()  # a parent's thread may have held it as the process forked
 
@@ -103,9 +99,8 @@ class MeterHistograms:
                     counts, interval, total, low, high, start, slots, attributes = cell
                     cell[2] = total = interval + total  # as the SDK adds each interval's sum to the total
                     cell[1] = 0
-                    kept: dict[str, Any] | None = (
-                        {} if attributes else None
-                    )  # the SDK's: the attributes not on the point, None for none
+                    # the exemplar's attributes not on its point, as the SDK gives them: none left, None for none given
+                    kept: dict[str, Any] | None = {} if attributes else None
                     exemplars = [Exemplar(kept, s[1], s[2], s[3], s[4]) for s in slots if s is not None and since < s[0] <= seq]
                     points.append(
                         HistogramDataPoint(

@@ -363,7 +363,7 @@ def use_fast_encoding(exporter: Any) -> bool:
     except ImportError:
         return False
     parse, encoder = ExportTraceServiceRequest.FromString, Encoder()
-    sends_bytes = _send_bytes(exporter)
+    _send_bytes(exporter)
 
     def translate(data: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not _agrees():  # an SDK that passes more than the spans, or encodes otherwise: its own
@@ -374,7 +374,7 @@ def use_fast_encoding(exporter: Any) -> bool:
         except Exception:  # noqa: BLE001 - a value it does not encode: the SDK's encoder, which skips what it cannot
             return original(data)
         # the bytes themselves where the exporter's stub is this module's (it sends them as they are), else the message
-        return encoded if sends_bytes and isinstance(exporter._client, _BytesStub) else parse(encoded)
+        return encoded if isinstance(exporter._client, _BytesStub) else parse(encoded)
 
     exporter._translate_data = translate
     return True

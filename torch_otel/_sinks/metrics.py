@@ -190,11 +190,8 @@ class _SeriesTable:
         self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
             s.name: {} for s in self._series.values() if s.instrument != "histogram"
         }
-        self._kinds = {s.name: s.instrument for s in self._series.values()}
-        self._of = {name: (series, self._kinds[name]) for name, series in self._values.items()}  # one lookup per number
-
-    def apply(self, name: str, labels: tuple[str, ...], value: float) -> None:
-        self.apply_all(((name, labels, value),))
+        # name -> (its series, its instrument): one lookup per number
+        self._of = {s.name: (self._values[s.name], s.instrument) for s in self._series.values() if s.instrument != "histogram"}
 
     def apply_all(self, numbers: Sequence[tuple[str, tuple[str, ...], float]]) -> None:
         """Each ``(name, labels, value)``: a counter or up-down counter adds it, a gauge or info takes it."""

@@ -30,8 +30,10 @@ class OTelBackend:
     backend serves from), and the meter reads the numbers when
     its reader collects (every export interval). The SDK's per-measurement work
     (attribute hashing, the exemplar reservoir, one storage per reader) is then
-    paid once per series per export, not once per compile. Only histograms,
-    which have no observable form and carry exemplars, are recorded as they come.
+    paid once per series per export, not once per compile. Histograms, which
+    have no observable form and carry exemplars, are kept by the bridge where it
+    built the meter provider (``histograms``, torch_otel._otel.meter_histograms)
+    and otherwise recorded into the SDK's instruments as they come.
     """
 
     def __init__(self, meter: Any, series: Mapping[str, Series] | None = None, histograms: Any = None) -> None:

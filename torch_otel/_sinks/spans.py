@@ -58,18 +58,6 @@ def cuda_device_attributes(index: int) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def _count_named(root: PhaseNode, name: str) -> int:
-    """The phases named ``name`` in ``root``'s tree (``walk`` less its depths)."""
-    n, stack = 0, [root]
-    while stack:
-        node = stack.pop()
-        if node.name == name:
-            n += 1
-        if node.children:
-            stack.extend(node.children)
-    return n
-
-
 _CODE_KEYS: dict[str, tuple[str, str, str]] = {}  # a location's attribute prefix -> its three keys
 
 
@@ -220,7 +208,7 @@ class SpanMapper:
         if aot:
             a["torch.compile.aot_graph"] = aot
         if rec.kind == "frame":
-            graphs = _count_named(rec.root, "create_aot_dispatcher_function")
+            graphs = sum(1 for n, _ in rec.root.walk() if n.name == "create_aot_dispatcher_function")
             if graphs > 1:  # DDP's optimizer split the frame: one graph, and one lazy backward, per bucket
                 a["torch.compile.aot_graph_count"] = graphs
         if rec.schedules:  # inductor graphs: their collective schedule, to compare across ranks
