@@ -396,32 +396,32 @@ def test_a_process_that_forks_has_each_child_count_its_own_calls(tmp_path):
 
 
 def test_frames_past_the_bound_of_counters_run_uncounted_and_the_bridge_keeps_no_graph_of_torchs(tmp_path):
-    """400 frames compiled and called twice each, the counters bounded at 100 (10,000 by default: the bound is a
-    setting of the state, and the behaviour past it does not depend on its size), torch's graphs freed every 100
-    frames: past the bound a graph runs uncounted, and the bridge holds 100 counters and no graph of torch's."""
+    """200 frames compiled and called twice each, the counters bounded at 50 (10,000 by default: the bound is a
+    setting of the state, and the behaviour past it does not depend on its size), torch's graphs freed every 50
+    frames: past the bound a graph runs uncounted, and the bridge holds 50 counters and no graph of torch's."""
     proc = run_python(
         WORKLOAD,
         {
-            "GRAPH_CAP": "100",
-            "RESET_EVERY": "100",
+            "GRAPH_CAP": "50",
+            "RESET_EVERY": "50",
             "TORCH_OTEL_GRAPH_CALLS": "on",
             "TORCH_OTEL_SUMMARY": str(tmp_path / "s.json"),
             "OTEL_TRACES_EXPORTER": "none",
             "OTEL_METRICS_EXPORTER": "none",
         },  # fmt: skip
-        args=["many", "400"],
+        args=["many", "200"],
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert (report["counters"], report["not_counted"], report["compiles_kept"]) == (100, 300, 100)
+    assert (report["counters"], report["not_counted"], report["compiles_kept"]) == (50, 150, 50)
     # the counters in the table; the summary keeps one small record per compile (10,000 at most), counted or not
-    assert report["live_counters"] == 100 and report["live_compile_calls"] == 400
+    assert report["live_counters"] == 50 and report["live_compile_calls"] == 200
     assert report["counted_calls"] == [2]
     assert report["wrappers_alive"] == 0  # torch._dynamo.reset() freed every graph: no counter keeps one alive
     assert report["internal_errors"] == 0
     part = json.loads((tmp_path / "s.json").read_text())["graph_calls"]
-    assert (part["graphs"], part["uncounted"], part["calls"]) == (100, 300, 200)
+    assert (part["graphs"], part["uncounted"], part["calls"]) == (50, 150, 100)
 
 
 def test_more_compiles_than_the_span_queue_holds_send_every_graph_calls_span_to_a_real_collector(tmp_path):

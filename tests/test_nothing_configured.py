@@ -144,8 +144,9 @@ def test_replay_with_nothing_configured_exits_0_and_a_named_endpoint_with_no_col
         f"torch-otel replay: spans not sent: no collector at {DEFAULT} (OTLP's default endpoint; nothing named one). "
         "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4317 sends them to a collector, --output spans.jsonl writes them to a file"
     ]
+    # the exporter's timeout is not what names an endpoint: 1 s, not its 10, so that each run does not wait out retries
     for named in ({"OTEL_EXPORTER_OTLP_ENDPOINT": DEFAULT}, {"OTEL_TRACES_EXPORTER": "otlp"}):
-        r = run_cli("replay", str(LOG), env=named)
+        r = run_cli("replay", str(LOG), env={**named, "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
         assert r.returncode == 3, (named, r.stderr[-3000:])
         assert r.stderr.splitlines()[-1].startswith("torch-otel replay: nothing was exported"), r.stderr[-3000:]
 

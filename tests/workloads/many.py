@@ -5,7 +5,7 @@ compiles, not 4,096, so a short run goes past that bound): every 10th compile fa
 raises during ``backend_compile``), every 10th + 5 fails in Dynamo's tracing.
 torch's own caches are reset every 500 compiles, so what grows after that is
 not torch's per-frame state. Prints one JSON line: RSS (MB) after the first
-1,000 and 2,000 compiles and at the end, and what the bridge still holds.
+500, 1,000 and 2,000 compiles and at the end, and what the bridge still holds.
 """
 
 import gc
@@ -55,7 +55,7 @@ for k in range(N):
         failures += 1
     if (k + 1) % 500 == 0:
         torch._dynamo.reset()
-    if k + 1 in (min(1000, N), min(2000, N)):
+    if k + 1 in (min(500, N), min(1000, N), min(2000, N)):
         gc.collect()
         rss[f"after_{k + 1}"] = rss_mb()
 gc.collect()
