@@ -435,9 +435,11 @@ def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp
     ``error_on_graph_break(True)``. A backend that raises (``BackendCompilerFailed``, twice: each call compiles again),
     a graph break under ``fullgraph=True`` (``Unsupported``, twice), one under ``error_on_graph_break(True)``, and a
     size ``mark_dynamic`` made dynamic that the code specialised (``ConstraintViolationError``, after its backend made
-    a graph) raised into the script; a graph break in a loop left its frame in eager. Live: seven failures, one frame
-    left in eager. On replay the same, but for the ``fullgraph=True`` and ``error_on_graph_break`` failures: torch's
-    log says neither, so replay reads their ``Unsupported`` as suppressed."""
+    a graph) raised into the script; a graph break in a loop left its frame in eager. Two frames hit the recompile limit
+    under ``fail_on_recompile_limit_hit`` and under ``fullgraph=True``: torch raised ``FailOnRecompileLimitHit`` at each
+    call past it (four), and ran nothing in eager. Live: eleven failures, four limit hits, one frame left in eager. On
+    replay the same, but for the ``fullgraph=True`` and ``error_on_graph_break`` failures of a graph break: torch's log
+    says neither, so replay reads their ``Unsupported`` as suppressed (a limit hit that raised has its own type)."""
     env = {
         "TORCH_TRACE": str(tmp_path / "trace"),
         "TORCH_OTEL_SUMMARY": str(tmp_path / "live.json"),
@@ -452,14 +454,21 @@ def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp
         "raised whole Unsupported",
         "raised strict Unsupported",
         "raised constrained ConstraintViolationError",
+        *["raised limited FailOnRecompileLimitHit"] * 2,
+        *["raised limited_whole FailOnRecompileLimitHit"] * 2,
     ]
     (log,) = (tmp_path / "trace").glob("*.log")
     records = _torch_records(log)
-    failed = ["BackendCompilerFailed"] * 2 + ["ConstraintViolationError"] + ["Unsupported"] * 4
+    failed = ["BackendCompilerFailed"] * 2 + ["ConstraintViolationError"] + ["FailOnRecompileLimitHit"] * 4 + ["Unsupported"] * 4
     assert sorted(r["fail_type"] for r in records if r["fail_type"]) == failed
     live = json.loads((tmp_path / "live.json").read_text())
-    assert live["failures"]["by_type"] == {"BackendCompilerFailed": 2, "ConstraintViolationError": 1, "Unsupported": 4}
-    assert live["eager_fallbacks"] == 1
+    assert live["failures"]["by_type"] == {
+        "BackendCompilerFailed": 2,
+        "ConstraintViolationError": 1,
+        "FailOnRecompileLimitHit": 4,
+        "Unsupported": 4,
+    }
+    assert live["eager_fallbacks"] == 1 and live["recompile_limit_hits"] == 4
     assert [(f["function"], f["why"]) for f in live["eager_frames"]] == [("looped", "graph_break_in_loop")]
     # the graph its backend made before the constraint failed was never installed: the frame's one graph ran once
     (frame,) = [f for f in live["graph_calls"]["frames"] if f["function"] == "constrained"]
@@ -467,9 +476,16 @@ def test_a_failed_compile_that_raised_into_the_caller_left_no_frame_in_eager(tmp
     roots = [s for s in read_otlp_json_spans(tmp_path / "s.jsonl") if "torch.compile.kind" in s["attrs"]]
     eager = sorted(s["attrs"]["code.function.name"] for s in roots if s["attrs"].get("torch.compile.eager_fallback"))
     assert eager == ["looped"]
+    limited = [s for s in roots if s["attrs"].get("torch.compile.recompile_limit_exceeded")]
+    assert sorted(s["attrs"]["code.function.name"] for s in limited) == ["limited"] * 2 + ["limited_whole"] * 2
+    for s in limited:  # the root says what happened: the call raised, and how to stop it
+        desc = s["status"]["message"]
+        assert "raised FailOnRecompileLimitHit into the caller" in desc and "runs in eager" not in desc, desc
+    assert "makes its next new input raise FailOnRecompileLimitHit" in res.stderr and "sends it to eager" not in res.stderr
     res = run_cli("replay", str(log), "--json", str(tmp_path / "replayed.json"), "-o", str(tmp_path / "r.jsonl"))
     assert res.returncode == 0, res.stderr[-3000:]
     replayed = json.loads((tmp_path / "replayed.json").read_text())
     assert replayed["failures"]["by_type"] == live["failures"]["by_type"]
+    assert replayed["recompile_limit_hits"] == 4
     # torch's log records neither fullgraph=True nor error_on_graph_break: replay reads their Unsupported as suppressed
     assert sorted(f["function"] for f in replayed["eager_frames"]) == ["looped", "strict", "whole"]

@@ -9,7 +9,10 @@
 - ``looped``: a graph break inside a loop: torch suppresses its ``Unsupported`` and runs the frame uncompiled;
 - ``constrained``: a size ``mark_dynamic`` made dynamic, which its code specialises: its backend compiled a graph,
   then torch raised ``ConstraintViolationError`` into the caller and installed none; a call with another size compiles
-  again, and that graph runs.
+  again, and that graph runs;
+- ``limited`` and ``limited_whole``: a frame recompiled for each new size up to ``recompile_limit`` (2), under
+  ``fail_on_recompile_limit_hit`` and under ``fullgraph=True``: at the limit torch raises ``FailOnRecompileLimitHit``
+  into the caller (each call past it compiles, and fails, again); nothing runs in eager.
 
 It prints one line per call that raised, ``raised <function> <exception type>``.
 """
@@ -76,6 +79,24 @@ try:
 except Exception as exc:  # noqa: BLE001
     print("raised", constrained.__name__, type(exc).__name__, flush=True)
 assert torch.equal(torch.compile(constrained, backend="eager")(torch.ones(5, 3)), torch.full((5, 3), 2.0))
+
+
+def limited(x):
+    return x * 3
+
+
+def limited_whole(x):
+    return x * 4
+
+
+for fn, kw, flag in ((limited, {}, True), (limited_whole, {"fullgraph": True}, False)):
+    compiled = torch.compile(fn, backend="eager", dynamic=False, **kw)
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=flag):
+        for n in range(1, 5):  # sizes 1 and 2 compile; 3 and 4 each hit the limit
+            try:
+                compiled(torch.ones(n))
+            except Exception as exc:  # noqa: BLE001
+                print("raised", fn.__name__, type(exc).__name__, flush=True)
 
 import torch_otel  # noqa: E402
 

@@ -27,6 +27,7 @@ __all__ = [
     "Guard",
     "automatic_dynamic_of",
     "guard_line",
+    "limit_raises_of",
     "live_recompile_limit",
     "parse_guard",
     "recompile_limit_of",
@@ -56,6 +57,7 @@ _GUARDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 EXPECTED_ONLY = frozenset({"int", "kwargs"})
 _LIMIT_RE = re.compile(r'"(?:recompile_limit|cache_size_limit)": (\d+)')
 _AUTO_DYNAMIC_RE = re.compile(r'"automatic_dynamic_shapes": (true|false)')
+_FAIL_ON_LIMIT_RE = re.compile(r'"fail_on_recompile_limit_hit": (true|false)')
 _LOCAL = re.compile(r"^L\['([A-Za-z_]\w*)'\]$")
 
 
@@ -104,6 +106,16 @@ def automatic_dynamic_of(metrics: Mapping[str, Any] | None) -> bool | None:
     if not isinstance(config, str):
         return None
     m = _AUTO_DYNAMIC_RE.search(config)
+    return None if m is None else m.group(1) == "true"
+
+
+def limit_raises_of(metrics: Mapping[str, Any] | None) -> bool | None:
+    """Whether the compile ran under ``fail_on_recompile_limit_hit``: at the limit torch raises into the caller, nothing
+    runs in eager (its ``dynamo_config``; None: not logged)."""
+    config = (metrics or {}).get("dynamo_config")
+    if not isinstance(config, str):
+        return None
+    m = _FAIL_ON_LIMIT_RE.search(config)
     return None if m is None else m.group(1) == "true"
 
 

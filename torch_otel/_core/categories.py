@@ -255,6 +255,7 @@ def scrub_guard_text(text: str) -> str:
 # fullgraph=True / fail_on_recompile_limit_hit FailOnRecompileLimitHit; without torch's skip-recursive knob it
 # reports Unsupported "Dynamo cache limit exceeded". 2.11 on: Unsupported "Dynamo recompile limit exceeded".
 RECOMPILE_LIMIT_FAIL_TYPES = frozenset({"RecompileLimitExceeded", "FailOnRecompileLimitHit", "CacheLimitExceeded"})
+LIMIT_RAISED = "FailOnRecompileLimitHit"  # the one of them torch raises into the caller: nothing runs in eager
 RECOMPILE_LIMIT_WORDS = (
     "recompile limit exceeded",
     "cache limit exceeded",

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from .._core.categories import is_recompile_limit_hit
+from .._core.categories import LIMIT_RAISED, is_recompile_limit_hit
 from .._core.compile_id import CompileId
 from .._core.paths import in_installed_package
 from .events import ArtifactEvent, FrameObjectsEvent, GraphBreakEvent, GraphScheduleEvent, LogEvent, Origin
@@ -386,6 +386,8 @@ class CompileRecord:
         return sealed.eager_fallback if sealed is not None else self._eager_fallback(self.recompile_limit_hit, self.fail_type)
 
     def _eager_fallback(self, limit_hit: bool, fail_type: str | None) -> bool:
+        if fail_type == LIMIT_RAISED:
+            return False  # the limit hit, raised into the caller (fail_on_recompile_limit_hit, or fullgraph=True)
         if limit_hit or any(gb.skipped_frame for gb in self.graph_breaks):
             return True
         m = self.metrics or {}

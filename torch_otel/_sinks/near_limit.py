@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._analysis.recompile_guards import automatic_dynamic_of, guard_line, parse_guard
+from .._analysis.recompile_guards import automatic_dynamic_of, guard_line, limit_raises_of, parse_guard
 from .._analysis.recompile_hints import FrameContext, hints_for
 from .._analysis.recompiling_frames import call_site_of
 from .._core.categories import scrub_guard_text, strip_recompile_prefix
@@ -44,15 +44,18 @@ class NearLimitWarning(Sink):
                 )
             elif hint is not None:
                 fix = f"; no hint: {hint.why[:200]}"
+        # at the limit torch raises into the caller under fail_on_recompile_limit_hit or fullgraph=True; else it runs eager
+        raises = limit_raises_of(record.metrics) or (record.origin is not None and record.origin.raises)
         try:
             n = record.frame_recompiles or 0
             logger.warning(
-                "%s: %d recompile%s so far, %d more " + NEAR_LIMIT_WORDS + " (%d) sends it to eager%s%s",
+                "%s: %d recompile%s so far, %d more " + NEAR_LIMIT_WORDS + " (%d) %s%s%s",
                 where,
                 n,
                 "" if n == 1 else "s",
                 max(0, left),
                 record.recompile_limit or 0,
+                "makes its next new input raise FailOnRecompileLimitHit" if raises else "sends it to eager",
                 why,
                 fix,
             )

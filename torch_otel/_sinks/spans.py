@@ -510,7 +510,8 @@ class SpanMapper:
             )
             if rec.recompile_limit_hit:
                 fn = attrs.get("code.function.name") or "frame"
-                desc = f"{RECOMPILE_LIMIT_MARK}: {fn} now runs in eager (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
+                what = "now runs in eager" if rec.eager_fallback else f"raised {fail_type} into the caller"
+                desc = f"{RECOMPILE_LIMIT_MARK}: {fn} {what} (raise torch._dynamo.config.recompile_limit or fix the recompiles)"
                 root.add_event(
                     "torch.compile.recompile_limit_exceeded", {"code.function.name": self._str(fn)}, timestamp=rec.root.end_ns
                 )
