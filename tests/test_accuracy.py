@@ -225,6 +225,28 @@ def test_the_caller_is_the_users_line_not_a_librarys(cap):
     assert stack[-2].startswith(f'  File "{__file__}"'), stack
 
 
+def test_the_caller_is_the_users_line_past_more_library_frames_than_the_stack_keeps(cap):
+    """Deep inside a library (a transformers model's layers: a Mixtral's experts sit eight frames and more below the
+    user's line), the walk goes on past the frames ``code.stacktrace`` keeps until it reaches the user's line, as
+    torch's own record of the compile's stack (replay's) does."""
+    import copy
+
+    from torch_otel._capture.frames import MAX_STACK
+
+    nested: list[object] = [_Copied()]
+    for _ in range(MAX_STACK):  # each level is two of copy's frames: deepcopy, then _deepcopy_list
+        nested = [nested]
+    here = sys._getframe()
+    line = here.f_lineno + 1
+    copy.deepcopy(nested)  # the user's line
+    a = cap.root("0/0").attributes
+    assert a["torch.compile.caller.function.name"] == here.f_code.co_name
+    assert a["torch.compile.caller.file.path"] == __file__
+    assert a["torch.compile.caller.line.number"] == line
+    stack = a["code.stacktrace"].splitlines()
+    assert len(stack) == MAX_STACK and all(f'File "{copy.__file__}"' in line for line in stack), stack  # the nearest kept
+
+
 RECOMPILES = """
 import torch
 torch._dynamo.config.automatic_dynamic_shapes = False

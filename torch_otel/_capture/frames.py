@@ -3,7 +3,7 @@
 Live capture calls :func:`find_code_and_caller` from its root-event hook. The user's line is the nearest frame
 outside torch, the bridge, installed libraries and the standard library (a model in ``transformers`` is called
 from the user's script, not from ``transformers``); failing that, the nearest frame outside torch and the bridge's
-hooks. The frames on the way, at most :data:`MAX_STACK`, are kept for ``code.stacktrace``.
+hooks. The frames on the way, the nearest :data:`MAX_STACK`, are kept for ``code.stacktrace``.
 """
 
 from __future__ import annotations
@@ -101,9 +101,7 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
                 fallback = f
             if not fn.startswith(libraries) and not fn.startswith(skip):
                 fallback = f
-                break
-            if len(stack) >= MAX_STACK:
-                break
+                break  # the user's line: past as many library frames as there are (a model's layers), as torch's record
         f = f.f_back
     if fallback is not None:
         origin.caller_file = fallback.f_code.co_filename
