@@ -19,8 +19,10 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from tests.helpers import WORKLOADS, clean_env
-from tests.servers import Rotel, wait_until
+from tests.servers import Rotel, Tap, wait_until
 
 STORM = WORKLOADS / "fork_storm.py"
 ROUNDS = 40
@@ -86,3 +88,60 @@ def test_fork_storm_never_hangs_and_each_child_exports_its_compiles_once():
     parent_pid = next(s for s in got["spans"] if s["attrs"].get("torch.compile.kind") == "frame")["resource"]["process.pid"]
     assert Counter(s["attrs"]["code.function.name"] for s in roots) == expected  # each child's compile, exactly once
     assert all(s["attrs"]["process.parent_pid"] == parent_pid != s["attrs"]["process.pid"] for s in roots)
+
+
+def _one_span() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    done: list[Any] = []
+
+    class _Keep(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            done.extend(spans)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(_Keep()))
+    provider.get_tracer("t").start_span("compile").end()
+    return done[0]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_fork_never_overlaps_the_bridges_grpc_export_to_a_hung_collector(protocol):
+    """The bridge's real OTLP exporter, its collector hung (a relay that takes requests and never answers): over gRPC
+    the export is inside the fork gate, so a fork waits for it (torch_otel._otel.fork_gate: gRPC's own fork handlers
+    can leave a child stuck inside fork() when an export overlaps it), gives up at the bound, and the child runs; over
+    HTTP, which has no fork handlers, nothing waits."""
+    import threading
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    from torch_otel._otel.delivery import GuardedSpanExporter, Target
+    from torch_otel._otel.fork_gate import GATE
+
+    with Rotel() as rotel:
+        tap = Tap(rotel.port(protocol))
+        tap.hold = True
+        if protocol == "grpc":
+            endpoint = f"127.0.0.1:{tap.port}"
+            exporter = GuardedSpanExporter(lambda: GrpcExporter(endpoint=endpoint, insecure=True, timeout=5), Target(endpoint))
+        else:
+            endpoint = f"{tap.endpoint}/v1/traces"
+            exporter = GuardedSpanExporter(
+                lambda: HttpExporter(endpoint=endpoint, timeout=5), Target(endpoint, protocol=protocol)
+            )
+        before = (GATE.went_ahead, GATE.waited)
+        t = threading.Thread(target=exporter.export, args=([_one_span()],), daemon=True)
+        t.start()
+        wait_until(lambda: tap.held > 0, 10, "the relay to hold the request")
+        assert GATE._busy == (1 if protocol == "grpc" else 0)  # noqa: SLF001
+        for _ in range(2):  # the export still in flight: the first fork waits out the bound, the second not at all
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        assert (GATE.went_ahead, GATE.waited) == ((before[0] + 1, before[1]) if protocol == "grpc" else before)
+        t.join(30)
+        exporter.shutdown()

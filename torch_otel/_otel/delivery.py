@@ -24,6 +24,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .._core.errors import record_error, warn_once, warned
+from .fork_gate import GATE
 
 _R = TypeVar("_R")  # an exporter's result type
 _lock = threading.Lock()
@@ -390,6 +391,8 @@ class _Guarded:
         self._factory = factory
         self.inner = factory()
         self.target = target.endpoint
+        # a gRPC export and a fork must not overlap (torch_otel._otel.fork_gate); an HTTP one has no fork handlers
+        self._gate = GATE if target.protocol == "grpc" else None
         _register(target)
         with _lock:
             _by_signal.setdefault(self.signal, set()).add(target.endpoint)
@@ -428,7 +431,11 @@ class _Guarded:
     def _export(self, call: Callable[[], _R], failure: _R, items: Callable[[], int]) -> _R:
         """Run the inner export; a failure (returned or raised) is counted and reported once."""
         try:
-            result = call()
+            if self._gate is None:
+                result = call()
+            else:
+                with self._gate.export():
+                    result = call()
             why = "the collector did not accept them"
         except Exception as exc:  # noqa: BLE001
             result, why = failure, f"{type(exc).__name__}: {exc}"
