@@ -126,11 +126,11 @@ def test_a_fork_never_overlaps_the_bridges_grpc_export_to_a_hung_collector(proto
         tap.hold = True
         if protocol == "grpc":
             endpoint = f"127.0.0.1:{tap.port}"
-            exporter = GuardedSpanExporter(lambda: GrpcExporter(endpoint=endpoint, insecure=True, timeout=5), Target(endpoint))
+            exporter = GuardedSpanExporter(lambda: GrpcExporter(endpoint=endpoint, insecure=True, timeout=3), Target(endpoint))
         else:
             endpoint = f"{tap.endpoint}/v1/traces"
             exporter = GuardedSpanExporter(
-                lambda: HttpExporter(endpoint=endpoint, timeout=5), Target(endpoint, protocol=protocol)
+                lambda: HttpExporter(endpoint=endpoint, timeout=3), Target(endpoint, protocol=protocol)
             )
         before = (GATE.went_ahead, GATE.waited)
         t = threading.Thread(target=exporter.export, args=([_one_span()],), daemon=True)
