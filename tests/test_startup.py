@@ -98,6 +98,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ("gen", "generate", True),
         ("gen_off", "generate", False),
         ("seq2seq", "seq2seq", True),
+        ("assisted", "assisted", True),
     ):
         out = tmp / name
         out.mkdir()
@@ -221,6 +222,19 @@ def test_an_encoder_decoders_generate_ends_at_its_first_token_not_at_its_encoder
     assert st["phases"]["compile"] > 0.2  # the model's forward compiled before its first token
     assert st["phases"]["compile"] == pytest.approx(_torch_compile_s(d), abs=0.002)
     assert st["second_step_s"] > 0
+
+
+def test_assisted_generation_ends_at_the_models_first_token_not_at_its_assistants_first_forward(runs: dict[str, Any]) -> None:
+    """``generate(assistant_model=...)``: the assistant's own ``generate`` drafts tokens (its forwards are its own
+    model's, called from its own ``generate``) before the model checks them; the first token is the model's (it ended
+    the start-up at the assistant's first forward before, with the model's compile after the end)."""
+    d = runs["assisted"]
+    st = d["startup"]
+    assert st["end"] == "forward"
+    _adds_up(st)
+    assert abs(st["first_step_s"] - _rel(d, "token1")) <= 0.05
+    assert st["phases"]["compile"] > 0.2  # the model's forward compiled before its first token
+    assert st["phases"]["compile"] == pytest.approx(_torch_compile_s(d), abs=0.002)
 
 
 @pytest.mark.parametrize("name", ["train", "gen"])

@@ -10,6 +10,9 @@ on (tests/workloads/startup_probe.py), else the bridge stays off.
 - ``generate``: the same model loaded, its ``forward`` compiled, and ``generate``: it ends at the first token;
 - ``seq2seq``: an encoder-decoder (a T5 built from its config), its ``forward`` compiled, and ``generate``, which calls
   the encoder first: it ends at the first token too, not at the encoder's return;
+- ``assisted``: ``generate`` helped by a one-layer model of the same vocabulary (assisted decoding): the assistant's own
+  ``generate`` drafts tokens before the model's first call; it ends at the model's first token (``token1``: the
+  streamer's second ``put``, the first being the prompt), not at the assistant's first forward;
 - ``sleep``: ``train``, with a ``time.sleep(SLEEP_S)`` in the user's model construction (plain code: unattributed).
 
 Stamps (``startup_probe.stamp``): ``imports0/1`` around the imports, ``build0/1`` around the model's construction
@@ -148,11 +151,47 @@ def seq2seq() -> list[int]:
     return _generate(T5ForConditionalGeneration(config), [5, 6, 7, 8], min_new_tokens=4)
 
 
+def assisted() -> list[int]:
+    import copy
+
+    from transformers.generation.streamers import BaseStreamer
+
+    model = LlamaForCausalLM.from_pretrained(model_dir)
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = 1
+    torch.manual_seed(1)
+    draft = LlamaForCausalLM(config)
+    model.forward = torch.compile(model.forward, backend="aot_eager")
+
+    class FirstToken(BaseStreamer):
+        puts = 0
+
+        def put(self, value: torch.Tensor) -> None:
+            self.puts += 1
+            if self.puts == 2:  # the first put is the prompt
+                startup_probe.stamp("token1")
+
+        def end(self) -> None:
+            pass
+
+    startup_probe.stamp("gen0")
+    out = model.generate(
+        torch.tensor([[1, 2, 3, 4]]),
+        assistant_model=draft,
+        max_new_tokens=4,
+        do_sample=False,
+        streamer=FirstToken(),
+        pad_token_id=0,
+    )
+    startup_probe.stamp("gen1")
+    return [int(t) for t in out[0]]
+
+
 if mode == "save":
     save()
 else:
-    if mode in ("generate", "seq2seq"):
-        result = generate() if mode == "generate" else seq2seq()
+    if mode in ("generate", "seq2seq", "assisted"):
+        result = {"generate": generate, "seq2seq": seq2seq, "assisted": assisted}[mode]()
     else:
         result = train(float(os.environ.get("SLEEP_S", "1.0")) if mode == "sleep" else 0.0)
     with open(outputs, "w", encoding="utf-8") as f:

@@ -168,22 +168,22 @@ def _module_call(r: Any, call: Callable[..., Any], phase: str, label: str, args:
             error("start-up forward", exc)
 
 
-GENERATE_DEPTH = 32  # frames looked through, out from a module call, for the ``generate`` it is part of
+GENERATE_DEPTH = 64  # frames looked through, out from a module call, for the ``generate`` it is part of
 
 
 def _part_of_generate(module: Any) -> bool:
-    """Whether this outermost call is of another module than the one whose ``generate`` (transformers') runs it: an
-    encoder-decoder's encoder, before its model's first call. The first token is that model's own call's return, so
-    the call before it is part of the first token, not the first forward."""
+    """Whether this outermost call runs inside the ``generate`` (transformers') of another model than the one called:
+    an encoder-decoder's encoder, before its model's first call; an assistant model's drafts (assisted decoding), which
+    its own ``generate`` makes inside the model's. The first token is that model's own call's return, so the calls
+    before it are part of the first token, not the first forward."""
     f: Any = sys._getframe(2)
     for _ in range(GENERATE_DEPTH):
         if f is None:
             return False
         if f.f_code.co_name == "generate":
             owner = f.f_locals.get("self")
-            if owner is None or owner is module:
-                return False
-            return any(c.__name__ == "GenerationMixin" for c in type(owner).__mro__)
+            if owner is not None and owner is not module and any(c.__name__ == "GenerationMixin" for c in type(owner).__mro__):
+                return True
         f = f.f_back
     return False
 
