@@ -76,21 +76,14 @@ def text_body(facts: Mapping[str, Any], width: int) -> list[str]:
     if s is None:
         return []
     st = Startup.from_dict(s)
-    bits = []
-    if st.second_step_s is not None:
-        bits.append(f"second step {duration_text(st.second_step_s)}")
+    first = [f"second step {duration_text(st.second_step_s)}"] if st.second_step_s is not None else []
+    if st.interpreter != "interpreter":
+        first.append(f"interpreter: '{st.interpreter}'")
+    # two lines, so that a summary squeezed to its least still shows both: what ended it, then the imports
+    lines = [cut(f"start-up (ended at {st.end})" + (": " + "; ".join(first) if first else ""), width)]
     if st.imports:
         top = sorted(st.imports.items(), key=lambda kv: -kv[1])[:4]
-        bits.append("imports: " + ", ".join(f"{k} {duration_text(v)}" for k, v in top))
-    if st.interpreter != "interpreter":
-        bits.append(f"'{st.interpreter}' is the interpreter phase")
-    lines = []
-    while bits:  # the last detail gives way first, within the width
-        line = f"start-up (ended at {st.end}): " + "; ".join(bits)
-        if len(line) <= width or len(bits) == 1:
-            lines.append(cut(line, width))
-            break
-        bits.pop()
+        lines.append(cut("  imports: " + ", ".join(f"{k} {duration_text(v)}" for k, v in top), width))
     lines += [cut(f"  {n}", width) for n in st.notes[:3]]
     return lines
 
