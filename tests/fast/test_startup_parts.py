@@ -153,6 +153,26 @@ def test_the_merge_names_the_late_rank_its_phase_and_the_ranks_that_waited() -> 
     assert ddp.why == "rank 1 loaded weights 3.0 s longer; rank 0 waited 3.0 s in DDP's parameter check"
 
 
+def test_a_rank_late_to_init_process_group_holds_the_first_step_and_the_others_waited_in_it() -> None:
+    """init_process_group is a rendezvous: the ranks that came first spend the late one's delay inside it (as
+    ``distributed_init``), and DDP's first backward ends every rank's first step together. The late rank is the one
+    that spent least there, whichever it is (the merge named the last rank before, whichever was late)."""
+
+    def rank(r: int, late: bool) -> Startup:
+        phases = {**dict.fromkeys(PHASES, 0.0), "imports": 3.0, "distributed_init": 0.05 if late else 6.05}
+        phases.update(waiting_for_ranks=0.01, compile=2.0, first_step=0.5)
+        rest = 6.1 if late else 0.1  # the late rank's own delay before init_process_group: plain code
+        return Startup(sum(phases.values()) + rest, "step", phases, rest, started_unix_s=1000.0, rank=r)
+
+    for late in range(3):
+        job = merge_ranks({r: rank(r, r == late) for r in range(3)})
+        waiters = " and ".join(str(r) for r in range(3) if r != late)
+        assert job.holder == late, job
+        assert (
+            job.why == f"rank {late} spent 6.0 s longer in unattributed code; ranks {waiters} waited 6.0 s in init_process_group"
+        )
+
+
 def test_with_no_wait_the_slowest_rank_holds_the_first_step_and_a_late_start_is_a_reason() -> None:
     job = merge_ranks({0: _rank(2.0, 0.0), 1: _rank(2.0, 0.0, started=1004.0)})
     assert job.holder == 1 and job.why == "rank 1 started 4.0 s after the others"

@@ -106,6 +106,7 @@ _LONGER = {  # the rank that held the first step, by the phase it spent longest 
     "started": "started {d} after the others",
 }
 _COLLECTIVES = {
+    "init_process_group": "init_process_group",
     "_verify_params_across_processes": "DDP's parameter check",
     "_broadcast_coalesced": "DDP's first broadcast",
     "all_reduce": "the first all-reduce",
@@ -168,7 +169,11 @@ def merge_ranks(by_rank: Mapping[int, Startup]) -> JobStartup:
     starts = [s.started_unix_s for s in by_rank.values() if s.started_unix_s > 0]
     ends = [s.started_unix_s + s.first_step_s for s in by_rank.values() if s.started_unix_s > 0]
     job = (max(ends) - min(starts)) if len(starts) == len(by_rank) else max(s.first_step_s for s in by_rank.values())
-    wait = {r: s.phases.get("waiting_for_ranks", 0.0) for r, s in by_rank.items()}
+    # init_process_group is a rendezvous: every rank waits in it for the last to come, so its time past the least any
+    # rank spent there is waiting for another rank, as a collective's is
+    init = {r: s.phases.get("distributed_init", 0.0) for r, s in by_rank.items()}
+    rendezvous = {r: v - min(init.values()) for r, v in init.items()}
+    wait = {r: s.phases.get("waiting_for_ranks", 0.0) + rendezvous[r] for r, s in by_rank.items()}
     if len(by_rank) == 1:
         return JobStartup(job, next(iter(by_rank)), "", dict(by_rank))
     if max(wait.values()) >= WAIT_FLOOR_S:  # the others waited for it
@@ -179,7 +184,7 @@ def merge_ranks(by_rank: Mapping[int, Startup]) -> JobStartup:
     h, others = by_rank[holder], [s for r, s in by_rank.items() if r != holder]
     excess: dict[str, float] = {}
     for phase in (*PHASES, "unattributed"):
-        if phase == "waiting_for_ranks":
+        if phase in ("waiting_for_ranks", "distributed_init"):  # waiting: the others' time there was theirs for it
             continue
         mine = h.unattributed_s if phase == "unattributed" else h.phases.get(phase, 0.0)
         theirs = [o.unattributed_s if phase == "unattributed" else o.phases.get(phase, 0.0) for o in others]
@@ -193,7 +198,7 @@ def merge_ranks(by_rank: Mapping[int, Startup]) -> JobStartup:
         waited = statistics.median(wait[r] for r in waiters)
         ops: dict[str, float] = {}
         for r in waiters:
-            for op, s in by_rank[r].waits.items():
+            for op, s in (*by_rank[r].waits.items(), ("init_process_group", rendezvous[r])):
                 ops[op] = ops.get(op, 0.0) + s
         where = _COLLECTIVES.get(max(ops, key=lambda k: ops[k]), "the first collectives") if ops else "the first collectives"
         why += ("; " if why else "") + f"{_ranks_text(waiters)} waited {duration_text(waited)} in {where}"
