@@ -102,3 +102,46 @@ def test_a_changed_graph_leads_the_inputs_that_follow_from_it() -> None:
     assert [c for _, c, _ in plain] == ["inputs", "graph"]
     assert [c for _, c, _ in led] == ["graph", "inputs"]
     assert led[0][0] == "graph code changed (and with it one of its inputs)"
+
+
+def _fx_miss(i: str, key: str, backward: bool, fusion: str, code: str, inputs: list[str]) -> CacheLookupEvent:
+    parts = (
+        Component("inductor_config[epilogue_fusion]", "e" + fusion, fusion),
+        Component("gm", code),
+        *(Component(f"example_inputs[{n}]", h, None) for n, h in enumerate(inputs)),
+    )
+    return CacheLookupEvent(cid(i), "fx_graph", "miss", key=key, components=parts, backward=backward)
+
+
+def test_a_backward_whose_forwards_config_and_code_changed_leads_with_both_not_its_inputs_by_position() -> None:
+    """An inductor config flipped, and with it the forward's code: the lazy backward's saved tensors are other tensors,
+    compared by position. Its code leads them, after the config (the inputs came first when the forward's cause was
+    the config, though its code changed too: a real HF model's backward listed 30 inputs before its code)."""
+    history = KeyHistory()
+    history.explain(_rec("0/0"), [_fx_miss("0/0", "f1", False, "True", "c1", ["i1"])])
+    history.explain(
+        CompileRecord("backward", cid("0/0"), PhaseNode("x", 0, 1)), [_fx_miss("0/0", "b1", True, "True", "d1", ["s1", "t1"])]
+    )
+    (fwd,) = history.explain(_rec("0/1"), [_fx_miss("0/1", "f2", False, "False", "c2", ["i1"])])
+    (bwd,) = history.explain(
+        CompileRecord("backward", cid("0/1"), PhaseNode("x", 0, 1)), [_fx_miss("0/1", "b2", True, "False", "d2", ["s2", "t2"])]
+    )
+    assert fwd is not None and bwd is not None
+    assert fwd.changes == ("inductor config epilogue_fusion: True → False", "graph code changed")
+    assert bwd.changes[:2] == (
+        "inductor config epilogue_fusion: True → False",
+        "graph code changed (and with it 2 of its inputs)",
+    )
+
+
+def test_a_hit_says_whose_entry_it_was_only_where_something_says() -> None:
+    """A replay of one process's log without ``--baseline``: a hit on a key it never saw is nobody's it knows (it was
+    ``other``, another rank's, though no other rank ran); another rank's lookup of it in this run makes it ``other``;
+    a baseline of this rank's that holds it makes it ``own``."""
+    alone = KeyHistory()
+    assert alone.explain(_rec("0/0"), [CacheLookupEvent(cid("0/0"), "fx_graph", "hit", key="k1")]) == [None]
+    job = KeyHistory()
+    job.explain(_rec("0/0"), [CacheLookupEvent(cid("0/0"), "fx_graph", "miss", key="k1", rank=0)])
+    rec1 = _rec("0/0")
+    rec1.rank = 1
+    assert job.explain(rec1, [CacheLookupEvent(cid("0/0"), "fx_graph", "hit", key="k1", rank=1)]) == ["other"]

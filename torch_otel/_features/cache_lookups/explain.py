@@ -5,7 +5,7 @@ text`` (the graph's code, each input's metadata, every inductor config value, th
 A key that missed is compared, part by part and by hash (a part's text may differ while its hash does not: a
 function's address), with the nearest key of the same graph seen before:
 
-- earlier in this process (a recompile), on another rank (replay of a job's directory), or in the previous run
+- earlier in this process (a recompile), on another rank (replay of a job's directory), or in an earlier run
   (the key index kept beside the inductor cache, :class:`KeyIndex`), or in a baseline the user names;
 - the same key seen before: the entry was not in this cache (a new or cleared cache directory, another node's
   local cache, an evicted entry), never a changed part;
@@ -43,7 +43,7 @@ MAX_CHANGES = 8  # changes named per miss (the rest counted)
 
 @dataclass(frozen=True, slots=True)
 class KeySeen:
-    """A key seen before, and where: earlier in this run, on another rank, in the previous run."""
+    """A key seen before, and where: earlier in this run, on another rank, in an earlier run."""
 
     cache: str
     frame: tuple[int | None, int | None]  # (compiled-autograd id, frame id): the graph's frame
@@ -52,7 +52,7 @@ class KeySeen:
     key: str
     result: str
     parts: tuple[Component, ...]
-    where: str  # "earlier in this run", "on rank 0", "in the previous run"
+    where: str  # "earlier in this run", "on rank 0", "in an earlier run"
     rank: int | None = None
     torch_version: str | None = None
     # an AOTAutograd entry: the FX graph keys it loads on a hit (torch logs those loads live no event of their own)
@@ -69,7 +69,7 @@ class Explanation:
     cause: str
     changes: tuple[str, ...] = ()  # each changed part in words
     classes: tuple[str, ...] = ()  # each one's class
-    against: str | None = None  # "0/0 earlier in this run", "0/0 in the previous run (torch 2.13.0)", "0/0 on rank 0"
+    against: str | None = None  # "0/0 earlier in this run", "0/0 in an earlier run (torch 2.13.0)", "0/0 on rank 0"
     more: int = 0  # changes not named
     components: tuple[str, ...] = ()  # each one's component name (``inductor_config[size_asserts]``)
     # against another rank's key of the same graph in this run (replay of a job's directory): what differs from it,
@@ -131,9 +131,9 @@ class KeyHistory:
             self._add_baseline(baseline)
         self._seen: OrderedDict[tuple[int | None, str, str, bool | None, str], KeySeen] = OrderedDict()
         self._by_key: dict[tuple[int | None, str], KeySeen] = {}  # (rank, key)
-        # (rank, compile id) -> the cause of its forward FX graph's miss: a backward whose forward's code changed
-        # (and not its inputs) takes other inputs because of it
-        self._forward_cause: OrderedDict[tuple[int | None, str], str] = OrderedDict()
+        # (rank, compile id) -> whether its forward FX graph's miss named its code and not its inputs: a backward whose
+        # forward's code changed takes other inputs because of it (a config change beside it, or none)
+        self._forward_code: OrderedDict[tuple[int | None, str], bool] = OrderedDict()
         # (rank, compile id) -> the autocast change its AOTAutograd key named: (words, class, component)
         self._forward_autocast: OrderedDict[tuple[int | None, str], tuple[str, str, str]] = OrderedDict()
 
@@ -179,10 +179,10 @@ class KeyHistory:
             served = [self._served(lk, rec) if lk.result == "hit" else None for lk in lookups]
             for lk, e in zip(lookups, explained, strict=True):
                 if lk.cache == "fx_graph" and lk.backward is False and e is not None:
-                    self._forward_cause[(rec.rank, rec.id_str)] = e.cause
-                    self._forward_cause.move_to_end((rec.rank, rec.id_str))
-                    while len(self._forward_cause) > self.max_keys:
-                        self._forward_cause.popitem(last=False)
+                    self._forward_code[(rec.rank, rec.id_str)] = "graph" in e.classes and "inputs" not in e.classes
+                    self._forward_code.move_to_end((rec.rank, rec.id_str))
+                    while len(self._forward_code) > self.max_keys:
+                        self._forward_code.popitem(last=False)
             self._borrow_fx_causes(lookups, explained, rec, functorch)
             # an AOTAutograd key with no parts listed differs from another rank's as its FX graphs do
             across = next(
@@ -206,14 +206,19 @@ class KeyHistory:
 
     def _served(self, lk: CacheLookupEvent, rec: CompileRecord) -> str | None:
         """A hit: ``own`` where this rank looked the key up before (this run, or its own index), else ``other``:
-        another rank wrote the entry (compile_on_one_rank's point), or a run of another rank did."""
+        another rank wrote the entry (compile_on_one_rank's point), or a run of another rank did. None where nothing
+        says: no baseline, and no other rank's lookup of the key in this run (a replay without ``--baseline``)."""
         if not lk.key:
             return None
         here = self._by_key.get((rec.rank, lk.key))
         if here is not None and not (here.compile_id == rec.id_str and here.where == self.where):
             return "own"  # (not this very lookup, known from its artifact before its compile ended)
         before = self._baseline_keys.get(lk.key, ())
-        return "own" if any(s.rank == rec.rank or s.rank is None or rec.rank is None for s in before) else "other"
+        if any(s.rank == rec.rank or s.rank is None or rec.rank is None for s in before):
+            return "own"
+        if self._baseline_keys or any(k == lk.key and r != rec.rank for r, k in self._by_key):
+            return "other"
+        return None
 
     def _same_key(self, key: str, rank: int | None) -> KeySeen | None:
         """The key itself, seen before in ``rank``'s history: this run's, else the baseline's."""
@@ -302,7 +307,7 @@ class KeyHistory:
         against = _against(nearest, _named_rank(rec), version)
         if not lk.components or not nearest.parts:
             return Explanation("other", (), (), against)
-        code_leads = bool(lk.backward) and self._forward_cause.get((rec.rank, rec.id_str)) == "graph"
+        code_leads = bool(lk.backward) and self._forward_code.get((rec.rank, rec.id_str), False)
         changed = compare(lk.components, nearest.parts, (nearest.torch_version, version), code_leads)
         if not changed:  # every part alike, yet another key: torch hashed something it does not list
             return Explanation("other", ("a part torch does not list changed",), ("other",), against)
@@ -449,7 +454,7 @@ def _named_rank(rec: CompileRecord) -> int | None:
 
 
 def _against(seen: KeySeen, rank: int | None, version: str | None = None) -> str:
-    """The key compared with, in words: ``0/0 earlier in this run``, ``0/0 on rank 1``, ``0/0 in the previous run``
+    """The key compared with, in words: ``0/0 earlier in this run``, ``0/0 on rank 1``, ``0/0 in an earlier run``
     (with its torch release where it is not this run's)."""
     elsewhere = seen.rank is not None and rank is not None and seen.rank != rank
     where = seen.where

@@ -37,10 +37,10 @@ from .explain import KeyHistory, KeySeen, functorch_digest
 __all__ = ["KeyIndex", "baseline_keys", "index_document", "keys_of_logs", "live_key_history", "read_index"]
 
 BASELINE = "in the baseline run"
-CLEARED = "in the previous run, before the cache directory was cleared"
+CLEARED = "in an earlier run, before the cache directory was cleared"
 MAX_OTHER_INDEXES = 8  # other ranks' indexes read by a rank that has none of its own
 MAX_KEPT_DIRECTORIES = 32  # cache directories whose index copy is kept outside them (the least recently written go)
-PREVIOUS = "in the previous run"
+PREVIOUS = "in an earlier run"  # the index keeps the newest keys of every run on its directory
 
 
 def baseline_keys(
@@ -225,7 +225,7 @@ class KeyIndex:
     path: str
     problems: list[str] = field(default_factory=list)
 
-    def load(self, where: str = "in the previous run") -> list[KeySeen]:
+    def load(self, where: str = PREVIOUS) -> list[KeySeen]:
         """The keys it holds; [] when there is no index yet. A corrupt one is one line in ``problems``."""
         try:
             with open(self.path, encoding="utf-8") as fh:
