@@ -470,9 +470,10 @@ def test_a_clock_pair_split_by_another_thread_is_read_again(monkeypatch: pytest.
     assert compile_s(((0, 0), (20 * 10**9 + 5_000_000, 20 * 10**9))) == pytest.approx(6.0015, abs=1e-6)
 
 
-def test_the_summarys_start_up_body_keeps_every_detail_within_the_width() -> None:
-    """The second step and the interpreter's name, then the packages that took longest to import: two lines, so that
-    a summary squeezed to the block's least shows both (the imports gave way to the width before)."""
+def test_the_summarys_start_up_body_keeps_the_slowest_imports_within_the_width() -> None:
+    """One line: the second step, the packages that took longest to import, the interpreter phase's name. Where they
+    do not fit, the name gives way first, then the imports one package at a time, the slowest kept (all the imports
+    gave way at the default width of 100 before, leaving the second step alone)."""
     from torch_otel._features.startup.parts import text_body
 
     s = {
@@ -484,9 +485,12 @@ def test_the_summarys_start_up_body_keeps_every_detail_within_the_width() -> Non
         "interpreter": "before import torch_otel.auto",
         "imports": {"torch": 3.1, "transformers": 1.2, "torch._dynamo": 0.4, "numpy": 0.1, "json": 0.01},
     }
-    lines = text_body({"startup": s}, 100)
-    assert len(lines) == 2 and all(len(line) <= 100 for line in lines), lines
-    assert "second step 0.94" in lines[0] and lines[0].endswith("interpreter: 'before import torch_otel.auto'")
-    assert lines[1].startswith("  imports: torch 3.1") and "transformers" in lines[1], lines
-    narrow = text_body({"startup": s}, 60)
-    assert len(narrow) == 2 and all(len(line) <= 60 for line in narrow) and narrow[1].startswith("  imports: torch"), narrow
+    (wide,) = text_body({"startup": s}, 400)
+    assert wide == (
+        "start-up (ended at step): second step 0.94 s; imports: torch 3.1 s, transformers 1.2 s, torch._dynamo 0.40 s, "
+        "numpy 0.10 s; interpreter: 'before import torch_otel.auto'"
+    )
+    (default,) = text_body({"startup": s}, 100)
+    assert len(default) <= 100 and default.startswith("start-up (ended at step): second step 0.94 s; imports: torch 3.1 s")
+    (narrow,) = text_body({"startup": s}, 70)
+    assert narrow == "start-up (ended at step): second step 0.94 s; imports: torch 3.1 s"

@@ -76,14 +76,21 @@ def text_body(facts: Mapping[str, Any], width: int) -> list[str]:
     if s is None:
         return []
     st = Startup.from_dict(s)
-    first = [f"second step {duration_text(st.second_step_s)}"] if st.second_step_s is not None else []
-    if st.interpreter != "interpreter":
-        first.append(f"interpreter: '{st.interpreter}'")
-    # two lines, so that a summary squeezed to its least still shows both: what ended it, then the imports
-    lines = [cut(f"start-up (ended at {st.end})" + (": " + "; ".join(first) if first else ""), width)]
-    if st.imports:
-        top = sorted(st.imports.items(), key=lambda kv: -kv[1])[:4]
-        lines.append(cut("  imports: " + ", ".join(f"{k} {duration_text(v)}" for k, v in top), width))
+    second = [f"second step {duration_text(st.second_step_s)}"] if st.second_step_s is not None else []
+    top = [f"{k} {duration_text(v)}" for k, v in sorted(st.imports.items(), key=lambda kv: -kv[1])[:4]]
+    named = [f"interpreter: '{st.interpreter}'"] if st.interpreter != "interpreter" else []
+    # one line: the interpreter's name gives way first, then the imports one package at a time (the slowest stay)
+    tries = [second + [f"imports: {', '.join(top)}"] + named] if top else [second + named]
+    tries += [second + ([f"imports: {', '.join(top[:k])}"] if k else []) for k in range(len(top), -1, -1)]
+    head = f"start-up (ended at {st.end})"
+    lines = []
+    for bits in tries:
+        line = head + (": " + "; ".join(bits) if bits else "")
+        if len(line) <= width:
+            lines.append(line)
+            break
+    else:
+        lines.append(cut(head, width))
     lines += [cut(f"  {n}", width) for n in st.notes[:3]]
     return lines
 
