@@ -82,7 +82,7 @@ def mismatches(block: str, out: str, summary: dict[str, Any]) -> list[str]:
             continue  # a phase of this run, in another place of the table (its order follows the times)
         # how many rows of a block the summary's one screen holds follows the run's lines (a failed compile's time
         # outside every counted graph adds one): the rows left out, and the rows themselves where the run has them
-        if re.fullmatch(r"\(\d+ more (phases|frames): --json or the HTML page lists them\)( # #%)?", n):
+        if re.fullmatch(r"\(\d+ more (phases|frames|compiles): --json or the HTML page lists them\)( # #%)?", n):
             continue
         frame_row = re.fullmatch(r"(\S+) \((\S+):(\d+)\) (\d+) #", n)
         if frame_row and (frame_row[1], frame_row[2], int(frame_row[3]), int(frame_row[4])) in frames:
@@ -97,6 +97,9 @@ def mismatches(block: str, out: str, summary: dict[str, Any]) -> list[str]:
             continue  # one of the run's frames, in another place of the block
         if n.startswith("start-up (ended at ") and any(p.startswith(n.split(";")[0]) for p in printed):
             continue  # which packages were the slowest to import, and how many fit, follow the run's times
+        cut_frame = re.fullmatch(r"(\S+) \((\S+):(\d+)\): # s compiling.*…", n)  # a frame's line the width cut
+        if cut_frame and any(f[:3] == (cut_frame[1], cut_frame[2], int(cut_frame[3])) for f in gc_frames):
+            continue  # which two frames the block lists follows the run's times (above)
         per_graph = re.fullmatch(r"calls per graph \(compile s per call\): (.*)", n)
         if per_graph and all((m[1], int(m[2])) in gc_graphs for m in re.finditer(r"(\S+) (\d+) \(#\)", per_graph[1])):
             continue
