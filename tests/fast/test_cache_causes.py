@@ -132,16 +132,3 @@ def test_a_backward_whose_forwards_config_and_code_changed_leads_with_both_not_i
         "inductor config epilogue_fusion: True → False",
         "graph code changed (and with it 2 of its inputs)",
     )
-
-
-def test_a_hit_says_whose_entry_it_was_only_where_something_says() -> None:
-    """A replay of one process's log without ``--baseline``: a hit on a key it never saw is nobody's it knows (it was
-    ``other``, another rank's, though no other rank ran); another rank's lookup of it in this run makes it ``other``;
-    a baseline of this rank's that holds it makes it ``own``."""
-    alone = KeyHistory()
-    assert alone.explain(_rec("0/0"), [CacheLookupEvent(cid("0/0"), "fx_graph", "hit", key="k1")]) == [None]
-    job = KeyHistory()
-    job.explain(_rec("0/0"), [CacheLookupEvent(cid("0/0"), "fx_graph", "miss", key="k1", rank=0)])
-    rec1 = _rec("0/0")
-    rec1.rank = 1
-    assert job.explain(rec1, [CacheLookupEvent(cid("0/0"), "fx_graph", "hit", key="k1", rank=1)]) == ["other"]

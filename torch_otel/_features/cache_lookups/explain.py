@@ -206,19 +206,14 @@ class KeyHistory:
 
     def _served(self, lk: CacheLookupEvent, rec: CompileRecord) -> str | None:
         """A hit: ``own`` where this rank looked the key up before (this run, or its own index), else ``other``:
-        another rank wrote the entry (compile_on_one_rank's point), or a run of another rank did. None where nothing
-        says: no baseline, and no other rank's lookup of the key in this run (a replay without ``--baseline``)."""
+        another rank wrote the entry (compile_on_one_rank's point), or a run of another rank did."""
         if not lk.key:
             return None
         here = self._by_key.get((rec.rank, lk.key))
         if here is not None and not (here.compile_id == rec.id_str and here.where == self.where):
             return "own"  # (not this very lookup, known from its artifact before its compile ended)
         before = self._baseline_keys.get(lk.key, ())
-        if any(s.rank == rec.rank or s.rank is None or rec.rank is None for s in before):
-            return "own"
-        if self._baseline_keys or any(k == lk.key and r != rec.rank for r, k in self._by_key):
-            return "other"
-        return None
+        return "own" if any(s.rank == rec.rank or s.rank is None or rec.rank is None for s in before) else "other"
 
     def _same_key(self, key: str, rank: int | None) -> KeySeen | None:
         """The key itself, seen before in ``rank``'s history: this run's, else the baseline's."""

@@ -169,7 +169,7 @@ class CachesPart:
                 self.bypass_cost_ns += x.phase_ns  # the same: counted once, where no cache could serve it
             if one and lk.result == "miss":
                 self.one_rank["compiled"][lk.cache] += 1
-            elif one and lk.result == "hit" and x.served in ("own", "other"):  # None: nothing says whose entry it was
+            elif one and lk.result == "hit":
                 self.one_rank["served_own" if x.served == "own" else "served_by_another"][lk.cache] += 1
             e = x.explanation
             if lk.result == "bypass":
