@@ -214,27 +214,26 @@ def test_generate_ends_at_its_first_token(runs: dict[str, Any]) -> None:
 def test_an_encoder_decoders_generate_ends_at_its_first_token_not_at_its_encoders_return(runs: dict[str, Any]) -> None:
     """T5's ``generate`` calls its encoder, then the model: the encoder's return is no token (it ended the start-up
     there before, with the model's compile after the end)."""
-    d = runs["seq2seq"]
-    st = d["startup"]
+    st = _ends_at_the_models_first_token(runs["seq2seq"])
+    assert st["second_step_s"] > 0
+
+
+def _ends_at_the_models_first_token(d: dict[str, Any]) -> dict[str, Any]:
+    """The start-up ended at the token stamp, with the model's forward compiled before it: its start-up."""
+    st: dict[str, Any] = d["startup"]
     assert st["end"] == "forward"
     _adds_up(st)
     assert abs(st["first_step_s"] - _rel(d, "token1")) <= 0.05
     assert st["phases"]["compile"] > 0.2  # the model's forward compiled before its first token
     assert st["phases"]["compile"] == pytest.approx(_torch_compile_s(d), abs=0.002)
-    assert st["second_step_s"] > 0
+    return st
 
 
 def test_assisted_generation_ends_at_the_models_first_token_not_at_its_assistants_first_forward(runs: dict[str, Any]) -> None:
     """``generate(assistant_model=...)``: the assistant's own ``generate`` drafts tokens (its forwards are its own
     model's, called from its own ``generate``) before the model checks them; the first token is the model's (it ended
     the start-up at the assistant's first forward before, with the model's compile after the end)."""
-    d = runs["assisted"]
-    st = d["startup"]
-    assert st["end"] == "forward"
-    _adds_up(st)
-    assert abs(st["first_step_s"] - _rel(d, "token1")) <= 0.05
-    assert st["phases"]["compile"] > 0.2  # the model's forward compiled before its first token
-    assert st["phases"]["compile"] == pytest.approx(_torch_compile_s(d), abs=0.002)
+    _ends_at_the_models_first_token(runs["assisted"])
 
 
 @pytest.mark.parametrize("name", ["train", "gen"])

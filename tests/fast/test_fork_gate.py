@@ -31,6 +31,20 @@ def _wait_for(cond, what: str) -> None:
         time.sleep(0.001)
 
 
+def _stuck_export(gate: ForkGate) -> tuple[threading.Thread, threading.Event]:
+    """An export in flight on ``gate`` until the event returned is set (a hung collector), and its thread."""
+    release = threading.Event()
+
+    def export() -> None:
+        with gate.export():
+            release.wait(30)
+
+    t = threading.Thread(target=export)
+    t.start()
+    _wait_for(lambda: gate._busy == 1, "the export began")  # noqa: SLF001
+    return t, release
+
+
 def test_a_fork_waits_for_the_bridges_export_in_flight_to_end():
     """The registered gate: an export ends only once a fork has begun waiting for it, and the child is made after
     its end (the child's copy of the flag says so)."""
@@ -76,15 +90,7 @@ def test_a_fork_goes_ahead_past_a_stuck_export_and_later_forks_do_not_wait_for_i
     """A hung collector: the export never ends while the forks run. The first fork waits ``hold_s``, the next ones
     not at all; an export after it is waited for again."""
     gate = ForkGate(hold_s=0.1)
-    release = threading.Event()
-
-    def export() -> None:
-        with gate.export():
-            release.wait(30)
-
-    t = threading.Thread(target=export)
-    t.start()
-    _wait_for(lambda: gate._busy == 1, "the export began")  # noqa: SLF001
+    t, release = _stuck_export(gate)
     assert [_fork(gate=gate) for _ in range(3)] == [0, 0, 0]
     assert (gate.went_ahead, gate.waited) == (1, 0)  # one wait, given up: the other two did not wait
     release.set()
@@ -106,15 +112,7 @@ def test_a_fork_goes_ahead_past_a_stuck_export_and_later_forks_do_not_wait_for_i
 
 def test_the_child_starts_with_a_gate_of_its_own():
     """The parent's export in flight is not the child's: a fork in the child does not wait for it."""
-    release = threading.Event()
-
-    def export() -> None:
-        with GATE.export():
-            release.wait(30)
-
-    t = threading.Thread(target=export)
-    t.start()
-    _wait_for(lambda: GATE._busy == 1, "the export began")  # noqa: SLF001
+    t, release = _stuck_export(GATE)
     hold, GATE.hold_s = GATE.hold_s, 0.05
     try:
         pid = os.fork()

@@ -95,7 +95,6 @@ _LONGER = {  # the rank that held the first step, by the phase it spent longest 
     "interpreter": "took {d} longer to start its interpreter",
     "bridge": "spent {d} longer in torch-otel",
     "imports": "spent {d} longer importing",
-    "distributed_init": "spent {d} longer in init_process_group",
     "weights": "loaded weights {d} longer",
     "data": "waited {d} longer for its first batch",
     "compile": "compiled {d} longer",
