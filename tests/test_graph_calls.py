@@ -510,16 +510,24 @@ def _shapes_run(tmp_path: Path, side: str, *args: str, counting: str = "on") -> 
     (tmp_path / f"{side}.txt").write_text(proc.stderr)
 
 
+@pytest.fixture(scope="module")
+def shapes_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``shapes`` run with counting on (``base.json``, ``base.jsonl``, ``base.txt``): read, never written, by the
+    tests below, so one run serves them all."""
+    out = tmp_path_factory.mktemp("shapes-base")
+    _shapes_run(out, "base")
+    return out
+
+
 @pytest.mark.release
-def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_path):
+def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_path, shapes_base):
     """A graph per size (7, 1 and 3 calls) against dynamic=True (one graph, 11 calls): the summary's text names the
     graph that ran once and what it cost, the recompiling frame's fix hint gets it as evidence, and ``torch-otel diff``
     shows calls per frame on both sides, from the summaries and from the traces (the spans written at exit)."""
-    _shapes_run(tmp_path, "base")
     _shapes_run(tmp_path, "new", "dynamic")
-    base = json.loads((tmp_path / "base.json").read_text())
+    base = json.loads((shapes_base / "base.json").read_text())
     assert _graphs(base) == {("0/0", "frame"): 7, ("0/1", "frame"): 1, ("0/2", "frame"): 3}
-    text = (tmp_path / "base.txt").read_text()
+    text = (shapes_base / "base.txt").read_text()
     assert "graph calls: 3 compiled graphs ran 11 times; 1 ran at most once" in text
     assert "calls per graph (compile s per call): 0/0 7 (" in text and ", 0/1 1 (" in text and ", 0/2 3 (" in text
 
@@ -532,7 +540,7 @@ def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_pa
 
     for ext in ("json", "jsonl"):  # the summaries, and the OTLP-JSON traces
         out = tmp_path / f"diff-{ext}.json"
-        proc = run_cli("diff", str(tmp_path / f"base.{ext}"), str(tmp_path / f"new.{ext}"), "--json", str(out))
+        proc = run_cli("diff", str(shapes_base / f"base.{ext}"), str(tmp_path / f"new.{ext}"), "--json", str(out))
         assert proc.returncode == 0, proc.stderr[-3000:]
         calls = json.loads(out.read_text())["graph_calls"]
         assert (calls["base_graphs"], calls["new_graphs"], calls["base_calls"], calls["new_calls"]) == (3, 1, 11, 11), ext
@@ -553,7 +561,7 @@ def test_the_summary_the_fix_hint_and_diff_show_which_recompiles_paid_off(tmp_pa
         assert json.loads(out.read_text())["graph_calls"] is None and "graph calls" not in proc.stdout, ext
 
 
-def test_the_summary_page_shows_each_graphs_calls_and_the_ones_that_never_paid_off(tmp_path):
+def test_the_summary_page_shows_each_graphs_calls_and_the_ones_that_never_paid_off(tmp_path, shapes_base):
     """The live run's page (TORCH_OTEL_SUMMARY's .html), opened in headless Chromium: the graph calls section lists
     each graph's calls, marks the one that ran once, and the recompiling frame shows its evidence."""
     from tests.test_report_html import CHROMIUM, _assert_clean, _open
@@ -562,8 +570,7 @@ def test_the_summary_page_shows_each_graphs_calls_and_the_ones_that_never_paid_o
         pytest.skip("no chromium (apt-get install chromium, or set CHROMIUM=/path/to/chromium)")
     from torch_otel._sinks.html import render_html
 
-    _shapes_run(tmp_path, "base")
-    page = _open(tmp_path, render_html(json.loads((tmp_path / "base.json").read_text())))
+    page = _open(tmp_path, render_html(json.loads((shapes_base / "base.json").read_text())))
     _assert_clean(page)
     section = page.dom[page.dom.index("Graph calls: did compiling pay off") :]
     assert "3 compiled graphs ran 11 times; 1 ran at most once" in section

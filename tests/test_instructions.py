@@ -1,14 +1,16 @@
-"""The cost guard (issue 53): what default capture adds to the compile loop, counted in instructions, may not grow.
+"""The cost guard (issue 53): default capture adds at most 1.01 times no bridge's instructions to the compile loop.
 
-The goal is at most 1.01 times no bridge; today's count is about 1.0123 on this loop (4 recompiles, torch 2.13), so
-the guard fails past ``LIMIT``, 1.016, and moves down with each cut of issue 53, to 1.01 once the goal is reached.
+The goal is at most 1.01 times no bridge; it is met (1.0092 on this loop, 4 recompiles, torch 2.13, counted on
+2026-11-30; 1.0116 for the code before that day's cuts), and the guard fails past ``LIMIT``, the goal itself.
 
 ``bench/cost/instructions.py`` counts it, with its smallest compile loop: no bridge, then default capture as a user turns it
 on (``import torch_otel.auto``, spans over OTLP/gRPC to a real rotel, flushed inside the region), each in a process of
 its own under valgrind's callgrind, instrumented around the region only. An instruction count, not a time: a loaded
-machine does not move it (two counts of one mode differ by a few hundredths of a percent), so this is no timing
-assert. Marked ``instructions`` (``-m "not instructions"`` leaves it out); off CI it skips in one line where valgrind
-is not installed, on CI it fails. About 4 minutes of CPU (two processes of about 2 minutes, run side by side).
+machine does not move it, so this is no timing assert. One count still moves by up to 0.1% from the next (torch's own
+work alone does, with no bridge: 1.8639 G and 1.8661 G), always upward from the least: each mode is counted twice and
+its least count taken. Marked ``instructions`` (``-m "not instructions"`` leaves it out); off CI it skips in one line
+where valgrind is not installed, on CI it fails. About 5 minutes of CPU (four processes of about a minute and a
+quarter, two at a time).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tests.helpers import run
 from tests.servers import require
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMIT = 1.016  # default capture / no bridge, at most: 1.0123 counted on 2026-11-29 (1.0167 the same day before the last cuts)
+LIMIT = 1.01  # default capture / no bridge, at most: issue 53's goal (1.0092 counted on 2026-11-30)
 COMPILES = 4  # recompiles (forward and backward) in the counted region
 
 pytestmark = pytest.mark.instructions
@@ -34,11 +36,12 @@ def test_default_capture_adds_no_more_instructions_to_the_compile_loop_than_coun
     require("callgrind_control", "valgrind")
     out = tmp_path / "instructions.json"
     argv = [sys.executable, "-m", "bench.cost.instructions", "--only", "loop", "--modes", "none,default"]
-    argv += ["--reps", "1", "--compiles", str(COMPILES), "--jobs", "2", "--out", str(out)]
+    argv += ["--reps", "2", "--compiles", str(COMPILES), "--jobs", "2", "--out", str(out)]
     done = run(argv, cwd=ROOT, timeout=3600)
     assert done.returncode == 0, done.stderr[-3000:]
     loop = json.loads(out.read_text())["loop"]
-    none, default = loop["runs"]["none"][0], loop["runs"]["default"][0]
+    # each mode's least count: the one its run's own variation added least to
+    none, default = (min(loop["runs"][mode], key=lambda r: r["ir"]) for mode in ("none", "default"))
     # the bridge did its work inside the region: the compiles' spans were encoded and sent there
     assert default["by_kind"].get("export", 0) > 0, default["by_kind"]
     assert none["by_kind"].get("export", 0) == 0, none["by_kind"]

@@ -22,7 +22,6 @@ first line (tests/workloads/startup_probe.py) writes at exit what the recorder w
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ import torch
 from tests.helpers import (
     OWN_LINE,
     WORKLOADS,
-    clean_env,
     cli_argv,
     normalize_stderr,
     read_otlp_json_spans,
@@ -249,18 +247,10 @@ def test_outputs_are_bit_identical_and_torch_is_its_own_again_after_the_end(runs
 def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("startup-ddp")
     weights = tmp / "weights.pt"
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, torch; torch.manual_seed(0); m = torch.nn.Sequential(torch.nn.Linear(16, 32), "
-            "torch.nn.ReLU(), torch.nn.Linear(32, 1)); torch.save(m.state_dict(), sys.argv[1])",
-            str(weights),
-        ],
-        check=True,
-        env=clean_env(),
-        timeout=300,
-    )
+    with torch.random.fork_rng():  # the weights the ranks load, made here (no process of their own): the seed is this one's
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        torch.save(m.state_dict(), weights)
     env = {**_bridged(tmp), "LATE_RANK": "2", "LATE_S": str(LATE_S)}
     res = run([*torchrun_under_torch_otel(3, WORKLOADS / "startup_ddp.py"), str(weights)], env, cwd=WORKLOADS, timeout=900)
     assert res.returncode == 0, res.stderr[-4000:]

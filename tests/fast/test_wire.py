@@ -172,5 +172,5 @@ def test_the_encoders_kept_integers_start_again_when_full_and_still_encode_as_th
     ]
     encoder = wire.Encoder()
     assert _fast(spans, encoder) == sdk_encode_spans(spans)
-    assert 0 < len(encoder._ints) <= wire._CACHE_MAX  # the bound held: 6,000 distinct integers went through it
+    assert 0 < len(encoder._fields[0x4A]) <= wire._CACHE_MAX  # the bound held: 6,000 distinct integers went through it
     assert _fast(spans, encoder) == sdk_encode_spans(spans)

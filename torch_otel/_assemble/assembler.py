@@ -43,7 +43,7 @@ from .._model.events import (
 from .._model.record import ROOTS, RUNTIME, STANDALONE, CompileRecord, PhaseNode, Sink
 from .derive import RECENT, CacheLoads, Derive, Tracing, guard
 from .fanout import Fanout
-from .phase_tree import ATTRIBUTED, MAX_PHASES, place_phase
+from .phase_tree import ATTRIBUTED, MAX_PHASES, place, place_phase
 
 __all__ = ["ATTACH", "ATTRIBUTED", "MAX_PHASES", "RECENT", "Assembler", "Attach", "CacheLoads", "Tracing"]
 
@@ -157,6 +157,17 @@ class Assembler:
         """A phase event (live capture's phase hook): ``feed``, less its lookup of the event's handler."""
         with self._lock:
             self._phase(event)
+
+    def feed_frame_phase(self, name: str, ph: str, ts_ns: int, args: dict[str, Any], cid: CompileId) -> bool:
+        """A phase's begin, end or instant (not a root's) from its fields, placed where it joins a frame compile that is
+        still running (most of torch's events, live); False where it joins none, and nothing was done: the caller types
+        it and feeds it (``feed_phase``), which finds where else it goes."""
+        with self._lock:
+            found = self._open.get((cid, "frame"))
+            if found is None or found._ended:
+                return False
+            place(found, name, ph, ts_ns, args, 0, self.stats)  # a frame compile's phase never ends the compile
+            return True
 
     def observe(self, event: Any, torch_version: str | None = None) -> None:
         """An event that joins no compile, offered to the features' live states (replay: each artifact it reads, with
@@ -497,10 +508,10 @@ class Assembler:
             key = rec._key if rec._key is not None else (rec.compile_id, rec.kind)
             if self._open.get(key) is rec:
                 del self._open[key]
+        nodes = rec.root.nodes()
         if rec.root.end_ns is None:
-            ends = [n.end_ns or n.start_ns for n, _ in rec.root.walk()]
-            rec.root.end_ns = max(ends) if ends else rec.root.start_ns
-        for node, _ in rec.root.walk():
+            rec.root.end_ns = max(n.end_ns or n.start_ns for n in nodes)
+        for node in nodes:
             if node.end_ns is None:
                 node.end_ns = rec.root.end_ns
                 if rec.incomplete is None:  # a phase torch began in a compile that ended, and never ended

@@ -12,7 +12,7 @@ from typing import Any
 from .._model.events import PhaseEvent
 from .._model.record import RUNTIME, WORKER_ARG, CompileRecord, PhaseNode
 
-__all__ = ["ATTRIBUTED", "MAX_PHASES", "place_phase"]
+__all__ = ["ATTRIBUTED", "MAX_PHASES", "place", "place_phase"]
 
 MAX_PHASES = 2000
 # on a phase with no compile id (inductor's compile workers) given to the only compile in flight
@@ -23,30 +23,39 @@ def place_phase(rec: CompileRecord, ev: PhaseEvent, worker: bool, stats: Counter
     """``ev`` (a phase's begin, end or instant, not a root's) into ``rec``'s tree; ``worker``: it ran on one of
     inductor's compile workers, beside the compile's stack. True when ``rec`` is a runtime record whose outermost
     phase this ended (it has ended with it: the caller finishes it)."""
-    name, ph = ev.name, ev.ph
-    rec.last_ts_ns = ev.ts_ns
+    if not worker:
+        return place(rec, ev.name, ev.ph, ev.ts_ns, ev.args, ev.attempt, stats)
+    args = {**ev.args, **ATTRIBUTED}  # the node says how it was given its compile
+    if ev.ph == "i":
+        return place(rec, ev.name, ev.ph, ev.ts_ns, args, ev.attempt, stats)
+    _seen(rec, ev.name, ev.ts_ns, ev.attempt)
+    _worker_phase(rec, ev, rec._stack[-1] if rec._stack else rec.root, args, stats)
+    return False
+
+
+def _seen(rec: CompileRecord, name: str, ts_ns: int, attempt: int) -> None:
+    """What any phase tells its compile: when it was last heard of, and its attempt."""
+    rec.last_ts_ns = ts_ns
     if name.startswith("compile_attempt_"):
         try:
             rec.attempt = max(rec.attempt, int(name.rsplit("_", 1)[1]))
         except ValueError:
             pass
-    if ev.attempt > rec.attempt:
-        rec.attempt = ev.attempt
+    if attempt > rec.attempt:
+        rec.attempt = attempt
+
+
+def place(rec: CompileRecord, name: str, ph: str, ts_ns: int, args: dict[str, Any], attempt: int, stats: Counter[str]) -> bool:
+    """A phase's begin, end or instant on the compile's own stack, from its fields (:func:`place_phase` without the
+    event: live capture places torch's phase events this way, without typing each one). Returns as ``place_phase``."""
+    _seen(rec, name, ts_ns, attempt)
     stack = rec._stack
-    top = stack[-1] if stack else rec.root
-    if worker:
-        args = {**ev.args, **ATTRIBUTED}  # the node says how it was given its compile
-        if ph != "i":
-            _worker_phase(rec, ev, top, args, stats)
-            return False
-    else:
-        args = ev.args
     if ph == "B":
         if rec._nodes >= MAX_PHASES:
             rec.dropped += 1
             return False
-        node = PhaseNode(name, ev.ts_ns, None, dict(args))
-        top.children.append(node)
+        node = PhaseNode(name, ts_ns, None, dict(args))
+        (stack[-1] if stack else rec.root).children.append(node)
         stack.append(node)
         rec._nodes += 1
     elif ph == "E":
@@ -54,23 +63,25 @@ def place_phase(rec: CompileRecord, ev: PhaseEvent, worker: bool, stats: Counter
         for i in range(len(stack) - 1, 0, -1):
             if stack[i].name == name:
                 node = stack[i]
-                node.end_ns = ev.ts_ns
-                if ev.args:
-                    node.args.update(ev.args)
+                node.end_ns = ts_ns
+                if args:
+                    node.args.update(args)
                 if i + 1 < len(stack):
                     for unclosed in stack[i + 1 :]:
-                        unclosed.end_ns = ev.ts_ns
+                        unclosed.end_ns = ts_ns
                         stats["unmatched_phase_begins"] += 1
                 del stack[i:]
                 if i == 1 and rec.kind == RUNTIME:  # its outermost phase ended: so has it
-                    rec.root.end_ns = ev.ts_ns
+                    rec.root.end_ns = ts_ns
                     stack.clear()
                     rec._ended = True
                     return True
                 return False
         stats["unmatched_phase_ends"] += 1
-    elif len(top.instants) < 64:
-        top.instants.append((name, ev.ts_ns, dict(args)))
+    else:
+        top = stack[-1] if stack else rec.root
+        if len(top.instants) < 64:
+            top.instants.append((name, ts_ns, dict(args)))
     return False
 
 

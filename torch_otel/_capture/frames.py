@@ -24,12 +24,6 @@ _BRIDGE_DIR = _PACKAGE_DIR + os.sep
 _WORKLOAD_FILES = (os.sep + "_demo.py",)  # the bridge's only module that calls torch.compile as a user would
 
 
-def _beside_the_hooks(path: str) -> bool:
-    """The demo's workload, a module of the bridge: a caller of last resort. Never a hook's own frame (the export
-    hook's wrapper sits between the user's call and torch)."""
-    return path.startswith(_BRIDGE_DIR) and path.endswith(_WORKLOAD_FILES)
-
-
 def skip_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(never a caller: torch, the bridge, logging; not the user's code: installed libraries, the standard library)."""
     import contextlib
@@ -80,10 +74,11 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
     f = frame
     stack: list[tuple[str, int, str]] = []
     fallback: FrameType | None = None
+    need_code = origin.code_name is None
     while f is not None:
         co = f.f_code
         fn = co.co_filename
-        if origin.code_name is None and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
+        if need_code and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
             here = f.f_locals
             code = here.get("code")
             if code is not None and hasattr(code, "co_name"):
@@ -94,7 +89,10 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
                 one_graph = here.get("one_graph")
                 if isinstance(one_graph, bool):
                     origin.raises = one_graph or _error_on_graph_break()
-        elif not fn.startswith(skip) or (fallback is None and _beside_the_hooks(fn)):
+                need_code = False
+        # a frame outside torch and the bridge, or else (the first such) the demo's workload, a module of the bridge: a
+        # caller of last resort, never a hook's own frame (the export hook's wrapper sits between the user's call and torch)
+        elif not fn.startswith(skip) or (fallback is None and fn.startswith(_BRIDGE_DIR) and fn.endswith(_WORKLOAD_FILES)):
             if len(stack) < MAX_STACK:
                 stack.append((fn, _line(f, co), co.co_name))
             if fallback is None:

@@ -70,7 +70,7 @@ class LoadedKeys:
         if not loaded:
             return {}
         out: dict[str, int] = {}
-        for node, _ in rec.root.walk():
+        for node in rec.phase_nodes():
             cache = KEY_PHASES.get(node.name)
             if cache is not None and node.args.get("cache_state") == "hit" and node.args.get("key") in loaded.get(cache, ()):
                 out[cache] = out.get(cache, 0) + 1

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .._assemble.assembler import Assembler
-from .._core.compile_id import CompileId
+from .._core.compile_id import CompileId, parse_compile_id
 from .._core.graph_breaks import parse_graph_break
 from .._model.events import ArtifactEvent, Event, GraphBreakEvent, GraphScheduleEvent, Origin, PhaseEvent
-from .._parse.records import RecordError, chromium_to_event, metrics_to_event, parse_record
+from .._parse.records import PHASE_TYPES, RecordError, chromium_to_event, metrics_to_event, parse_record
 
 __all__ = ["Processing"]
 
@@ -27,6 +27,7 @@ class Processing:
         self.assembler = assembler
         self.tapped = tapped
         self._interned: dict[int, str] = {}
+        self._ids: dict[str, CompileId] = {}  # torch's compile id texts, parsed (every phase of a compile carries one)
 
     def malformed(self, exc: RecordError) -> None:
         """A torch record of a shape the parser cannot use: torch's, not the bridge's error. Counted."""
@@ -62,7 +63,24 @@ class Processing:
             self.event(ev, None, None)
 
     def phase(self, event: Any, _origin: None, thread: int) -> None:
-        """A phase's begin or end (never a root's: the hook sent those to ``chromium`` and ``root_end``)."""
+        """A phase's begin or end (never a root's: the hook sent those to ``chromium`` and ``root_end``).
+
+        One that joins a frame compile still running (most) is placed from torch's dict as it is; any other is typed
+        first (``chromium_to_event``), as replay's are, and fed like them."""
+        try:
+            name, ph, ts, args = event["name"], event["ph"], event["ts"], event["args"]
+            text = args["compile_id"]
+        except (KeyError, TypeError):  # not torch's usual shape: typed, as replay's are
+            pass
+        else:
+            if type(name) is str and type(args) is dict and (type(ts) is int or type(ts) is float) and ph in PHASE_TYPES:
+                cid = self._ids.get(text) if type(text) is str else None
+                if cid is None:
+                    cid = parse_compile_id(text)
+                    if cid is not None and len(self._ids) < 4096:
+                        self._ids[text] = cid
+                if cid is not None and self.assembler.feed_frame_phase(name, ph, int(ts * 1000), args, cid):
+                    return
         ev = self.phase_event(event)
         if ev is not None:
             ev.thread = thread

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _ID_RE = re.compile(r"^\[?(?:!(\d+)(?:/|$))?(?:(\d+)/(\d+)|-/-)?(?:_(\d+))?\]?$")
 
 
-@dataclass(frozen=True, slots=True)
-class CompileId:
+class CompileId(NamedTuple):
+    """A compile's id. A tuple: the assembler keys its compiles by ``(id, kind)``, each event looks one up, and a
+    tuple's hash and equality are the interpreter's own, where a dataclass's are Python functions."""
+
     frame_id: int | None = None
     frame_compile_id: int | None = None
     compiled_autograd_id: int | None = None

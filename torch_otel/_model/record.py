@@ -237,6 +237,17 @@ class PhaseNode:
         mine = self.on_worker
         return max(0, dur - sum(_span_ns(c) for c in self.children if c.on_worker == mine))
 
+    def nodes(self) -> list[PhaseNode]:
+        """This node and every node below it, in ``walk``'s order (without the depths)."""
+        out: list[PhaseNode] = []
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            out.append(node)
+            if node.children:  # most are leaves
+                stack.extend(reversed(node.children))
+        return out
+
     def walk(self) -> Iterable[tuple[PhaseNode, int]]:
         """Depth-first (node, depth), this node first."""
         stack: list[tuple[PhaseNode, int]] = [(self, 0)]
@@ -337,6 +348,7 @@ class CompileRecord:
     # what torch's records say, worked out once when the assembler finished the compile (:meth:`seal`): every sink
     # reads these, several times each
     _sealed: _Sealed | None = None
+    _all_nodes: list[PhaseNode] | None = None  # its tree's nodes, kept once the assembler finished it (``phase_nodes``)
 
     @property
     def id_str(self) -> str:
@@ -349,9 +361,15 @@ class CompileRecord:
             v = self.root.args.get(field_name)
         return v if isinstance(v, str) and v else None
 
+    def phase_nodes(self) -> list[PhaseNode]:
+        """Every node of its tree in ``root.walk``'s order; kept once the compile is finished (:meth:`seal`)."""
+        kept = self._all_nodes
+        return kept if kept is not None else self.root.nodes()
+
     def seal(self) -> None:
         """The assembler has finished this compile: torch's facts no longer change, so the ones every sink reads (its
         failure, the recompile limit, eager fallback, cache lookups) are worked out once, here."""
+        self._all_nodes = self.root.nodes()
         fail_type, fail_reason = self._text("fail_type"), self._text("fail_reason")
         hit = is_recompile_limit_hit(fail_type, fail_reason)
         self._sealed = _Sealed(fail_type, fail_reason, hit, self._eager_fallback(hit, fail_type), self._cache_counts())
@@ -418,7 +436,7 @@ class CompileRecord:
             n = m.get(counted)
             if isinstance(n, int) and not isinstance(n, bool) and n > 0:
                 out[key] = n
-        for node, _ in self.root.walk():
+        for node in self.phase_nodes():
             if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
                 key = (BYPASS_PHASES[node.name], "local", "bypass")
                 out[key] = out.get(key, 0) + 1

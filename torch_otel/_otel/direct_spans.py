@@ -213,20 +213,25 @@ def _cleaned(
         out[k] = v
     if (most is not None and len(out) > most) or "" in out or not _TEXT_TYPES.issuperset(map(type, out)):
         return None
-    if not _SCALAR_TYPES.issuperset(map(type, out.values())) or (
-        longest is not None and any(type(v) is str and len(v) > longest for v in out.values())
-    ):
-        for k, v in list(out.items()):
-            t = type(v)
-            if t is str and longest is not None and len(v) > longest:
-                out[k] = _clean_attribute_value(v, longest)  # a long text: the SDK's cleaning (its warning, its cut)
-            elif t in _SEQUENCE_TYPES and _TEXT_TYPES.issuperset(map(type, v)):
-                if longest is None or not any(len(e) > longest for e in v):
-                    out[k] = tuple(v)  # texts within the limit: the tuple the SDK's cleaning makes of them
-                else:
-                    out[k] = _clean_attribute_value(v, longest)
-            elif t not in _SCALAR_TYPES:
-                out[k] = _clean_attribute_value(v, longest)  # another sequence, a mapping: the SDK's cleaning
+    values = out.values()
+    if longest is not None and any(type(v) is str and len(v) > longest for v in values):
+        keys = list(out)  # a text past the limit: every value looked at
+    elif not _SCALAR_TYPES.issuperset(map(type, values)):
+        keys = [k for k, t in zip(out, map(type, values), strict=True) if t not in _SCALAR_TYPES]  # the others, kept
+    else:
+        return out
+    for k in keys:
+        v = out[k]
+        t = type(v)
+        if t is str and longest is not None and len(v) > longest:
+            out[k] = _clean_attribute_value(v, longest)  # a long text: the SDK's cleaning (its warning, its cut)
+        elif t in _SEQUENCE_TYPES and _TEXT_TYPES.issuperset(map(type, v)):
+            if longest is None or not any(len(e) > longest for e in v):
+                out[k] = tuple(v)  # texts within the limit: the tuple the SDK's cleaning makes of them
+            else:
+                out[k] = _clean_attribute_value(v, longest)
+        elif t not in _SCALAR_TYPES:
+            out[k] = _clean_attribute_value(v, longest)  # another sequence, a mapping: the SDK's cleaning
     return out
 
 

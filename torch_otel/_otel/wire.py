@@ -16,6 +16,7 @@ An export this module cannot encode (a value of a type it does not know) goes to
 
 from __future__ import annotations
 
+import inspect
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +38,8 @@ def _varint(n: int) -> bytes:
         n &= (1 << 64) - 1  # int64 as protobuf writes a negative: ten bytes
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:  # two bytes: most lengths of a span or an attribute
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -48,7 +51,9 @@ def _varint(n: int) -> bytes:
 def _len(tag: int, payload: bytes) -> bytes:
     """A length-delimited field: its tag byte (every field here is numbered below 16), its length, its bytes."""
     n = len(payload)
-    return bytes((tag, n)) + payload if n < 0x80 else bytes((tag,)) + _varint(n) + payload
+    if n < 0x80:
+        return bytes((tag, n)) + payload
+    return bytes((tag, (n & 0x7F) | 0x80, n >> 7)) + payload if n < 0x4000 else bytes((tag,)) + _varint(n) + payload
 
 
 # tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32)
@@ -91,11 +96,9 @@ class Encoder:
     """Encodes exports of finished spans; keeps what repeats between exports (bounded)."""
 
     def __init__(self) -> None:
-        # by field tag (a span's, an event's, a link's attributes): (key, a str or bool) -> its field; (key, an int) ->
-        # its field (apart: True == 1); key -> the field's bytes before a double's eight
-        self._pairs: dict[int, dict[tuple[str, Any], bytes]] = {}
-        self._ints: dict[int, dict[tuple[str, int], bytes]] = {}
-        self._floats: dict[int, dict[str, bytes]] = {}
+        # by field tag (a span's, an event's, a link's attributes): (key, value, the value's type) -> its field
+        self._fields: dict[int, dict[tuple[str, Any, type], bytes]] = {}
+        self._floats: dict[tuple[int, str], bytes] = {}  # (field tag, key) -> the field's bytes before a double's eight
         self._keys: dict[str, bytes] = {}  # an attribute's key -> its KeyValue's key field
         self._names: dict[str, bytes] = {}  # a span's name -> its name field
         from opentelemetry.trace import SpanKind
@@ -107,6 +110,16 @@ class Encoder:
 
         self._unset = StatusCode.UNSET
         self._groups: dict[tuple[int, int], tuple[Any, Any, tuple[bytes, bytes, bytes, bytes]]] = {}  # their bytes
+        from opentelemetry.sdk.trace import ReadableSpan
+
+        self._readable: Any = ReadableSpan
+        self._default_status = inspect.signature(ReadableSpan.__init__).parameters["status"].default  # unset, shared
+        self._unset_tail = {r: _STATUS[0] + _SPAN_FLAGS[r] for r in (False, True)}
+        from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, TraceState
+
+        self._context_type: Any = SpanContext
+        self._no_state = DEFAULT_TRACE_STATE  # most spans' (empty) trace state: not asked its length
+        self._state_type: Any = TraceState  # its entries read from its dict, not by a Python call of its length
 
     def _key(self, k: str) -> bytes:
         kb = self._keys.get(k)
@@ -117,71 +130,97 @@ class Encoder:
         return kb
 
     def _attributes(self, tag: int, attributes: Mapping[str, Any] | None) -> bytes:
-        """Each attribute as a ``KeyValue`` field numbered by ``tag``."""
+        """Each attribute as a ``KeyValue`` field numbered by ``tag``.
+
+        The fields kept encoded are looked up all at once, by ``(key, value, type of the value)`` (the type: ``True``,
+        ``1`` and ``1.0`` are equal keys otherwise): a compile's label-like values come back at every compile, and
+        only the new ones are encoded one at a time."""
         if not attributes:
             return b""
-        pairs = self._pairs.get(tag)
-        if pairs is None:
-            pairs = self._pairs[tag] = {}
-            self._ints[tag], self._floats[tag] = {}, {}
-        ints, floats = self._ints[tag], self._floats[tag]
-        out: list[bytes] = []
-        append = out.append
-        for item in attributes.items():
-            v = item[1]
-            t = type(v)
-            if t is str or t is bool:  # label-like: the same pairs come back in every compile
-                kv = pairs.get(item)
-                if kv is None:
-                    kv = _len(tag, _key_value(item[0], v))
-                    if len(pairs) < _CACHE_MAX and (t is bool or len(v) <= 200):
-                        pairs[item] = kv
-                append(kv)
-            elif t is float:  # a measurement: the key's part kept, the value packed
-                head = floats.get(item[0])
-                if head is None:
-                    kb = self._key(item[0])
-                    n = len(kb) + 11  # the key, then AnyValue's field: 0x12, its length (9), 0x21, eight bytes
-                    head = bytes((tag, n)) + kb + b"\x12\x09\x21" if n < 0x80 else b""
-                    if len(floats) < _CACHE_MAX:
-                        floats[item[0]] = head
-                append(head + _pack_double(v) if head else _len(tag, self._key(item[0]) + _len(0x12, b"\x21" + _pack_double(v))))
-            elif t is int:  # ids, lines, counts: most come back; a full cache starts again (measurements move on)
-                kv = ints.get(item)
-                if kv is None:
-                    if not -(1 << 63) <= v < (1 << 63):
-                        raise Unencodable("an integer outside int64")
-                    kv = _len(tag, self._key(item[0]) + _len(0x12, b"\x18" + _varint(v)))
-                    if len(ints) >= _CACHE_MAX:
-                        ints.clear()
-                    ints[item] = kv
-                append(kv)
-            else:
-                append(_len(tag, self._key(item[0]) + _len(0x12, _value(v))))
-        return b"".join(out)
+        fields = self._fields.get(tag)
+        if fields is None:
+            fields = self._fields[tag] = {}
+        values = attributes.values()
+        try:
+            got: list[Any] = list(map(fields.get, zip(attributes, values, map(type, values), strict=True)))
+        except TypeError:  # an unhashable value (a list the SDK did not make a tuple of): one at a time
+            return b"".join([self._field(tag, fields, k, v) for k, v in attributes.items()])
+        if None in got:
+            keys, vals = list(attributes), list(values)
+            i = 0
+            try:
+                while True:
+                    i = got.index(None, i)
+                    got[i] = self._field(tag, fields, keys[i], vals[i])
+                    i += 1
+            except ValueError:  # no field left to encode
+                pass
+        return b"".join(got)
+
+    def _field(self, tag: int, fields: dict[tuple[str, Any, type], bytes], k: str, v: Any) -> bytes:
+        """One attribute's ``KeyValue`` field, kept where its value comes back (a text, a flag, an integer: ids, lines,
+        counts) and the cache is not full; a full cache starts again (measurements move on)."""
+        t = type(v)
+        if t is float:  # a measurement: never kept; the key's part is
+            head = self._floats.get((tag, k))
+            if head is None:
+                kb = self._key(k)
+                n = len(kb) + 11  # the key, then AnyValue's field: 0x12, its length (9), 0x21, eight bytes
+                head = bytes((tag, n)) + kb + b"\x12\x09\x21" if n < 0x80 else b""
+                if len(self._floats) < _CACHE_MAX:
+                    self._floats[(tag, k)] = head
+            return head + _pack_double(v) if head else _len(tag, self._key(k) + _len(0x12, b"\x21" + _pack_double(v)))
+        if t is int:
+            if not -(1 << 63) <= v < (1 << 63):
+                raise Unencodable("an integer outside int64")
+            kv = _len(tag, self._key(k) + _len(0x12, b"\x18" + _varint(v)))
+        else:
+            kv = _len(tag, self._key(k) + _len(0x12, _value(v)))
+            if not (t is str or t is bool or t is tuple) or len(kv) > 256:
+                return kv  # long texts (a stack), other values: encoded each time
+        if len(fields) >= _CACHE_MAX:
+            fields.clear()
+        try:
+            fields[(k, v, t)] = kv
+        except TypeError:  # a tuple of something unhashable
+            pass
+        return kv
 
     def _span(self, s: Any) -> bytes:
-        ctx = s.context
-        parent = s.parent
-        out = [b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big") + b"\x12\x08" + ctx.span_id.to_bytes(8, "big")]
-        ts = ctx.trace_state
-        if ts:
-            out.append(_len(0x1A, ",".join(f"{k}={v}" for k, v in ts.items()).encode("utf-8")))
-        if parent:
-            out.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
-        name = self._names.get(s.name)
-        if name is None:
-            name = _len(0x2A, s.name.encode("utf-8"))
+        if type(s) is self._readable:  # the SDK's finished span, its fields read without a property's call each
+            ctx, parent, name, kind, attributes = s._context, s._parent, s._name, s._kind, s._attributes
+            events, links, st, start, end = s._events, s._links, s._status, s._start_time, s._end_time
+        else:
+            ctx, parent, name, kind, attributes = s.context, s.parent, s.name, s.kind, s.attributes
+            events, links, st, start, end = s.events, s.links, s.status, s.start_time, s.end_time
+        sc = self._context_type  # the API's tuple: (trace id, span id, is remote, flags, state, is valid)
+        if type(ctx) is sc:
+            tid, sid, ts = ctx[0], ctx[1], ctx[4]
+        else:
+            tid, sid, ts = ctx.trace_id, ctx.span_id, ctx.trace_state
+        if parent is None:
+            up, remote = b"", False
+        elif type(parent) is sc:
+            up, remote = b"\x22\x08" + parent[1].to_bytes(8, "big"), bool(parent[2])
+        else:
+            up, remote = (b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b""), bool(parent.is_remote)
+        field = self._names.get(name)
+        if field is None:
+            field = _len(0x2A, name.encode("utf-8"))
             if len(self._names) < _CACHE_MAX:
-                self._names[s.name] = name
-        out.append(name)
-        kind = s.kind
-        out.append(self._internal if kind is self._internal_kind else self._kinds[kind])  # an enum's hash is Python's
-        out.append(_times(0x39, s.start_time, 0x41, s.end_time))
-        out.append(self._attributes(0x4A, s.attributes))
-        if s.dropped_attributes:
+                self._names[name] = field
+        out = [b"\x0a\x10" + tid.to_bytes(16, "big") + b"\x12\x08" + sid.to_bytes(8, "big")]
+        if (ts._dict if type(ts) is self._state_type else ts) if ts is not self._no_state else False:
+            out.append(_len(0x1A, ",".join(f"{k}={v}" for k, v in ts.items()).encode("utf-8")))
+        out += (
+            up,
+            field,
+            self._internal if kind is self._internal_kind else self._kinds[kind],  # an enum's hash is Python's
+            _times(0x39, start, 0x41, end),
+            self._attributes(0x4A, attributes),
+        )
+        if type(attributes) is not dict and s.dropped_attributes:  # only the SDK's bounded attributes drop any
             out.append(b"\x50" + _varint(s.dropped_attributes))
-        events = s.events
         if events:
             for e in events:
                 body = (
@@ -195,7 +234,6 @@ class Encoder:
                 out.append(_len(0x5A, body))
             if s.dropped_events:
                 out.append(b"\x60" + _varint(s.dropped_events))
-        links = s.links
         if links:
             for link in links:
                 lc = link.context
@@ -207,9 +245,11 @@ class Encoder:
                 out.append(_len(0x6A, body))
             if s.dropped_links:
                 out.append(b"\x70" + _varint(s.dropped_links))
-        st = s.status
+        if st is self._default_status:  # most spans: the SDK's default, unset (an enum's value is a Python property)
+            out.append(self._unset_tail[remote])
+            return b"".join(out)
         if st is not None and st.status_code is self._unset and not st.description:
-            out.append(_STATUS[0])  # most spans: unset (an enum's value is a Python property)
+            out.append(_STATUS[0])
         elif st is not None:
             code = st.status_code.value
             if st.description:
@@ -217,7 +257,7 @@ class Encoder:
                 out.append(_len(0x7A, body))
             else:
                 out.append(_STATUS[code])
-        out.append(_SPAN_FLAGS[parent is not None and bool(parent.is_remote)])
+        out.append(_SPAN_FLAGS[remote])
         return b"".join(out)
 
     def _group(self, resource: Any, scope: Any) -> tuple[bytes, bytes, bytes, bytes]:
@@ -247,21 +287,30 @@ class Encoder:
     def encode(self, spans: Sequence[Any]) -> bytes:
         """An ``ExportTraceServiceRequest``'s bytes: spans grouped by resource, then scope, in order of first sight."""
         groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}  # by identity: no resource hashed
+        readable, span = self._readable, self._span
+        last: tuple[Any, Any] = (self, self)  # the resource and scope of the span before (most are one's and one's)
+        kept: list[bytes] = []
         for s in spans:
-            res_obj, scope_obj = s.resource, s.instrumentation_scope or None
-            of_resource = groups.get(id(res_obj))
-            if of_resource is None:
-                of_resource = groups[id(res_obj)] = (res_obj, {})
-            of_scope = of_resource[1].get(id(scope_obj))
-            if of_scope is None:
-                of_scope = of_resource[1][id(scope_obj)] = (scope_obj, [])
-            of_scope[1].append(self._span(s))
+            if type(s) is readable:
+                res_obj, scope_obj = s._resource, s._instrumentation_scope or None
+            else:
+                res_obj, scope_obj = s.resource, s.instrumentation_scope or None
+            if res_obj is not last[0] or scope_obj is not last[1]:
+                last = (res_obj, scope_obj)
+                of_resource = groups.get(id(res_obj))
+                if of_resource is None:
+                    of_resource = groups[id(res_obj)] = (res_obj, {})
+                of_scope = of_resource[1].get(id(scope_obj))
+                if of_scope is None:
+                    of_scope = of_resource[1][id(scope_obj)] = (scope_obj, [])
+                kept = of_scope[1]
+            kept.append(span(s))
         out = []
         for resource, scopes in groups.values():
             body = []
             for scope, encoded in scopes.values():
                 res, res_url, sc, sc_url = self._group(resource, scope)
-                body.append(_len(0x12, sc + b"".join(_len(0x12, e) for e in encoded) + sc_url))
+                body.append(_len(0x12, sc + b"".join([_len(0x12, e) for e in encoded]) + sc_url))
             out.append(_len(0x0A, res + b"".join(body) + res_url))
         return b"".join(out)
 

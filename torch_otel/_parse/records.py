@@ -68,7 +68,7 @@ def instant_events(
     return None
 
 
-_PHASE_TYPES = ("B", "E", "i", "X")  # a tuple: an unhashable ph is refused, not raised on
+PHASE_TYPES = ("B", "E", "i", "X")  # a tuple: an unhashable ph is refused, not raised on
 
 
 def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, record_id: CompileId | None = None) -> PhaseEvent:
@@ -83,7 +83,7 @@ def chromium_to_event(ev: Any, attempt: int = 0, rank: int | None = None, record
         raise RecordError("chromium event is not an object")
     get = ev.get
     name, ph, ts = get("name"), get("ph"), get("ts")
-    if not isinstance(name, str) or ph not in _PHASE_TYPES or not isinstance(ts, (int, float)):
+    if not isinstance(name, str) or ph not in PHASE_TYPES or not isinstance(ts, (int, float)):
         raise RecordError("chromium event lacks name/ph/ts")
     args = get("args")
     if type(args) is not dict and not isinstance(args, dict):

@@ -141,7 +141,7 @@ class SpanDelivery(Sink):
         self.spans = 0  # every span the replay made (a compile's phases and its root)
 
     def on_finish(self, record: CompileRecord) -> None:
-        n = sum(1 for _ in record.root.walk())
+        n = len(record.phase_nodes())
         self.spans += n
         self.pending += n
         if self.pending >= self.every:

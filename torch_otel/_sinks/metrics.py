@@ -166,12 +166,17 @@ class PrometheusBackend:
     def apply_all(self, observations: Sequence[Observation]) -> None:
         is_histogram, observe = self._is_histogram, self._histograms.observe
         numbers = []
-        for name, labels, value, exemplar in observations:
+        last: Any = None  # the exemplar before, and its trace id's text (one compile's observations share it)
+        trace_id = None
+        for ob in observations:
             try:
-                if not is_histogram[name]:
-                    numbers.append((name, labels, value))
+                if not is_histogram[ob[0]]:
+                    numbers.append(ob)
                 else:
-                    observe(name, labels, value, f"{exemplar[0]:032x}" if exemplar else None)
+                    exemplar = ob[3]
+                    if exemplar is not last:
+                        last, trace_id = exemplar, f"{exemplar[0]:032x}" if exemplar else None
+                    observe(ob[0], ob[1], ob[2], trace_id)
             except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
                 record_error("metrics backend PrometheusBackend", exc)
         self._table.apply_all(numbers)
@@ -190,23 +195,31 @@ class _SeriesTable:
         self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
             s.name: {} for s in self._series.values() if s.instrument != "histogram"
         }
-        # name -> (its series, its instrument): one lookup per number
-        self._of = {s.name: (self._values[s.name], s.instrument) for s in self._series.values() if s.instrument != "histogram"}
+        # name -> (its series, whether a number adds to it (a counter, an up-down counter), whether it is an info):
+        # one lookup per number
+        self._of = {
+            s.name: (self._values[s.name], s.instrument in ("counter", "updown"), s.instrument == "info")
+            for s in self._series.values()
+            if s.instrument != "histogram"
+        }
 
-    def apply_all(self, numbers: Sequence[tuple[str, tuple[str, ...], float]]) -> None:
-        """Each ``(name, labels, value)``: a counter or up-down counter adds it, a gauge or info takes it."""
+    def apply_all(self, numbers: Sequence[Observation]) -> None:
+        """Each ``(name, labels, value, exemplar)``: a counter or up-down counter adds the value, a gauge or info takes
+        it (the exemplar is not kept: only histograms keep one)."""
         of = self._of
         with self._lock:
-            for name, labels, value in numbers:
+            for ob in numbers:
                 try:
-                    series, kind = of[name]
+                    name, labels, value, _ = ob
+                    series, adds, info = of[name]
                     cell = series.get(labels)
-                    if kind == "info":  # the rank's one series: a new label set replaces its last
-                        for other in [k for k in series if k[0] == labels[0] and k != labels]:
-                            del series[other]
                     if cell is None:
+                        if info:  # the rank's one series: a new label set replaces its last (only a new one: the
+                            # others went when this one came)
+                            for other in [k for k in series if k[0] == labels[0]]:
+                                del series[other]
                         series[labels] = [value, time.time()]  # the value, and when the series was created
-                    elif kind == "counter" or kind == "updown":
+                    elif adds:
                         cell[0] += value
                     else:  # a gauge, an info
                         cell[0] = value
@@ -398,6 +411,7 @@ class CompileMetrics(Sink):
             if isinstance(b, PrometheusBackend):
                 b._table.detail_ranks = self.detail_ranks
         self._fingerprints = RankFingerprints()
+        self._fingerprints_sent: dict[tuple[str, str, str], int] = {}  # each fingerprint's value the backends were given
         self._fail_types = BoundedLabels(50)
         self._gb_codes = BoundedLabels(200)
         # a further rank's label sets: its failures and graph breaks by their first few kinds (the rest: other)
@@ -527,5 +541,9 @@ class CompileMetrics(Sink):
         saved = m.get("remote_cache_time_saved_s")
         if isinstance(saved, (int, float)) and saved > 0:
             yield "torch_compile_cache_time_saved_seconds", (rank,), saved, None
+        sent = self._fingerprints_sent
         for aspect, value in self._fingerprints.add(rank, rec, lookups).items():
-            yield "torch_compile_rank_fingerprint", (rank, self.run_id, aspect), value, None
+            labels = (rank, self.run_id, aspect)
+            if sent.get(labels) != value:  # a gauge: the same value again changes nothing
+                sent[labels] = value
+                yield "torch_compile_rank_fingerprint", labels, value, None

@@ -91,11 +91,14 @@ class OTelBackend:
     def apply_all(self, observations: Sequence[Observation]) -> None:
         histograms, is_histogram = self._histograms, self._is_histogram
         numbers = []
-        for name, labels, value, exemplar in observations:
+        for ob in observations:
             try:
+                name = ob[0]
                 if not is_histogram[name]:
-                    numbers.append((name, labels, value))
-                elif histograms is not None:
+                    numbers.append(ob)
+                    continue
+                _, labels, value, exemplar = ob
+                if histograms is not None:
                     histograms.observe(name, labels, self._attributes(name, labels), value, exemplar or None)
                 else:
                     ctx = _span_context(exemplar) if exemplar else None

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
+from itertools import compress
 from typing import Any
 
 from opentelemetry import trace
@@ -26,6 +27,10 @@ from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, Ph
 from .._otel.direct_spans import DirectSpans, direct_spans
 from .._otel.ids import own_ids, private_random
 from .span_model import METRIC_ATTRIBUTES, Events, Root
+
+_METRIC_FIELDS, _METRIC_ATTRS = tuple(METRIC_ATTRIBUTES), tuple(METRIC_ATTRIBUTES.values())
+_NUMBERS = frozenset((int, float))  # what a metric attribute holds (bool is not one)
+_USUAL = frozenset((int, float, bool, type(None)))  # the types torch's metrics give those fields (else: each checked)
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
@@ -148,10 +153,14 @@ class SpanMapper:
         self._code_attributes(rec.call_site or rec.caller(), a, "torch.compile.caller")
         if origin is not None and origin.stack:  # Python's traceback form, most recent call last
             a["code.stacktrace"] = self._stacktrace(origin.stack)
-        for field, attr in METRIC_ATTRIBUTES.items():
-            v = m.get(field)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                a[attr] = v
+        values = list(map(m.get, _METRIC_FIELDS))
+        types = list(map(type, values))
+        if _USUAL.issuperset(types):  # the numbers kept, picked without a Python step per field
+            a.update(compress(zip(_METRIC_ATTRS, values, strict=True), map(_NUMBERS.__contains__, types)))
+        else:
+            for attr, v in zip(_METRIC_ATTRS, values, strict=True):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    a[attr] = v
         reason = rec.recompile_reason
         if reason:
             text = strip_recompile_prefix(reason)
@@ -208,7 +217,7 @@ class SpanMapper:
         if aot:
             a["torch.compile.aot_graph"] = aot
         if rec.kind == "frame":
-            graphs = sum(1 for n, _ in rec.root.walk() if n.name == "create_aot_dispatcher_function")
+            graphs = sum(1 for n in rec.phase_nodes() if n.name == "create_aot_dispatcher_function")
             if graphs > 1:  # DDP's optimizer split the frame: one graph, and one lazy backward, per bucket
                 a["torch.compile.aot_graph_count"] = graphs
         if rec.schedules:  # inductor graphs: their collective schedule, to compare across ranks
@@ -483,7 +492,7 @@ class SpanMapper:
             return
         # A restart starts the next attempt: torch's compile_attempt_N (N >= 1) begins when it happened.
         attempts = sorted(
-            n.start_ns for n, _ in rec.root.walk() if n.name.startswith("compile_attempt_") and n.name != "compile_attempt_0"
+            n.start_ns for n in rec.phase_nodes() if n.name.startswith("compile_attempt_") and n.name != "compile_attempt_0"
         )
         for i, r in enumerate(restart_texts):
             ts = attempts[min(i, len(attempts) - 1)] if attempts else None

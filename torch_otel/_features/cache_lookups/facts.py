@@ -50,7 +50,7 @@ def _phase_ns(rec: CompileRecord, lk: CacheLookupEvent) -> int | None:
     if lk.ts_ns is None:
         return None
     best = None
-    for node, _ in rec.root.walk():
+    for node in rec.phase_nodes():
         end = node.end_ns if node.end_ns is not None else node.start_ns
         if node.name == _LOOKUP_PHASES.get(lk.cache) and node.start_ns <= lk.ts_ns <= end:
             best = node  # depth-first: a later match is nested deeper or beside; the innermost wins

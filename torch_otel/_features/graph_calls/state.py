@@ -194,9 +194,13 @@ class GraphCallsState(FeatureState):
             return
         try:
             frame: FrameType | None = sys._getframe(1)
+            functions = {row[0] for row in self.backward_holders}  # one look per frame at its function's name
             for _ in range(64):
                 if frame is None:
                     return
+                if frame.f_code.co_name not in functions:
+                    frame = frame.f_back
+                    continue
                 for function, holder_name, attr in self.backward_holders:
                     if frame.f_code.co_name != function:
                         continue
