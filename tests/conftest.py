@@ -138,26 +138,3 @@ def make_capture() -> Iterator:
 @pytest.fixture
 def cap(make_capture) -> Capture:  # type: ignore[no-untyped-def]
     return make_capture()
-
-
-# The slowest files first (summed durations of a full run, slowest first): xdist's ``--dist loadfile`` hands each
-# worker the next file as it frees, so a slow file taken last keeps one worker busy while the other waits. The order
-# within a file is kept, and every worker sorts the same way (xdist requires one collection order).
-SLOWEST_FIRST = (
-    "test_caches.py",
-    "test_real_models.py",
-    "test_startup.py",
-    "test_faults.py",
-    "test_activation.py",
-    "test_instructions.py",
-    "test_divergence.py",
-    "test_docs_commands.py",
-    "test_diff.py",
-    "test_agreement.py",
-    "test_compile_paths.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
