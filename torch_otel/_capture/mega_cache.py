@@ -76,7 +76,7 @@ class LoadedKeys:
                 out[cache] = out.get(cache, 0) + 1
                 if cache == "aot_autograd" and loaded.get("fx_graph"):
                     # the entry's FX graphs come from the same load (torch counts them as FX graph cache hits)
-                    n = sum(1 for inner, _ in node.walk() if inner.name == "AOTAutogradCache.inductor_load")
+                    n = sum(1 for inner in node.nodes() if inner.name == "AOTAutogradCache.inductor_load")
                     if n:
                         out["fx_graph"] = out.get("fx_graph", 0) + n
         return out

@@ -27,7 +27,6 @@ class Processing:
         self.assembler = assembler
         self.tapped = tapped
         self._interned: dict[int, str] = {}
-        self._ids: dict[str, CompileId] = {}  # torch's compile id texts, parsed (every phase of a compile carries one)
 
     def malformed(self, exc: RecordError) -> None:
         """A torch record of a shape the parser cannot use: torch's, not the bridge's error. Counted."""
@@ -74,11 +73,7 @@ class Processing:
             pass
         else:
             if type(name) is str and type(args) is dict and (type(ts) is int or type(ts) is float) and ph in PHASE_TYPES:
-                cid = self._ids.get(text) if type(text) is str else None
-                if cid is None:
-                    cid = parse_compile_id(text)
-                    if cid is not None and len(self._ids) < 4096:
-                        self._ids[text] = cid
+                cid = parse_compile_id(text)  # each text parsed once (its cache)
                 if cid is not None and self.assembler.feed_frame_phase(name, ph, int(ts * 1000), args, cid):
                     return
         ev = self.phase_event(event)
