@@ -196,7 +196,7 @@ def render(reports: list[tuple[str, dict, dict[str, int]]], gpu: str = "") -> st
         "   `instruments` extra in `pyproject.toml` (a test checks the three agree).",
         "2. `nox -s \"release(torch='X')\"`. A moved or renamed attach point fails",
         "   `tests/test_releases.py::test_this_release_has_every_attach_point_its_row_promises`: give the old row",
-        "   its last release in `releases` and add a row for the new place in `torch_otel/_capture/sources.py`. torch's",
+        "   its last release in `releases` and add a row for the new place in `torch_otel/_capture/attach_table.py`. torch's",
         "   wording that changed (recompile-limit hits, guard failures) is matched in `torch_otel/_core/categories.py`.",
         "3. `nox -s matrix` (or the new release's session and `nox -s compat`) rewrites this page, all but its GPU",
         "   section, which it keeps as it is.",

@@ -344,6 +344,9 @@ def test_uninstrument_restores_loggers_exactly():
     torch._dynamo.reset()
     before = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
 
+    import torch._functorch._aot_autograd.graph_compile as gc
+    import torch._logging._internal as li
+
     def functions() -> tuple[object, ...]:
         return (
             du.record_chromium_event_internal,
@@ -351,6 +354,10 @@ def test_uninstrument_restores_loggers_exactly():
             cf.get_and_maybe_log_recompilation_reasons,
             idbg.log_collective_schedule,
             idbg._dump_collective_schedule,
+            # full capture's trace_structured, where torch defines it, re-exports it and imported it by name
+            li.trace_structured,
+            torch._logging.trace_structured,
+            gc.trace_structured,
         )
 
     hooks = functions()

@@ -290,6 +290,56 @@ class LoggerHook(Source[C]):
 
 
 @dataclass(frozen=True)
+class StructuredTraceHook(LoggerHook[C]):
+    """The handler on ``torch.__trace`` (a :class:`LoggerHook`), and the capture's ``trace_structured`` in place of
+    torch's (``function``: ``module.attr``), so a record reaches the handler's capture without a logging record while
+    that handler is the only one (torch_otel._capture.structured_trace).
+
+    torch's function is replaced in its module, in the modules that re-export it (``also``: later imports by name take
+    the capture's from them), and in every ``torch`` module already imported that holds it by name. ``direct(cap)`` is
+    given torch's function and returns the capture's, or None (this torch's function is not the one the capture
+    knows: the handler alone then takes the records). Detach puts torch's back wherever the capture's is found.
+    """
+
+    function: str = ""
+    also: tuple[str, ...] = ()
+    direct: HookRef[C] = lambda cap: None
+
+    def attach(self, cap: C) -> bool:
+        if not super().attach(cap):
+            return False
+        module, _, attr = self.function.rpartition(".")
+        mod = sys.modules.get(module)
+        current = getattr(mod, attr, None)
+        if current is None or getattr(current, "__torch_otel_hook__", None) is self:
+            return True  # as each compile starts: attached already (two lookups)
+        ours = self.direct(cap)(current)
+        if ours is None:
+            return True
+        ours.__torch_otel_hook__ = self
+        cap.originals[self.function] = current
+        holders = (module, *self.also)
+        for name, m in list(sys.modules.items()):
+            if name in holders or name.startswith("torch."):
+                found = getattr(m, "__dict__", None)
+                if type(found) is dict and found.get(attr) is current:
+                    setattr(m, attr, ours)
+        return True
+
+    def detach(self, cap: C) -> None:
+        super().detach(cap)
+        torch_fn = cap.originals.pop(self.function, None)
+        if torch_fn is None:
+            return
+        attr = self.function.rpartition(".")[2]
+        for name, m in list(sys.modules.items()):
+            if name == "torch" or name.startswith("torch."):
+                found = getattr(m, "__dict__", None)
+                if type(found) is dict and getattr(found.get(attr), "__torch_otel_hook__", None) is self:
+                    setattr(m, attr, torch_fn)
+
+
+@dataclass(frozen=True)
 class ObjectHook(Source[C]):
     """A hook object of the capture's with its own ``hook()`` and ``unhook()`` (export, the mega-cache)."""
 

@@ -13,6 +13,7 @@ the mega-cache) attach once the module is imported; a point missing there is rep
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._attach.attaching import report_lacking_row
@@ -26,6 +27,7 @@ from .._attach.points import (
     RecordFields,
     Source,
     StaticMethodHook,
+    StructuredTraceHook,
 )
 from .._attach.releases import in_releases as _in_releases
 from .._features.feature import Feature
@@ -60,6 +62,8 @@ class Capture(AttachTarget, Protocol):
 
     @property
     def _trace_handler(self) -> logging.Handler: ...
+
+    def _direct_trace_structured(self, torch_fn: Callable[..., None]) -> Callable[..., None] | None: ...
 
     @property
     def _ca_miss_handler(self) -> logging.Handler: ...
@@ -119,7 +123,7 @@ CORE: tuple[Source[Capture], ...] = (
         quiet=True,
         registry_name="graph_breaks",
     ),
-    LoggerHook(
+    StructuredTraceHook(
         "trace_records",
         "every structured record torch traces (full capture: artifacts, graph breaks, metrics)",
         "logging",
@@ -128,6 +132,10 @@ CORE: tuple[Source[Capture], ...] = (
         loggers=(TRACE_LOGGER,),
         handler=lambda cap: cap._trace_handler,
         lower=True,
+        # while that handler is the only one: each record handed over by torch's trace_structured, with no logging
+        function="torch._logging._internal.trace_structured",
+        also=("torch._logging",),
+        direct=lambda cap: cap._direct_trace_structured,
     ),
     LoggerHook(
         "compiled_autograd_misses",

@@ -6,7 +6,9 @@ event), ``torch._dynamo.utils.log_compilation_event`` (one CompilationMetrics
 per compile) and the ``graph_breaks`` artifact loggers (handled with
 ``propagate=False`` unless the user asked for that artifact in TORCH_LOGS, so
 torch prints nothing new). Full capture adds a handler on ``torch.__trace``:
-torch then builds every payload, exactly as with ``TORCH_TRACE``.
+torch then builds every payload, exactly as with ``TORCH_TRACE``; while that handler
+is the only one, each record comes from the capture's ``trace_structured`` in place of
+torch's, with no logging record (torch_otel._capture.structured_trace).
 
 The hooks only take what must be read at the moment (the event itself, and for a
 compile's root: the caller's frame, trace context and rank) and queue it. The
@@ -26,6 +28,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from threading import get_ident
+from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -51,6 +54,7 @@ from .cpu import compile_cpu_ns
 from .frames import compile_kind_of_capture, find_code_and_caller, skip_dirs
 from .mega_cache import MegaCacheHook
 from .processing import Processing
+from .structured_trace import direct
 from .torch_export import TorchExportHook
 from .warnings import WarningRecordHook
 
@@ -200,7 +204,7 @@ class LiveCapture:
         self._process_event, self._process_events = proc.event, proc.events
         self._process_chromium, self._process_root_end, self._process_phase = proc.chromium, proc.root_end, proc.phase
         self._process_metrics, self._process_graph_break = proc.metrics, proc.graph_break
-        self._process_trace_record = proc.trace_record
+        self._process_trace_record, self._process_chromium_record = proc.trace_record, proc.chromium_record
         self._torch_export_hook = TorchExportHook(self._on_export, self._origin)
         self._mega_cache_hook = MegaCacheHook()
 
@@ -536,6 +540,27 @@ class LiveCapture:
     def _on_graph_break(self, record: logging.LogRecord) -> None:
         cid, message = current_compile_id(), record.getMessage()
         self._pending.append((self._process_graph_break, cid, message, int(record.created * 1e9)))
+
+    def _direct_trace_structured(self, torch_fn: Callable[..., None]) -> Callable[..., None] | None:
+        """Full capture's ``trace_structured``: each record handed over with no logging record while the trace
+        handler is the only one (torch_otel._capture.structured_trace)."""
+        return direct(torch_fn, self._trace_handler, lambda: self.installed, self._take_trace_record)
+
+    def _take_trace_record(self, md: dict[str, Any], payload: str | None, event: Any) -> None:
+        """A record from :meth:`_direct_trace_structured` (a chromium event as torch's dict), queued as
+        :meth:`_on_trace_record` queues one from the handler."""
+        held = getattr(self._held, "item", None)
+        if held is not None:
+            self._held.item = None
+            self._pending.append(held)
+        ts = time_ns()
+        if event is not None:
+            self._holding = True
+            self._held.item = (self._process_chromium_record, md, event, ts)
+            return
+        self._pending.append((self._process_trace_record, md, payload, ts))
+        if "compilation_metrics" in md:
+            self._compile_ended()
 
     @guarded("torch.__trace handler")
     def _on_trace_record(self, record: logging.LogRecord) -> None:

@@ -14,7 +14,15 @@ from .._assemble.assembler import Assembler
 from .._core.compile_id import CompileId, parse_compile_id
 from .._core.graph_breaks import parse_graph_break
 from .._model.events import ArtifactEvent, Event, GraphBreakEvent, GraphScheduleEvent, Origin, PhaseEvent
-from .._parse.records import PHASE_TYPES, RecordError, chromium_to_event, metrics_to_event, parse_record
+from .._parse.records import (
+    PHASE_TYPES,
+    RecordError,
+    chromium_record_events,
+    chromium_to_event,
+    metrics_to_event,
+    parse_record,
+    record_context,
+)
 
 __all__ = ["Processing"]
 
@@ -101,6 +109,18 @@ class Processing:
         if events is None:
             self.assembler.stats[f"unknown_kind:{record_type}"] += 1
             return
+        self._feed_record(events, ts_ns)
+
+    def chromium_record(self, md: dict[str, Any], event: Any, ts_ns: int) -> None:
+        """A chromium event's record handed over as torch's dict (full capture's direct path): no JSON to parse."""
+        try:
+            events = chromium_record_events(event, *record_context(md))
+        except RecordError as exc:
+            self.malformed(exc)
+            return
+        self._feed_record(events, ts_ns)
+
+    def _feed_record(self, events: list[Event], ts_ns: int) -> None:
         for ev in events:  # a phase begin or end gets here only if torch's chromium hook did not deliver it
             if isinstance(ev, GraphScheduleEvent) and ev.tensor_meta is None:
                 continue  # the schedule hook delivered it, for every graph (this record only comes with collectives)

@@ -1,6 +1,6 @@
 """Structured-trace records -> typed events: one handler per record type, one table.
 
-Used by full live capture (a handler on ``torch.__trace``) and by replay of
+Used by full live capture (torch's records, from ``trace_structured``) and by replay of
 ``TORCH_TRACE`` logs, so both produce the very same events. Unknown record types are
 counted by the caller, never fatal. The features' rows (instants and artifacts of their own,
 torch_otel._features) join the tables below as the features' registry stands.
@@ -49,6 +49,12 @@ def _chromium(
         ev = json.loads(payload)
     except ValueError as exc:
         raise RecordError(f"chromium_event payload is not JSON: {exc}") from None
+    return chromium_record_events(ev, cid, attempt, rank)
+
+
+def chromium_record_events(ev: Any, cid: CompileId | None, attempt: int, rank: int | None) -> list[Event]:
+    """A chromium event's record (its dict, and the record's ids) -> its events: an instant that is a feature's, or a
+    phase event. Replay reads the dict from the record's JSON payload; full live capture is handed torch's dict."""
     phase = chromium_to_event(ev, attempt, rank, record_id=cid)
     if phase.ph == "i":
         found = instant_events(phase.name, phase.ts_ns, phase.args, phase.compile_id, attempt, rank)
@@ -366,6 +372,15 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+def record_context(md: dict[str, Any]) -> tuple[CompileId | None, int, int | None]:
+    """A record's compile id, attempt and rank, from its metadata."""
+    cid, attempt = compile_id_from_metadata(md)
+    rank = md.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        rank = None
+    return cid, attempt, rank
+
+
 def parse_record(
     md: dict[str, Any], payload: str | None, interned: dict[int, str] | None = None, payload_size: int | None = None
 ) -> tuple[str, list[Event] | None]:
@@ -389,10 +404,7 @@ def parse_record(
     handler = HANDLERS.get(record_type)
     if handler is None:
         return record_type, None
-    cid, attempt = compile_id_from_metadata(md)
-    rank = md.get("rank")
-    if not isinstance(rank, int) or isinstance(rank, bool):
-        rank = None
+    cid, attempt, rank = record_context(md)
     events = handler(md[record_type], md, payload, cid, attempt, rank)
     if payload is None and payload_size:
         for ev in events:

@@ -1,0 +1,176 @@
+"""Full capture's structured records, taken from torch's ``trace_structured`` without a logging record.
+
+With a handler on ``torch.__trace``, torch's ``trace_structured`` builds each record (its metadata, ids and payload),
+then hands it to ``logging``: a ``LogRecord`` made, the caller's frame found, every handler called. When the bridge's
+handler is the only one, that machinery carries the record from torch to the bridge and nowhere else. Counted in
+instructions on the compile loop, it was about half of what full capture added on torch's thread, and a phase's
+begin or end also paid for its JSON text and hash, though the bridge takes phases from torch's chromium hook.
+
+So full capture puts :func:`direct` in place of ``trace_structured`` (torch_otel._attach.points.StructuredTraceHook):
+in ``torch._logging`` and every torch module that imported it by name. It builds the same record as torch's function,
+field by field, and hands it to the capture at once:
+
+- only while the bridge's handler is the only handler of ``torch.__trace``. With any other (``TORCH_TRACE``'s file, a
+  user's), or a call this code does not know (an argument torch added since), torch's own function runs, unchanged,
+  and the bridge's handler takes the record as before: torch's file is written exactly as torch writes it;
+- the payload's text and its MD5 (``has_payload``) are made as torch makes them: the artifact spans' sizes and hashes
+  equal those of a ``TORCH_TRACE`` file of the same run;
+- a chromium event is handed over as torch's dict, with no JSON text: a phase's begin or end is then dropped as torch's
+  chromium hook delivers it, and an instant is read from the dict;
+- the call stack torch adds to a record made outside a compile is taken only for the records whose stack the bridge
+  reads (the compilation metrics);
+- torch's own accounting stays: ``log_trace_structured_event`` is called, and the time spent is added to the compile's
+  ``structured_logging_overhead_s``.
+
+What torch's callbacks raise (``metadata_fn``, ``payload_fn``) reaches torch as it would from torch's own function; what
+the bridge's part raises is counted, never raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._core.errors import _in_bridge, record_error
+
+__all__ = ["STACK_READ", "direct"]
+
+# torch's reserved names (its own function raises for them): left to it
+_RESERVED = frozenset(
+    {"rank", "compiled_autograd_id", "frame_id", "frame_compile_id", "attempt", "severity", "timestamp", "pathname",
+     "thread", "subgraph_name"}
+)  # fmt: skip
+_KNOWN = frozenset({"suppress_context", "expect_trace_id", "record_logging_overhead", "compile_id"})
+# The records whose call stack (added outside a compile) the bridge reads: torch_otel._parse.records' ``_metrics``
+STACK_READ = frozenset(
+    {"compilation_metrics", "bwd_compilation_metrics", "compilation_metrics_runtime", "bwd_compilation_metrics_runtime"}
+)
+
+
+# What torch's function calls, which this mirrors: a release whose function lacks one of them is not mirrored
+_CALLS = frozenset(
+    {"current_trace_id", "from_traceback", "md5", "hexdigest", "debug",
+     "log_trace_structured_event", "add_structured_logging_overhead"}
+)  # fmt: skip
+_SUBGRAPH = "_get_regional_inductor_subgraph_name"
+
+
+def _none() -> None:
+    return None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, set):  # as torch's: sets are written as lists
+        return list(obj)
+    raise TypeError(f"Object of type {type(obj)} is not JSON serializable")
+
+
+def payload_text(payload: Any) -> str:
+    """A payload as torch writes it (``trace_structured``): text as it is, a list one JSON value a line, else JSON."""
+    if isinstance(payload, str):
+        return payload
+    if isinstance(payload, list):
+        return "[\n" + ",\n".join(json.dumps(i) for i in payload) + "\n]"
+    return json.dumps(payload, default=_json_default, indent=0)
+
+
+def direct(
+    torch_fn: Callable[..., None],
+    handler: Any,
+    installed: Callable[[], bool],
+    take: Callable[[dict[str, Any], str | None, Any], None],
+) -> Callable[..., None] | None:
+    """``trace_structured`` for full capture: ``take(record, payload, chromium event)`` is given each record while
+    ``handler`` is the only handler of ``torch.__trace`` and ``installed()``; torch's ``torch_fn`` runs otherwise.
+
+    None where torch's function is not the one this mirrors (its parameters, or what it calls, differ)."""
+    import inspect
+
+    try:
+        import torch._logging._internal as internal
+        import torch._logging.structured as structured
+        import torch.distributed as dist
+        import torch.fx.traceback as fx_traceback
+        from torch._guards import CompileContext
+        from torch.utils._traceback import CapturedTraceback
+
+        params = set(inspect.signature(torch_fn).parameters)
+        trace_log = internal.trace_log
+        current_trace_id = CompileContext.current_trace_id
+        needs = (internal.log_trace_structured_event, internal.add_structured_logging_overhead, structured.from_traceback,
+                 CapturedTraceback.extract)  # fmt: skip
+    except Exception:  # noqa: BLE001 - not the torch this mirrors
+        return None
+    names = set(getattr(getattr(torch_fn, "__code__", None), "co_names", ()))
+    if params != _KNOWN | {"name", "metadata_fn", "payload_fn"} or not all(callable(n) for n in needs) or not _CALLS <= names:
+        return None
+    # the record's subgraph name: only where torch's function adds it (2.12 and later)
+    subgraph_name = getattr(fx_traceback, _SUBGRAPH, None) if _SUBGRAPH in names else None
+    dist_available = dist.is_available()
+    time_ns, md5, in_bridge = time.time_ns, hashlib.md5, _in_bridge.get
+
+    @functools.wraps(torch_fn)
+    def trace_structured(
+        name: str, metadata_fn: Callable[[], Any] = dict, *, payload_fn: Callable[[], Any] = _none, **kwargs: Any
+    ) -> None:
+        handlers = trace_log.handlers
+        if (
+            len(handlers) != 1
+            or handlers[0] is not handler
+            or not installed()
+            or in_bridge()
+            or (kwargs and not _KNOWN.issuperset(kwargs))
+            or name in _RESERVED
+            or not callable(metadata_fn)
+            or not callable(payload_fn)
+        ):
+            return torch_fn(name, metadata_fn, payload_fn=payload_fn, **kwargs)
+        start = time_ns()
+        record: dict[str, Any] = {name: metadata_fn()}
+        if not kwargs.get("suppress_context", False):
+            if dist_available and dist.is_initialized():
+                record["rank"] = dist.get_rank()
+            trace_id = current_trace_id()
+            compile_id = kwargs.get("compile_id")
+            if kwargs.get("expect_trace_id", True) and trace_id is None and compile_id is None:
+                if name in STACK_READ:  # as torch's: the stack of this call (skip=1: this function's frame)
+                    record["stack"] = structured.from_traceback(CapturedTraceback.extract(skip=1).summary())  # type: ignore[no-untyped-call]
+            else:
+                cid = trace_id.compile_id if trace_id else compile_id
+                if cid is not None:
+                    if cid.compiled_autograd_id is not None:
+                        record["compiled_autograd_id"] = cid.compiled_autograd_id
+                    if cid.frame_id is not None:
+                        record["frame_id"] = cid.frame_id
+                    if cid.frame_compile_id is not None:
+                        record["frame_compile_id"] = cid.frame_compile_id
+                if trace_id:
+                    record["attempt"] = trace_id.attempt
+            if subgraph_name is not None:
+                subgraph = subgraph_name()
+                if subgraph is not None:
+                    record["subgraph_name"] = subgraph
+        payload = payload_fn()
+        text: str | None = None
+        event = None
+        if name == "chromium_event" and type(payload) is dict:
+            event = payload  # handed over as it is: no JSON text, no hash
+        elif payload is not None:
+            text = payload_text(payload)
+            h = md5(usedforsecurity=False)
+            h.update(text.encode("utf-8"))
+            record["has_payload"] = h.hexdigest()
+        try:
+            take(record, text, event)
+        except Exception as exc:  # noqa: BLE001 - never into torch's compile
+            record_error("structured trace record", exc)
+        internal.log_trace_structured_event(name, record)
+        if kwargs.get("record_logging_overhead", True):
+            internal.add_structured_logging_overhead((time_ns() - start) / 1e9)
+        return None
+
+    return trace_structured
