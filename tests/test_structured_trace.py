@@ -128,7 +128,7 @@ def test_full_capture_gives_the_same_spans_without_torchs_logging_records(make_c
     assert span_hashes and span_hashes <= torch_hashes
     kept = [dict(e.attributes) for r in direct for e in r.events if e.name == "torch.compile.artifact"]
     kept = [k for k in kept if "torch.compile.artifact.payload" in k]
-    assert len(kept) >= 8
+    assert len(kept) >= 5
     for k in kept:
         text = k["torch.compile.artifact.payload"]
         assert len(text) == k["torch.compile.artifact.size"]
