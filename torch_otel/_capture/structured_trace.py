@@ -2,9 +2,11 @@
 
 With a handler on ``torch.__trace``, torch's ``trace_structured`` builds each record (its metadata, ids and payload),
 then hands it to ``logging``: a ``LogRecord`` made, the caller's frame found, every handler called. When the bridge's
-handler is the only one, that machinery carries the record from torch to the bridge and nowhere else. Counted in
-instructions on the compile loop, it was about half of what full capture added on torch's thread, and a phase's
-begin or end also paid for its JSON text and hash, though the bridge takes phases from torch's chromium hook.
+handler is the only one, that machinery carries the record from torch to the bridge and nowhere else; and a phase's
+begin or end also paid for its JSON text and hash, though the bridge takes phases from torch's chromium hook. Timed on
+torch's thread, the two were about two thirds of full capture's time in ``trace_structured``; counted in instructions
+on the compile loop, taking them out cut what full capture adds on torch's thread from +109 M to +74.5 M
+(docs/benchmarks.md).
 
 So full capture puts :func:`direct` in place of ``trace_structured`` (torch_otel._attach.points.StructuredTraceHook):
 in ``torch._logging`` and every torch module that imported it by name. It builds the same record as torch's function,
