@@ -65,7 +65,9 @@ def _artifacts(cap, roots) -> list[list[tuple]]:  # type: ignore[no-untyped-def]
 
 
 def _no_guard_hash(arts: list[list[tuple]]) -> list[list[tuple]]:
-    return [[t[:3] if t[0] == "dynamo_cpp_guards_str" else t for t in x] for x in arts]
+    """The guards' text holds object addresses, printed in full: its hash, and its size by a digit or so, differ from
+    one compile to the next (16,000 and 16,006 characters on 2.10)."""
+    return [[t[:2] if t[0] == "dynamo_cpp_guards_str" else t for t in x] for x in arts]
 
 
 def _phases(cap, root) -> list[str]:  # type: ignore[no-untyped-def]
@@ -75,7 +77,7 @@ def _phases(cap, root) -> list[str]:  # type: ignore[no-untyped-def]
 def test_full_capture_gives_the_same_spans_without_torchs_logging_records(make_capture):
     """One model compiled (forward and backward) in one process with the bridge's handler alone on torch.__trace
     (records handed over directly: torch's logging makes none), then again with a second handler there (torch's own
-    trace_structured and logging). Every artifact's kind, name, size and payload hash, every phase span and every root
+    trace_structured and logging). Every artifact's kind, name, size and payload hash (the guards': kind and name), every phase span and every root
     attribute's name agree; the hashes are torch's own, and the direct path's are those of the payloads it handed over.
     """
     cap = make_capture("full", capture_payloads=True, attribute_max_length=1_000_000)
@@ -115,7 +117,7 @@ def test_full_capture_gives_the_same_spans_without_torchs_logging_records(make_c
             TRACE.addHandler(h)
 
     a, b = _artifacts(cap, direct), _artifacts(cap, through_logging)
-    # the guards' text holds object addresses, which differ between the two compiles: its size is compared
+    # the guards' text holds object addresses, which differ between the two compiles: its kind and name are compared
     assert _no_guard_hash(a) == _no_guard_hash(b)
     assert len(a[0]) >= 20 and {"dynamo_output_graph", "dynamo_cpp_guards_str", "describe_tensor"} <= {k for k, *_ in a[0]}
     for d, t in zip(direct, through_logging, strict=True):
