@@ -26,7 +26,7 @@ from .._core.compile_id import current_compile_id
 from .._core.errors import record_error
 
 __all__ = ["ALL_LEVELS", "AttachTarget", "CountersRead", "EventTap", "FunctionHook", "Hookable", "LoggerHook",
-           "MethodHook", "ObjectHook", "RecordFields", "Source", "StaticMethodHook"]  # fmt: skip
+           "MethodHook", "ObjectHook", "RecordFields", "Source", "StaticMethodHook", "StructuredTraceHook"]  # fmt: skip
 
 
 ALL_LEVELS = frozenset({"default", "full"})
@@ -295,22 +295,21 @@ class StructuredTraceHook(LoggerHook[C]):
     torch's (``function``: ``module.attr``), so a record reaches the handler's capture without a logging record while
     that handler is the only one (torch_otel._capture.structured_trace).
 
-    torch's function is replaced in its module, in the modules that re-export it (``also``: later imports by name take
-    the capture's from them), and in every ``torch`` module already imported that holds it by name. ``direct(cap)`` is
-    given torch's function and returns the capture's, or None (this torch's function is not the one the capture
-    knows: the handler alone then takes the records). Detach puts torch's back wherever the capture's is found.
+    torch's function is replaced in every ``torch`` module imported that holds it by name: its own, those that
+    re-export it (``torch._logging``: later imports by name take the capture's from there), and those that imported
+    it. ``direct(cap)`` is given torch's function and returns the capture's, or None (this torch's function is not the
+    one the capture knows: the handler alone then takes the records). Detach puts torch's back wherever the capture's
+    is found.
     """
 
     function: str = ""
-    also: tuple[str, ...] = ()
     direct: HookRef[C] = lambda cap: None
 
     def attach(self, cap: C) -> bool:
         if not super().attach(cap):
             return False
         module, _, attr = self.function.rpartition(".")
-        mod = sys.modules.get(module)
-        current = getattr(mod, attr, None)
+        current = getattr(sys.modules.get(module), attr, None)
         if current is None or getattr(current, "__torch_otel_hook__", None) is self:
             return True  # as each compile starts: attached already (two lookups)
         ours = self.direct(cap)(current)
@@ -318,25 +317,24 @@ class StructuredTraceHook(LoggerHook[C]):
             return True
         ours.__torch_otel_hook__ = self
         cap.originals[self.function] = current
-        holders = (module, *self.also)
-        for name, m in list(sys.modules.items()):
-            if name in holders or name.startswith("torch."):
-                found = getattr(m, "__dict__", None)
-                if type(found) is dict and found.get(attr) is current:
-                    setattr(m, attr, ours)
+        _replace_in_torch(attr, lambda held: held is current, ours)
         return True
 
     def detach(self, cap: C) -> None:
         super().detach(cap)
         torch_fn = cap.originals.pop(self.function, None)
-        if torch_fn is None:
-            return
-        attr = self.function.rpartition(".")[2]
-        for name, m in list(sys.modules.items()):
-            if name == "torch" or name.startswith("torch."):
-                found = getattr(m, "__dict__", None)
-                if type(found) is dict and getattr(found.get(attr), "__torch_otel_hook__", None) is self:
-                    setattr(m, attr, torch_fn)
+        if torch_fn is not None:
+            attr = self.function.rpartition(".")[2]
+            _replace_in_torch(attr, lambda held: getattr(held, "__torch_otel_hook__", None) is self, torch_fn)
+
+
+def _replace_in_torch(attr: str, replaced: Callable[[Any], bool], value: Any) -> None:
+    """``attr`` set to ``value`` in every torch module imported whose own ``attr`` is one ``replaced`` says."""
+    for name, m in list(sys.modules.items()):
+        if name == "torch" or name.startswith("torch."):
+            found = getattr(m, "__dict__", None)
+            if type(found) is dict and replaced(found.get(attr)):
+                setattr(m, attr, value)
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,6 @@ CORE: tuple[Source[Capture], ...] = (
         lower=True,
         # while that handler is the only one: each record handed over by torch's trace_structured, with no logging
         function="torch._logging._internal.trace_structured",
-        also=("torch._logging",),
         direct=lambda cap: cap._direct_trace_structured,
     ),
     LoggerHook(

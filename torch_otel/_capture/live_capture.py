@@ -549,18 +549,10 @@ class LiveCapture:
     def _take_trace_record(self, md: dict[str, Any], payload: str | None, event: Any) -> None:
         """A record from :meth:`_direct_trace_structured` (a chromium event as torch's dict), queued as
         :meth:`_on_trace_record` queues one from the handler."""
-        held = getattr(self._held, "item", None)
-        if held is not None:
-            self._held.item = None
-            self._pending.append(held)
-        ts = time_ns()
         if event is not None:
-            self._holding = True
-            self._held.item = (self._process_chromium_record, md, event, ts)
-            return
-        self._pending.append((self._process_trace_record, md, payload, ts))
-        if "compilation_metrics" in md:
-            self._compile_ended()
+            self._queue_record((self._process_chromium_record, md, event, time_ns()), md)
+        else:
+            self._queue_record((self._process_trace_record, md, payload, time_ns()), md)
 
     @guarded("torch.__trace handler")
     def _on_trace_record(self, record: logging.LogRecord) -> None:
@@ -569,11 +561,15 @@ class LiveCapture:
             return
         payload = getattr(record, "payload", None)
         payload = payload if isinstance(payload, str) else None
+        self._queue_record((self._process_trace_record, md, payload, int(record.created * 1e9)), md)
+
+    def _queue_record(self, item: _Item, md: dict[str, Any]) -> None:
+        """A trace record's item queued; a chromium event's held until it is known whether torch's chromium hook
+        follows it (a phase's begin or end, which the hook delivers) or not (an instant)."""
         held = getattr(self._held, "item", None)
         if held is not None:  # no chromium hook came after it: an instant event
             self._held.item = None
             self._pending.append(held)
-        item = (self._process_trace_record, md, payload, int(record.created * 1e9))
         if "chromium_event" in md:
             self._holding = True
             self._held.item = item

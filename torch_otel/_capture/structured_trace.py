@@ -38,8 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.errors import _in_bridge, record_error
+from .._parse.records import STACK_RECORDS
 
-__all__ = ["STACK_READ", "direct"]
+__all__ = ["direct", "payload_text"]
 
 # torch's reserved names (its own function raises for them): left to it
 _RESERVED = frozenset(
@@ -47,10 +48,6 @@ _RESERVED = frozenset(
      "thread", "subgraph_name"}
 )  # fmt: skip
 _KNOWN = frozenset({"suppress_context", "expect_trace_id", "record_logging_overhead", "compile_id"})
-# The records whose call stack (added outside a compile) the bridge reads: torch_otel._parse.records' ``_metrics``
-STACK_READ = frozenset(
-    {"compilation_metrics", "bwd_compilation_metrics", "compilation_metrics_runtime", "bwd_compilation_metrics_runtime"}
-)
 
 
 # What torch's function calls, which this mirrors: a release whose function lacks one of them is not mirrored
@@ -139,7 +136,7 @@ def direct(
             trace_id = current_trace_id()
             compile_id = kwargs.get("compile_id")
             if kwargs.get("expect_trace_id", True) and trace_id is None and compile_id is None:
-                if name in STACK_READ:  # as torch's: the stack of this call (skip=1: this function's frame)
+                if name in STACK_RECORDS:  # as torch's: the stack of this call (skip=1: this function's frame)
                     record["stack"] = structured.from_traceback(CapturedTraceback.extract(skip=1).summary())  # type: ignore[no-untyped-call]
             else:
                 cid = trace_id.compile_id if trace_id else compile_id

@@ -372,6 +372,10 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+# The record types whose metadata's ``stack`` (torch's, on a record made outside a compile) a handler reads
+STACK_RECORDS = frozenset(k for k, handler in HANDLERS.items() if handler is _metrics)
+
+
 def record_context(md: dict[str, Any]) -> tuple[CompileId | None, int, int | None]:
     """A record's compile id, attempt and rank, from its metadata."""
     cid, attempt = compile_id_from_metadata(md)
