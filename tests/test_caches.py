@@ -381,10 +381,13 @@ BASELINE_TORCH = "2.13.0+cpu"  # the build that wrote it, as its log records it
 
 @pytest.mark.release
 def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
-    """The same workload, cold, on whatever torch runs the test, explained against a committed 2.13.0 run's log.
+    """The same workload, cold, on whatever torch runs the test, explained against a committed 2.13.0 run's log, live
+    and in ``torch-otel diff`` of the two logs (one run serves both: a cold inductor run is the costliest the suite
+    makes on each release).
 
     On 2.13 the keys are the baseline's own (nothing changed, the entries are not in this new cache); on any
-    other release each miss names the torch version as its cause.
+    other release each miss names the torch version as its cause, live and in the diff, which also sets the two
+    runs' phases side by side.
     """
     import torch
 
@@ -395,10 +398,12 @@ def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
         "OMP_NUM_THREADS": "1",
         "TORCH_OTEL_CACHE_BASELINE": str(BASELINE_2_13),
         "TORCH_OTEL_SUMMARY": str(out / "summary.json"),
+        "TORCH_TRACE": str(out / "trace"),
         **spans_to_file(out / "spans.jsonl"),
     }
     res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "cold"], timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
+    _diff_against_2_13(out / "trace")
     misses = [lk for lk in cache_lookups(read_otlp_json_spans(out / "spans.jsonl")) if lk["result"] == "miss"]
     assert misses
     # torch's per-layer counts (CompilationMetrics, 2.11 and later; 2.10 has none) against the lookups the bridge saw
@@ -420,6 +425,25 @@ def test_against_a_2_13_baseline_the_misses_name_the_torch_release(tmp_path):
         assert all(want.fullmatch(lk["miss_changes"][0]) for lk in fx), [lk["miss_changes"] for lk in fx]
         said = [ln for ln in res.stderr.splitlines() if re.search(r"is from torch 2\.13\.0\S* and this run is torch", ln)]
         assert len(said) == 1, res.stderr[-3000:]
+
+
+def _diff_against_2_13(trace: Path) -> None:
+    """``torch-otel diff`` of the committed 2.13.0 log against this run's: the phases of both, and on another release
+    the torch version as the cause of its new misses, in torch's own version strings."""
+    import torch
+
+    done = run_cli("diff", str(BASELINE_2_13), str(trace), "--json", "-", script=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    d = json.loads(done.stdout)
+    assert d["phases"] and all("base_self_s" in p and "new_self_s" in p for p in d["phases"])
+    causes = {m["cause"] for m in d["cache"]["new_misses"]}
+    if torch.__version__ == BASELINE_TORCH:  # the same build: anything else (2.13.0+cu130 too) is another binary
+        assert "versions" not in causes, d["cache"]
+    else:
+        versions = [m for m in d["cache"]["new_misses"] if m["cause"] == "versions"]
+        assert versions, d["cache"]
+        want = re.compile(re.escape(f"torch {BASELINE_TORCH} → {torch.__version__}"))
+        assert all(any(want.match(r) for r in m["reasons"]) for m in versions), versions
 
 
 # -- the answers to "why" on the runs after the job: code changed, a frame left in eager, the cache wiped --------------
@@ -633,6 +657,25 @@ def test_the_diff_of_two_runs_is_one_verdict_whichever_form_is_compared(runs, tm
     assert got["traces"] == got["log"], (got["log"], got["traces"])
     if (base, new) == ("cold", "wiped"):  # the issue's example: both cold, the same keys missed: nothing new
         assert got["log"]["new_misses"] == [] and got["log"]["misses"] == {"base": 3, "new": 3}
+
+
+def test_an_inductor_config_changed_shows_each_new_miss_with_its_cause_in_every_pairing_of_forms(runs):
+    """The warm run against the run with one inductor config flipped, in-process, each side read from each of its forms
+    against each of the other's (9 diffs, tests/test_diff.py's way): both caches fell from every hit to every miss,
+    and each new miss is the config, named by the setting that changed, in the text and the gate."""
+    from tests.test_diff import GATE_NO_TIME, _every_form, _same_verdicts
+    from torch_otel._analysis.diff_text import format_text
+
+    sides = {name: {"forms": _forms(runs[name], runs["tmp"])} for name in ("warm", "config")}
+    diffs = _every_form(sides, "warm", "config", GATE_NO_TIME)
+    v = _same_verdicts(diffs)
+    assert v["hit_rates"]["fx_graph"] == (1.0, 0.0) and v["hit_rates"]["aot_autograd"] == (1.0, 0.0)
+    assert v["new_miss_causes"] == [("aot_autograd", "config"), ("fx_graph", "config")]
+    d = diffs[("log", "log")]
+    fx = next(m for m in d["cache"]["new_misses"] if m["cache"] == "fx_graph")
+    assert fx["reasons"] and fx["reasons"][0].startswith("inductor config size_asserts: ")
+    assert "fx_graph hit rate fell: 100% -> 0%" in v["gate"]
+    assert "new misses  fx_graph config 0 -> 2: inductor config size_asserts:" in format_text(d)
 
 
 def test_a_bypass_is_a_cause_in_the_summary_the_diff_and_the_gate(runs, tmp_path):

@@ -5,8 +5,6 @@ One module fixture runs the workloads, each with the bridge on, ``TORCH_TRACE``,
 
 - tests/workloads/diff_pair.py (aot_eager): ``base`` twice (identical code), ``graph_break`` (a graph break added),
   ``shapes`` (a new batch size per step) and ``shapes_fixed`` (the fix the summary names for ``shapes``, applied);
-- tests/workloads/caches.py (inductor, on one cache directory): ``cold`` (fills it), ``warm``, ``config`` (one
-  inductor config flipped);
 - tests/workloads/diverge.py under ``torch-otel run -- torchrun`` (2 ranks, gloo): ``control``, and
   ``graph_break`` where rank 1 alone breaks the graph.
 
@@ -20,7 +18,6 @@ import io
 import itertools
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -99,22 +96,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 return
             got[name] = {"out": out, "forms": _forms(out, job=True)}
 
-    def cache_runs() -> None:
-        cache = tmp / "inductor-cache"
-        for name in ("cold", "warm", "config"):
-            out = tmp / name
-            env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1", **_bridge_env(out)}
-            res = run_python(WORKLOADS / "caches.py", env, args=[str(out), name], timeout=600)
-            if res.returncode != 0:
-                errors.append(f"{name}: {res.stderr[-3000:]}")
-                return
-            got[name] = {"out": out, "forms": _forms(out)}
-
-    threads = [threading.Thread(target=pair_runs), threading.Thread(target=cache_runs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    pair_runs()
     assert not errors, errors
     return got
 
@@ -272,18 +254,6 @@ def _events(doc: dict[str, Any]) -> list[str]:
     ]
 
 
-def test_an_inductor_config_changed_shows_each_new_miss_with_its_cause(runs: dict[str, Any]) -> None:
-    diffs = _every_form(runs, "warm", "config", GATE_NO_TIME)
-    v = _same_verdicts(diffs)
-    assert v["hit_rates"]["fx_graph"] == (1.0, 0.0) and v["hit_rates"]["aot_autograd"] == (1.0, 0.0)
-    assert v["new_miss_causes"] == [("aot_autograd", "config"), ("fx_graph", "config")]
-    d = diffs[("log", "log")]
-    fx = next(m for m in d["cache"]["new_misses"] if m["cache"] == "fx_graph")
-    assert fx["reasons"] and fx["reasons"][0].startswith("inductor config size_asserts: ")
-    assert "fx_graph hit rate fell: 100% -> 0%" in v["gate"]
-    assert "new misses  fx_graph config 0 -> 2: inductor config size_asserts:" in format_text(d)
-
-
 def test_a_job_against_itself_with_one_rank_changed_names_the_rank(runs: dict[str, Any]) -> None:
     diffs = _every_form(runs, "job_a", "job_b", GATE_NO_TIME)
     v = _same_verdicts(diffs)
@@ -350,35 +320,3 @@ def test_the_side_by_side_page_renders_in_headless_chromium(runs: dict[str, Any]
     chrome._assert_clean(page)
     assert "Frames that keep recompiling" in page.dom and "torch._dynamo.maybe_mark_dynamic(out, 0)" in page.dom
     assert "7 of 8 compiles, 1 more before eager" in page.dom
-
-
-BASE_2_13 = Path(__file__).parent / "data" / "cache-baseline-2.13"  # tests/workloads/caches.py, cold, on torch 2.13.0
-BASELINE_TORCH = "2.13.0+cpu"  # the build that wrote it, as its log records it
-
-
-@pytest.mark.release
-def test_a_run_on_this_torch_against_a_2_13_run_shows_the_phases_and_the_release_as_the_misses_cause(tmp_path: Path) -> None:
-    """The same workload on whatever torch runs the test, diffed against a committed torch 2.13.0 run's log."""
-    import re
-
-    import torch
-
-    from tests.helpers import WORKLOADS, run_python
-
-    out = tmp_path / "out"
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", "TORCH_TRACE": str(out / "trace")}
-    env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none", "TORCH_OTEL_CACHE_INDEX": "off"}
-    res = run_python(WORKLOADS / "caches.py", env, args=[str(out), "cold"], timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    done = run_cli("diff", str(BASE_2_13), str(out / "trace"), "--json", "-", script=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    d = json.loads(done.stdout)
-    assert d["phases"] and all("base_self_s" in p and "new_self_s" in p for p in d["phases"])
-    causes = {m["cause"] for m in d["cache"]["new_misses"]}
-    if torch.__version__ == BASELINE_TORCH:  # the same build: anything else (2.13.0+cu130 too) is another binary
-        assert "versions" not in causes, d["cache"]
-    else:
-        versions = [m for m in d["cache"]["new_misses"] if m["cause"] == "versions"]
-        assert versions, d["cache"]
-        want = re.compile(re.escape(f"torch {BASELINE_TORCH} → {torch.__version__}"))
-        assert all(any(want.match(r) for r in m["reasons"]) for m in versions), versions
