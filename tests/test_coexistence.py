@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
@@ -92,3 +93,43 @@ def test_torch_trace_still_written_and_compile_ids_match_tlparse(tmp_path, captu
     assert kinds == {"frame", "backward", "compiled_autograd"}
     failed = [r for r in roots if r.get("status", {}).get("code") == 2]  # OTLP/JSON: STATUS_CODE_ERROR
     assert {r["attrs"]["error.type"] for r in failed} == {"TorchRuntimeError", recompile_limit_fail_type()}
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("capture", ["default", "full"])
+@pytest.mark.parametrize("mode", ["dict_config", "disable"])
+def test_an_applications_own_logging_set_up_loses_no_graph_break(tmp_path, mode, capture):
+    """An application's logging set-up after torch is imported: logging.config.dictConfig disables torch's loggers
+    (its default disable_existing_loggers=True), and logging.disable(WARNING) holds every logger's debug records. The
+    records the bridge reads from them were dropped before its handler: a graph break torch counted was missing from
+    the trace (at full capture, the backward's whole compile too). Where the bridge's handler is a logger's only
+    reader, the bridge lets them through as each compile starts: every graph break torch counted is on the trace, and
+    the bridge says nothing. torch prints nothing new."""
+    spans = tmp_path / "spans.jsonl"
+    env = {"TORCH_OTEL_CAPTURE": capture, "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+    env["TORCH_OTEL_TRACES_FILE"] = str(spans)
+    res = run_python(WORKLOADS / "user_logging.py", env, args=[mode, str(tmp_path / "c")])
+    assert res.returncode == 0, res.stderr[-3000:]
+    torchs = json.loads((tmp_path / "c").read_text())["graph_breaks"]
+    got = read_otlp_json_spans(spans)
+    kinds = sorted(s["attrs"]["torch.compile.kind"] for s in got if "torch.compile.kind" in s["attrs"])
+    breaks = [e for s in got for e in s.get("events", []) if e["name"] == "torch.compile.graph_break"]
+    assert torchs >= 1 and len(breaks) == torchs, (torchs, breaks)
+    assert kinds.count("backward") == kinds.count("frame") == 2, kinds  # two graphs (the break), each with its backward
+    assert not own_lines(res.stderr), res.stderr[-3000:]
+    assert "Graph break" not in res.stderr
+
+
+@pytest.mark.parametrize(("mode", "says"), [("dict_config", "is disabled (logging.config.dictConfig"),
+                                            ("disable", "is held by logging.disable(WARNING)")])  # fmt: skip
+def test_an_applications_logging_set_up_over_torch_logs_says_in_one_line_what_the_bridge_cannot_see(tmp_path, mode, says):
+    """TORCH_LOGS=graph_breaks sends torch's graph-break records to torch's own handler too, and the application then
+    silences them (dictConfig, logging.disable): letting them through would print torch's lines the application
+    silenced, so the bridge leaves them, and says once, in its own line (its logger, disabled by dictConfig too,
+    speaks for this), what it does not see and the fix."""
+    env = {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none", "TORCH_LOGS": "graph_breaks"}
+    res = run_python(WORKLOADS / "user_logging.py", env, args=[mode, str(tmp_path / "c")])
+    assert res.returncode == 0, res.stderr[-3000:]
+    said = own_lines(res.stderr)
+    assert len(said) == 1 and says in said[0] and "graph-break events" in said[0], res.stderr[-3000:]
+    assert "Graph break" not in res.stderr  # torch's own lines stay as the application left them: silenced

@@ -106,6 +106,39 @@ def test_graph_breaks_still_reach_the_bridge_after_set_logs(cap, logs, capsys):
     assert len(with_breaks) == 2, [(r.attributes["torch.compile.id"], r.events) for r in roots]
 
 
+def test_graph_breaks_reach_the_bridge_under_logging_disable_and_uninstrument_puts_the_loggers_back(cap):
+    """logging.disable(WARNING), as an application quiets libraries: torch's graph-break records (debug level) would
+    never be made. The bridge's handler is those loggers' only reader, so the bridge has them enabled by their own
+    level as each compile starts: the graph break is on the trace. uninstrument takes that back off."""
+    import logging
+
+    from torch_otel._capture.attach_table import GRAPH_BREAK_LOGGERS
+
+    def f(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    loggers = [logging.getLogger(n) for n in GRAPH_BREAK_LOGGERS]
+    pytests = {lg.name: [h for h in lg.handlers if type(h).__name__ == "LogCaptureHandler"] for lg in loggers}
+    for lg in loggers:  # pytest's log capture: off, as in a user's process
+        for h in pytests[lg.name]:
+            lg.removeHandler(h)
+    logging.disable(logging.WARNING)
+    try:
+        torch.compile(f, backend="eager")(torch.randn(3))
+        roots = cap.roots()
+        assert [r for r in roots if _events(r, "torch.compile.graph_break")], [r.events for r in roots]
+        assert all("isEnabledFor" in vars(lg) for lg in loggers)
+        torch_otel.uninstrument()
+        assert not [lg.name for lg in loggers if "isEnabledFor" in vars(lg)]  # logging's own again
+    finally:
+        logging.disable(logging.NOTSET)
+        for lg in loggers:
+            for h in pytests[lg.name]:
+                lg.addHandler(h)
+
+
 def test_dynamic_shape_recompile_reason(cap):
     torch._dynamo.config.automatic_dynamic_shapes = False
     fn = torch.compile(lambda x: x + 1, backend="eager")

@@ -4,6 +4,7 @@ function, unchanged, whenever anyone else reads ``torch.__trace``."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 
@@ -29,16 +30,25 @@ class _Records(logging.Handler):
         self.records.append((record.metadata, record.payload))  # type: ignore[attr-defined]
 
 
-class _Count(logging.Filter):
-    """Counts the logging records torch.__trace handles (a filter is not a handler: it leaves the direct path on)."""
+class _Count:
+    """Counts the logging records torch.__trace makes (its ``makeRecord``, wrapped on the logger itself: a filter would
+    send the records through torch's own function, as any filter does)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.n = 0
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.n += 1
-        return True
+    def __enter__(self) -> _Count:
+        make = TRACE.makeRecord
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.n += 1
+            return make(*args, **kwargs)
+
+        TRACE.makeRecord = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del TRACE.makeRecord
 
 
 def _model() -> torch.nn.Module:
@@ -99,20 +109,18 @@ def test_full_capture_gives_the_same_spans_without_torchs_logging_records(make_c
     pytests = [h for h in TRACE.handlers if not isinstance(h, _TraceHandler)]
     for h in pytests:
         TRACE.removeHandler(h)
-    count = _Count()
-    TRACE.addFilter(count)
     second = _Records()
     try:
-        direct = compile_once()
-        assert count.n == 0, "torch's logging made records: the direct path was not taken"
-        TRACE.addHandler(second)
-        try:
-            through_logging = compile_once()
-        finally:
-            TRACE.removeHandler(second)
-        assert count.n > 0 and second.records, "torch's own function and logging ran"
+        with _Count() as count:
+            direct = compile_once()
+            assert count.n == 0, "torch's logging made records: the direct path was not taken"
+            TRACE.addHandler(second)
+            try:
+                through_logging = compile_once()
+            finally:
+                TRACE.removeHandler(second)
+            assert count.n > 0 and second.records, "torch's own function and logging ran"
     finally:
-        TRACE.removeFilter(count)
         for h in pytests:
             TRACE.addHandler(h)
 
@@ -168,9 +176,14 @@ def test_full_capture_replaces_trace_structured_where_torch_imported_it_and_puts
         # torch's checks stay torch's: a reserved name is refused as torch refuses it
         with pytest.raises(AssertionError):
             ours("rank")
+        # a user's wrapper of it, made with functools.wraps (which copies the function's attributes onto the wrapper)
+        spy = functools.wraps(ours)(lambda *a, **k: ours(*a, **k))
+        li.trace_structured = spy
     finally:
         torch_otel.uninstrument()
-    assert li.trace_structured is torchs and torch._logging.trace_structured is torchs
+    assert li.trace_structured is spy  # the user's wrapper stays where the user put it
+    li.trace_structured = torchs
+    assert torch._logging.trace_structured is torchs
     assert all(vars(m)["trace_structured"] is torchs for m in holders)
 
 
@@ -191,3 +204,57 @@ def test_a_record_torchs_callbacks_fail_on_reaches_torch_as_it_would_and_the_bri
     torch.compile(lambda t: t.relu() + 1, backend="aot_eager")(torch.randn(3))
     torch_otel.force_flush()
     assert cap.roots(None)
+
+
+def test_a_filter_on_torchs_trace_logger_drops_records_for_the_bridge_as_for_torchs_file(make_capture):
+    """A filter on torch.__trace (here one that drops the artifact records, as a redaction might): torch's own function
+    runs, and its logging drops those records for the bridge as for TORCH_TRACE's file. The rest arrives: both
+    compiles are traced, with their phases, and no artifact."""
+    cap = make_capture("full")
+
+    dropped = []
+
+    def no_artifacts(record: logging.LogRecord) -> bool:
+        if "artifact" in getattr(record, "metadata", {}):
+            dropped.append(record.metadata["artifact"]["name"])  # type: ignore[attr-defined]
+            return False
+        return True
+
+    TRACE.addFilter(no_artifacts)
+    try:
+        with _Count() as count:
+            torch.compile(_model(), backend="aot_eager")(torch.randn(4, 8)).sum().backward()
+            torch_otel.force_flush()
+    finally:
+        TRACE.removeFilter(no_artifacts)
+    roots = cap.roots(None)
+    assert count.n > 0  # torch's function made its logging records, and the filter saw them
+    assert {r.attributes["torch.compile.kind"] for r in roots} == {"frame", "backward"}
+    kinds = {e.attributes["torch.compile.artifact.kind"] for r in roots for e in r.events if e.name == "torch.compile.artifact"}
+    # torch's "artifact" records (the filter dropped some) are gone; records of their own kind (the graphs) are not
+    assert dropped and "artifact" not in kinds and "aot_forward_graph" in kinds, (dropped, sorted(kinds))
+    assert _phases(cap, next(r for r in roots if r.attributes["torch.compile.kind"] == "frame"))
+
+
+def test_a_disabled_trace_logger_the_bridge_alone_reads_is_enabled_again_and_put_back(make_capture):
+    """torch.__trace disabled (logging.config.dictConfig disables every logger that exists when it runs) while the
+    bridge's handler is its only reader: as the next compile starts the bridge turns ``disabled`` off (nobody else
+    reads the logger, so nothing anyone sees changes), and every record arrives; uninstrument puts it back."""
+    cap = make_capture("full")
+    pytests = [h for h in TRACE.handlers if not isinstance(h, _TraceHandler)]  # pytest's log capture: off, as a user's
+    for h in pytests:
+        TRACE.removeHandler(h)
+    TRACE.disabled = True
+    try:
+        torch.compile(_model(), backend="aot_eager")(torch.randn(4, 8)).sum().backward()
+        torch_otel.force_flush()
+        assert not TRACE.disabled
+        roots = cap.roots(None)
+        assert {r.attributes["torch.compile.kind"] for r in roots} == {"frame", "backward"}
+        assert [e for r in roots for e in r.events if e.name == "torch.compile.artifact"]
+        torch_otel.uninstrument()
+        assert TRACE.disabled  # as the application left it
+    finally:
+        TRACE.disabled = False
+        for h in pytests:
+            TRACE.addHandler(h)

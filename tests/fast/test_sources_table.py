@@ -84,3 +84,48 @@ def test_an_error_while_attaching_is_the_bridges_and_never_blamed_on_torch(caplo
     lines = [r.getMessage() for r in caplog.records if "lacks what torch-otel attaches to" in r.getMessage()]
     assert any("another thing (lacking_row)" in line for line in lines)
     assert not any("broken_row" in line for line in lines)
+
+
+def test_detach_leaves_a_users_functools_wraps_wrapper_of_a_hook_in_place(monkeypatch):
+    """``functools.wraps`` copies a function's attributes onto its wrapper, the hook's mark among them: a user's wrapper
+    of the capture's method, set in its place after attach, is not the capture's, and detach leaves it there."""
+    import functools
+    import sys
+    import types
+
+    class Widget:
+        def make(self) -> str:
+            return "torch's"
+
+    torch_make = Widget.__dict__["make"]
+    mod = types.ModuleType("widget_lib")
+    mod.Widget = Widget  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "widget_lib", mod)
+
+    def hook(cap: object):  # type: ignore[no-untyped-def]
+        def wrap(fn):  # type: ignore[no-untyped-def]
+            def ours(self):  # type: ignore[no-untyped-def]
+                return "ours, then " + fn(self)
+
+            return ours
+
+        return wrap
+
+    row = points.MethodHook("widget", "a widget", "widget_lib", owner="Widget", attr="make", hook=hook)
+
+    class Cap:
+        originals: dict = {}
+
+    cap = Cap()
+    assert row.attach(cap) and Widget().make() == "ours, then torch's"
+    assert row.attach(cap)  # attached already: not wrapped twice
+    assert Widget().make() == "ours, then torch's"
+    ours = Widget.__dict__["make"]
+    users = functools.wraps(ours)(lambda self: "the user's, then " + ours(self))
+    Widget.make = users  # type: ignore[method-assign]
+    row.detach(cap)
+    assert Widget.__dict__["make"] is users  # still the user's
+    Widget.make = ours  # type: ignore[method-assign]
+    cap.originals["widget_lib.Widget.make"] = torch_make
+    row.detach(cap)  # the capture's own, found in place: torch's goes back
+    assert Widget.__dict__["make"] is torch_make

@@ -18,12 +18,13 @@ import importlib
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._core.compile_id import current_compile_id
-from .._core.errors import record_error
+from .._core.errors import record_error, warn_once
 
 __all__ = ["ALL_LEVELS", "AttachTarget", "CountersRead", "EventTap", "FunctionHook", "Hookable", "LoggerHook",
            "MethodHook", "ObjectHook", "RecordFields", "Source", "StaticMethodHook", "StructuredTraceHook"]  # fmt: skip
@@ -180,6 +181,21 @@ class StaticMethodHook(Source[C]):
             setattr(found[0], self.attr, orig)
 
 
+def _mark(ours: Any, row: Any) -> None:
+    """``ours`` marked as the function ``row`` put in torch's place, and as itself: ``functools.wraps`` copies a
+    function's attributes onto its wrapper, so a wrapper of ours carries the row's mark too, but not its own reference."""
+    ours.__torch_otel_hook__ = row
+    ours.__torch_otel_self__ = weakref.ref(ours)
+
+
+def _is_ours(held: Any, row: Any) -> bool:
+    """Whether ``held`` is the function ``row`` put in torch's place (not a wrapper of it someone made since)."""
+    if getattr(held, "__torch_otel_hook__", None) is not row:
+        return False
+    me = getattr(held, "__torch_otel_self__", None)
+    return me is not None and me() is held
+
+
 @dataclass(frozen=True)
 class MethodHook(Source[C]):
     """A class's method (``owner.attr``) replaced by one the capture makes around torch's: ``hook(cap)`` is given
@@ -206,12 +222,12 @@ class MethodHook(Source[C]):
         if found is None:
             return False
         cls, torch_fn = found
-        if getattr(torch_fn, "__torch_otel_hook__", None) is self:
+        if _is_ours(torch_fn, self):
             return True
         if self.attached is not None:
             self.attached(cap)  # raises: nothing of torch's is replaced
         ours = self.hook(cap)(torch_fn)
-        ours.__torch_otel_hook__ = self
+        _mark(ours, self)
         cap.originals[self._key()] = torch_fn
         setattr(cls, self.attr, ours)
         return True
@@ -219,7 +235,7 @@ class MethodHook(Source[C]):
     def detach(self, cap: C) -> None:
         torch_fn = cap.originals.pop(self._key(), None)
         found = self._lookup(sys.modules.get(self.module))
-        if torch_fn is not None and found is not None and getattr(found[1], "__torch_otel_hook__", None) is self:
+        if torch_fn is not None and found is not None and _is_ours(found[1], self):
             setattr(found[0], self.attr, torch_fn)
         if torch_fn is not None and self.detached is not None:
             self.detached(cap)
@@ -266,9 +282,11 @@ class LoggerHook(Source[C]):
             lg = known.get(name)  # as each compile starts: the logger read without logging's lock where it exists
             if not isinstance(lg, logging.Logger):
                 lg = logging.getLogger(name)
-            enabled = not self.lower or lg.isEnabledFor(logging.DEBUG)
-            if handler in lg.handlers and enabled:
-                continue  # as it was left (the check that runs as each compile starts: two lookups)
+            open_ = not self.lower or lg.isEnabledFor(logging.DEBUG)  # False when disabled, or under logging.disable
+            if handler in lg.handlers and open_ and not lg.disabled:
+                continue  # as it was left (the check that runs as each compile starts: a few lookups)
+            # whether it is enabled by its level (someone asked for its records, or the capture did), whatever holds it
+            enabled = not self.lower or lg.getEffectiveLevel() <= logging.DEBUG
             state = cap.logger_state(name, lg)
             if handler not in lg.handlers:
                 lg.addHandler(handler)
@@ -278,7 +296,37 @@ class LoggerHook(Source[C]):
                     lg.propagate = False  # nobody asked for these records: they must not reach torch's stderr handler
                 state.changed = True
             state.set_level, state.set_propagate = lg.level, lg.propagate
+            if lg.disabled or (self.lower and not lg.isEnabledFor(logging.DEBUG)):
+                self._unblock(lg, handler, state)
         return True
+
+    def _unblock(self, lg: logging.Logger, handler: Any, state: Any) -> None:
+        """A logger that drops the capture's records before its handlers see them, whatever its level:
+        ``logging.config.dictConfig`` disables every logger that exists when it runs (unless given
+        ``disable_existing_loggers=False``), and ``logging.disable(level)`` holds every logger at that level and below.
+
+        Where the capture's handler is the logger's only reader (no other handler, no propagation), letting the records
+        through changes nothing anyone sees but the capture's records: ``disabled`` is turned off, and the logger is
+        enabled by its own level whatever ``logging.disable`` says (as torch's 2.13 does for ``torch.__trace``); both
+        put back on detach. Else one line says what the capture does not see, and the fix. torch's
+        ``LazyTraceHandler`` with no directory (``TORCH_TRACE`` unset) writes nothing: not a reader."""
+        others = [h for h in lg.handlers if h is not handler and not _writes_nothing(h)]
+        if not others and not lg.propagate:
+            if lg.disabled:
+                lg.disabled = False
+                state.reenabled = True
+            if self.lower and not lg.isEnabledFor(logging.DEBUG) and "isEnabledFor" not in vars(lg):
+                lg.isEnabledFor = state.by_level = _by_level(lg)  # type: ignore[method-assign,assignment]
+            return
+        if lg.disabled:
+            why = "is disabled (logging.config.dictConfig disables every logger that exists when it runs)"
+            fix = "pass disable_existing_loggers=False to dictConfig"
+        else:
+            why = f"is held by logging.disable({logging.getLevelName(lg.manager.disable)})"
+            fix = "quiet the loggers you meant with their own setLevel, and call logging.disable(logging.NOTSET)"
+        warn_once(  # one line per row, naming its first such logger
+            f"blocked logger:{self.name}", "torch's logger %s %s: the bridge does not see %s; %s", lg.name, why, self.gives, fix
+        )
 
     def detach(self, cap: C) -> None:
         handler = self.handler(cap)
@@ -310,12 +358,12 @@ class StructuredTraceHook(LoggerHook[C]):
             return False
         module, _, attr = self.function.rpartition(".")
         current = getattr(sys.modules.get(module), attr, None)
-        if current is None or getattr(current, "__torch_otel_hook__", None) is self:
-            return True  # as each compile starts: attached already (two lookups)
+        if current is None or _is_ours(current, self):
+            return True  # as each compile starts: attached already (a few lookups)
         ours = self.direct(cap)(current)
         if ours is None:
             return True
-        ours.__torch_otel_hook__ = self
+        _mark(ours, self)
         cap.originals[self.function] = current
         _replace_in_torch(attr, lambda held: held is current, ours)
         return True
@@ -325,7 +373,22 @@ class StructuredTraceHook(LoggerHook[C]):
         torch_fn = cap.originals.pop(self.function, None)
         if torch_fn is not None:
             attr = self.function.rpartition(".")[2]
-            _replace_in_torch(attr, lambda held: getattr(held, "__torch_otel_hook__", None) is self, torch_fn)
+            _replace_in_torch(attr, lambda held: _is_ours(held, self), torch_fn)
+
+
+def _by_level(lg: logging.Logger) -> Callable[[int], bool]:
+    """``lg.isEnabledFor`` by the logger's own level and ``disabled``, not ``logging.disable``'s."""
+
+    def is_enabled_for(level: int) -> bool:
+        return not lg.disabled and level >= lg.getEffectiveLevel()
+
+    return is_enabled_for
+
+
+def _writes_nothing(h: logging.Handler) -> bool:
+    """torch's ``LazyTraceHandler`` before its first record, with no directory: ``TORCH_TRACE`` unset (outside Meta's
+    cluster, where it picks one, it then writes nothing and takes itself off)."""
+    return type(h).__name__ == "LazyTraceHandler" and getattr(h, "root_dir", 0) is None and getattr(h, "stream", 0) is None
 
 
 def _replace_in_torch(attr: str, replaced: Callable[[Any], bool], value: Any) -> None:

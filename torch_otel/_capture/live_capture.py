@@ -131,7 +131,7 @@ class _TraceHandler(logging.Handler):
 
 
 class _LoggerState:
-    __slots__ = ("level", "propagate", "changed", "set_level", "set_propagate")
+    __slots__ = ("level", "propagate", "changed", "set_level", "set_propagate", "reenabled", "by_level")
 
     def __init__(self, logger: logging.Logger) -> None:
         self.level = logger.level
@@ -139,6 +139,8 @@ class _LoggerState:
         self.changed = False
         self.set_level = logger.level
         self.set_propagate = logger.propagate
+        self.reenabled = False  # the capture turned the logger's ``disabled`` off (put back on detach)
+        self.by_level: Any = None  # the capture's ``isEnabledFor`` on it, past ``logging.disable`` (taken off on detach)
 
 
 class LiveCapture:
@@ -257,6 +259,10 @@ class LiveCapture:
         if state is not None and state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
             lg.setLevel(state.level)
             lg.propagate = state.propagate
+        if state is not None and state.reenabled and not lg.disabled:
+            lg.disabled = True
+        if state is not None and state.by_level is not None and vars(lg).get("isEnabledFor") is state.by_level:
+            del lg.isEnabledFor
 
     # -- origin ---------------------------------------------------------------
     def _origin(self) -> Origin:
@@ -546,9 +552,11 @@ class LiveCapture:
         handler is the only one (torch_otel._capture.structured_trace)."""
         return direct(torch_fn, self._trace_handler, lambda: self.installed, self._take_trace_record)
 
+    @guarded("torch.__trace handler")
     def _take_trace_record(self, md: dict[str, Any], payload: str | None, event: Any) -> None:
         """A record from :meth:`_direct_trace_structured` (a chromium event as torch's dict), queued as
-        :meth:`_on_trace_record` queues one from the handler."""
+        :meth:`_on_trace_record` queues one from the handler: inside the bridge (what it does, a forked child's export
+        at a compile's end among it, is not captured), and never raising."""
         if event is not None:
             self._queue_record((self._process_chromium_record, md, event, time_ns()), md)
         else:

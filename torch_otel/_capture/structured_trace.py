@@ -12,9 +12,14 @@ So full capture puts :func:`direct` in place of ``trace_structured`` (torch_otel
 in ``torch._logging`` and every torch module that imported it by name. It builds the same record as torch's function,
 field by field, and hands it to the capture at once:
 
-- only while the bridge's handler is the only handler of ``torch.__trace``. With any other (``TORCH_TRACE``'s file, a
-  user's), or a call this code does not know (an argument torch added since), torch's own function runs, unchanged,
-  and the bridge's handler takes the record as before: torch's file is written exactly as torch writes it;
+- only while the bridge's handler is the only handler of ``torch.__trace`` and nothing of the logger's own would stop
+  or send on a record (it is not disabled, has no filter, does not propagate, is enabled for debug records:
+  ``logging.disable`` reaches it before 2.13). With any other handler (``TORCH_TRACE``'s file, a user's), a filter,
+  or a call this code does not know (an argument torch added since), torch's own function runs, unchanged, and the
+  bridge's handler takes the record as before: torch's file is written exactly as torch writes it, and a filter
+  drops for the bridge what it drops for everyone;
+- only where torch's function is one of the three this mirrors (2.10; 2.11 and 2.12; 2.13 to 2.15): its parameters
+  and their defaults, and every name its code uses, exactly. A release that changed any of them keeps torch's;
 - the payload's text and its MD5 (``has_payload``) are made as torch makes them: the artifact spans' sizes and hashes
   equal those of a ``TORCH_TRACE`` file of the same run;
 - a chromium event is handed over as torch's dict, with no JSON text: a phase's begin or end is then dropped as torch's
@@ -22,7 +27,8 @@ field by field, and hands it to the capture at once:
 - the call stack torch adds to a record made outside a compile is taken only for the records whose stack the bridge
   reads (the compilation metrics);
 - torch's own accounting stays: ``log_trace_structured_event`` is called, and the time spent is added to the compile's
-  ``structured_logging_overhead_s``.
+  ``structured_logging_overhead_s``. The record that function is given lacks what the two points above leave out (a
+  stack the bridge does not read, a chromium event's hash); in open-source torch it does nothing with it.
 
 What torch's callbacks raise (``metadata_fn``, ``payload_fn``) reaches torch as it would from torch's own function; what
 the bridge's part raises is counted, never raised.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,12 +57,24 @@ _RESERVED = frozenset(
 _KNOWN = frozenset({"suppress_context", "expect_trace_id", "record_logging_overhead", "compile_id"})
 
 
-# What torch's function calls, which this mirrors: a release whose function lacks one of them is not mirrored
-_CALLS = frozenset(
-    {"current_trace_id", "from_traceback", "md5", "hexdigest", "debug",
-     "log_trace_structured_event", "add_structured_logging_overhead"}
-)  # fmt: skip
+# Every name torch's function uses, on each release this mirrors (the same on Python 3.10 to 3.13): a function whose
+# names are not exactly one of these changed something this code would not, and is left to run as it is
 _SUBGRAPH = "_get_regional_inductor_subgraph_name"
+_NAMES_2_11 = frozenset(
+    {"AssertionError", "CapturedTraceback", "CompileContext", "_guards", "_logging", "add_structured_logging_overhead",
+     "attempt", "callable", "compile_id", "compiled_autograd_id", "current_trace_id", "debug", "dist", "dumps", "encode",
+     "extract", "frame_compile_id", "frame_id", "from_traceback", "get_rank", "handlers", "hashlib", "hexdigest",
+     "is_available", "is_initialized", "isinstance", "join", "json", "list", "log_trace_structured_event", "md5", "str",
+     "structured", "summary", "time", "time_ns", "torch", "trace_log", "type", "update"}
+)  # fmt: skip
+_NAMES = (
+    _NAMES_2_11 - {"AssertionError"},  # 2.10: its checks are assert statements
+    _NAMES_2_11,  # 2.11, 2.12
+    _NAMES_2_11 | {_SUBGRAPH, "torch.fx.traceback"},  # 2.13 to 2.15: the record's subgraph name
+)
+# its parameters' defaults (payload_fn's is a lambda of torch's: not compared)
+_DEFAULTS = {"metadata_fn": dict, "suppress_context": False, "expect_trace_id": True, "record_logging_overhead": True,
+             "compile_id": None}  # fmt: skip
 
 
 def _none() -> None:
@@ -86,7 +105,8 @@ def direct(
     """``trace_structured`` for full capture: ``take(record, payload, chromium event)`` is given each record while
     ``handler`` is the only handler of ``torch.__trace`` and ``installed()``; torch's ``torch_fn`` runs otherwise.
 
-    None where torch's function is not the one this mirrors (its parameters, or what it calls, differ)."""
+    None where torch's function is not one this mirrors (its parameters, their defaults, or the names its code
+    uses, differ)."""
     import inspect
 
     try:
@@ -97,29 +117,42 @@ def direct(
         from torch._guards import CompileContext
         from torch.utils._traceback import CapturedTraceback
 
-        params = set(inspect.signature(torch_fn).parameters)
+        params = inspect.signature(torch_fn).parameters
+        defaults = {k: params[k].default for k in _DEFAULTS if k in params}
         trace_log = internal.trace_log
-        current_trace_id = CompileContext.current_trace_id
         needs = (internal.log_trace_structured_event, internal.add_structured_logging_overhead, structured.from_traceback,
-                 CapturedTraceback.extract)  # fmt: skip
+                 CapturedTraceback.extract, CompileContext.current_trace_id)  # fmt: skip
     except Exception:  # noqa: BLE001 - not the torch this mirrors
         return None
-    names = set(getattr(getattr(torch_fn, "__code__", None), "co_names", ()))
-    if params != _KNOWN | {"name", "metadata_fn", "payload_fn"} or not all(callable(n) for n in needs) or not _CALLS <= names:
+    names = frozenset(getattr(getattr(torch_fn, "__code__", None), "co_names", ()))
+    if (
+        set(params) != _KNOWN | {"name", "metadata_fn", "payload_fn"}
+        or defaults != _DEFAULTS
+        or names not in _NAMES
+        or not all(callable(n) for n in needs)
+    ):
         return None
-    # the record's subgraph name: only where torch's function adds it (2.12 and later)
-    subgraph_name = getattr(fx_traceback, _SUBGRAPH, None) if _SUBGRAPH in names else None
+    # the record's subgraph name: only where torch's function adds it (2.13 and later); like torch's other callees,
+    # looked up at each call, as torch's function looks them up
+    subgraph = _SUBGRAPH in names
     dist_available = dist.is_available()
-    time_ns, md5, in_bridge = time.time_ns, hashlib.md5, _in_bridge.get
+    time_ns, md5, in_bridge, debug = time.time_ns, hashlib.md5, _in_bridge.get, logging.DEBUG
 
     @functools.wraps(torch_fn)
     def trace_structured(
         name: str, metadata_fn: Callable[[], Any] = dict, *, payload_fn: Callable[[], Any] = _none, **kwargs: Any
     ) -> None:
         handlers = trace_log.handlers
+        try:  # the list as it is now (a handler removed since the length was read: an IndexError, not the record's)
+            alone = handlers[0] is handler and len(handlers) == 1
+        except IndexError:
+            alone = False
         if (
-            len(handlers) != 1
-            or handlers[0] is not handler
+            not alone
+            or trace_log.disabled
+            or trace_log.filters
+            or trace_log.propagate
+            or not trace_log.isEnabledFor(debug)
             or not installed()
             or in_bridge()
             or (kwargs and not _KNOWN.issuperset(kwargs))
@@ -133,7 +166,7 @@ def direct(
         if not kwargs.get("suppress_context", False):
             if dist_available and dist.is_initialized():
                 record["rank"] = dist.get_rank()
-            trace_id = current_trace_id()
+            trace_id = CompileContext.current_trace_id()
             compile_id = kwargs.get("compile_id")
             if kwargs.get("expect_trace_id", True) and trace_id is None and compile_id is None:
                 if name in STACK_RECORDS:  # as torch's: the stack of this call (skip=1: this function's frame)
@@ -149,10 +182,10 @@ def direct(
                         record["frame_compile_id"] = cid.frame_compile_id
                 if trace_id:
                     record["attempt"] = trace_id.attempt
-            if subgraph_name is not None:
-                subgraph = subgraph_name()
-                if subgraph is not None:
-                    record["subgraph_name"] = subgraph
+            if subgraph:
+                subgraph_name = getattr(fx_traceback, _SUBGRAPH)()
+                if subgraph_name is not None:
+                    record["subgraph_name"] = subgraph_name
         payload = payload_fn()
         text: str | None = None
         event = None

@@ -22,6 +22,25 @@ if not logger.handlers:
     logger.addHandler(_h)
     logger.setLevel(logging.WARNING)
 
+
+def _by_own_level(level: int) -> bool:
+    return not logger.disabled and level >= logger.getEffectiveLevel()
+
+
+# The bridge's lines say what it lost, or what to fix: they are not a library's chatter. They follow this logger's own
+# level (set it to quiet them), not logging.disable(level), which applications call to quiet libraries' chatter.
+logger.isEnabledFor = _by_own_level  # type: ignore[method-assign]
+
+
+def _voice() -> logging.Logger:
+    """The bridge's logger, to say one line: ``logging.config.dictConfig`` disables every logger that exists when it runs
+    (unless given ``disable_existing_loggers=False``), this one too, which would drop the lines that say what the
+    bridge lost. The logger is enabled again to say them (its level quiets it)."""
+    if logger.disabled:
+        logger.disabled = False
+    return logger
+
+
 _in_bridge: contextvars.ContextVar[bool] = contextvars.ContextVar("torch_otel_in_bridge", default=False)
 
 _lock = threading.Lock()
@@ -50,7 +69,7 @@ def record_error(where: str, exc: BaseException) -> None:
         first = _errors[key] == 1
     if first:
         try:
-            logger.warning(
+            _voice().warning(
                 "internal error in %s (%s: %s); torch.compile is unaffected. "
                 "Further errors of this kind are counted, not logged.",
                 where,
@@ -73,7 +92,7 @@ def warn_once(key: str, message: str, *args: object) -> None:
             return
         _warned.add(key)
     try:
-        logger.warning(message, *args)
+        _voice().warning(message, *args)
     except Exception:  # pragma: no cover
         pass
 
