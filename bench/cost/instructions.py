@@ -12,7 +12,12 @@ Each count is one fresh process, ``valgrind --tool=callgrind --instr-atstart=no`
 (``callgrind_control -i on|off PID``) around the measured region only: the process's start-up, ``import torch`` and the
 warm-up run uncounted (the start-up's count alone runs from the process's first instruction). The count is the ``totals:`` line of callgrind's file, one per thread
 (``--separate-threads=yes``), summed over the threads. Each mode is counted ``--reps`` times (2 by default), in a
-rotated order: the two counts of a mode give the method's own spread.
+rotated order, each count in a memory layout of its own, the same for every mode: a count moves with where the
+process's objects lie (by up to 0.2% between layouts: docs/benchmarks.md), and the layout with the process's
+environment, so a child is given a few of the runner's variables only (``KEPT_VARIABLES``: not the shell's, pytest's
+or CI's others), and rep ``r`` a variable of ``61 r`` characters (``TORCH_OTEL_BENCH_LAYOUT``). Counts of one mode in
+one layout agree to 0.03%; the counts of a mode's reps give the spread between layouts, and their mean is what a ratio
+is taken of.
 
 1. **The compile loop** (``loop``): fresh ``aot_eager`` recompiles of the small MLP of ``bench/cost/zero_cost.py`` (a new
    batch size each, automatic dynamic shapes off), forward and backward. The region is the recompiles and, with the
@@ -360,9 +365,18 @@ def read_counts(out: Path) -> dict[str, Any]:
     return {"ir": sum(t["ir"] for t in threads), "by_kind": by_kind, "threads": threads}
 
 
-def child_env(mode: str, endpoint: str | None, trace_dir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCH_OTEL_", "TORCH_TRACE", "TORCH_LOGS"))}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode caches on, as an installed package has them
+# The runner's variables a child is given: no others. A count moves with the process's memory layout, and the layout
+# with its environment (its size shifts where the interpreter's objects lie), so a count is made in an environment of
+# its own, not the runner's (a shell's, pytest's, CI's, whose variables differ from one to the next).
+KEPT_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "USER", "LOGNAME", "PYTHONPATH")
+LAYOUT_STEP = 61  # characters of TORCH_OTEL_BENCH_LAYOUT per layout: each rep of a mode is counted in a layout of its own
+
+
+def child_env(mode: str, endpoint: str | None, trace_dir: str, layout: int = 0) -> dict[str, str]:
+    """The child's environment: a few of the runner's variables, the count's settings, and ``layout``'s padding (the same
+    for every mode, so that rep ``r`` of each mode is counted in the same layout)."""
+    env = {k: os.environ[k] for k in KEPT_VARIABLES if k in os.environ}
+    env["TORCH_OTEL_BENCH_LAYOUT"] = "x" * (LAYOUT_STEP * layout)
     env.update(
         PYTHONHASHSEED="0",
         OMP_NUM_THREADS="1",
@@ -390,7 +404,13 @@ def child_env(mode: str, endpoint: str | None, trace_dir: str) -> dict[str, str]
 
 
 def count(
-    what: str, mode: str, n: int, endpoint: str | None, keep: Path | None = None, extra: list[str] | None = None
+    what: str,
+    mode: str,
+    n: int,
+    endpoint: str | None,
+    keep: Path | None = None,
+    extra: list[str] | None = None,
+    layout: int = 0,
 ) -> dict[str, Any]:
     """One fresh process under callgrind: its counts and what it said."""
     with tempfile.TemporaryDirectory(prefix="torch-otel-instructions-") as d:
@@ -413,7 +433,7 @@ def count(
             str(n),
         ]
         t = time.perf_counter()
-        env = child_env(mode, endpoint, d)
+        env = child_env(mode, endpoint, d, layout)
         p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         wall = time.perf_counter() - t
         if p.returncode != 0:
@@ -433,7 +453,7 @@ def measure(
 
     def one(task: tuple[int, str]) -> dict[str, Any]:
         rep, mode = task
-        r = count(what, mode, n, endpoint, keep / str(rep + 1) if keep else None)
+        r = count(what, mode, n, endpoint, keep / str(rep + 1) if keep else None, layout=rep)
         print(f"{what} {mode} #{rep + 1}: {r['ir']:,} instructions ({r['wall_s']:.0f} s)", file=sys.stderr, flush=True)
         return r
 
