@@ -116,7 +116,8 @@ def test_an_applications_own_logging_set_up_loses_no_graph_break(tmp_path, mode,
     breaks = [e for s in got for e in s.get("events", []) if e["name"] == "torch.compile.graph_break"]
     assert torchs >= 1 and len(breaks) == torchs, (torchs, breaks)
     assert kinds.count("backward") == kinds.count("frame") == 2, kinds  # two graphs (the break), each with its backward
-    assert not own_lines(res.stderr), res.stderr[-3000:]
+    # the bridge says nothing (but, on 2.10, the line it says on every run: what the release lacks)
+    assert not [ln for ln in own_lines(res.stderr) if " lacks what torch-otel attaches to " not in ln], res.stderr[-3000:]
     assert "Graph break" not in res.stderr
 
 
