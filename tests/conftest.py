@@ -30,7 +30,7 @@ if "PYTEST_TORCH_OTEL_XDG_CACHE_HOME" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["PYTEST_TORCH_OTEL_XDG_CACHE_HOME"], ignore_errors=True)
 os.environ["XDG_CACHE_HOME"] = os.environ["PYTEST_TORCH_OTEL_XDG_CACHE_HOME"]
 
-# torch's CPU kernels on one thread in every test process: three xdist workers on two cores, each starting processes
+# torch's CPU kernels on one thread in every test process: two xdist workers on two cores, each starting processes
 # whose kernels would each spread over both cores, wait on one another's threads (the suite's own time, not the
 # bridge's). The bridge's behaviour does not depend on it; a test that sets it sets its own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
