@@ -8,8 +8,10 @@ bytecodes are the same. The layout follows the process's environment: counted in
 one count per mode read 1.0109 and 1.0116 in CI's pytest workers and 1.0134 in a plain ``pytest`` here, for one build.
 So ``bench/cost/instructions.py`` gives each count an environment of its own, the same whoever runs it (a few of the
 runner's variables, and a padding per rep), and the guard counts each mode in two layouts, the same two for each
-mode, and compares their means. It fails past ``LIMIT``: the goal, plus the spread a mean of two layouts keeps
-(docs/benchmarks.md).
+mode, and compares their means. The checkout's path moves the layout as much again, and a padding does not undo it:
+one build read 1.0101 and 1.0109 in /work/main, and 1.0132 and 1.0130 in a fresh clone elsewhere. It fails past
+``LIMIT``: the goal, plus the spread seen between layouts and checkouts (docs/benchmarks.md). A deliberate cost of
+2% (an empty loop of 20,000 turns per compile in the span mapper) read 1.0287.
 
 ``bench/cost/instructions.py`` counts it, with its smallest compile loop: no bridge, then default capture as a user turns it
 on (``import torch_otel.auto``, spans over OTLP/gRPC to a real rotel, flushed inside the region), each in a process of
@@ -32,7 +34,9 @@ from tests.helpers import run
 from tests.servers import require
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMIT = 1.013  # default capture / no bridge, at most: the goal, 1.01 (1.0094 counted on 2026-11-30), and the layouts' spread
+# default capture / no bridge, at most: the goal, 1.01, and the spread between layouts. A checkout's path moves the
+# layout too: two fresh clones of one build, in paths of one length, read 1.013 or under and 1.0131 (2026-11-30)
+LIMIT = 1.016
 COMPILES = 4  # recompiles (forward and backward) in the counted region
 LAYOUTS = 2  # each mode counted in this many memory layouts (the same for both modes): their means are compared
 
