@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from .._core.compile_id import current_compile_id
-from .._core.errors import record_error, warn_once
+from .._core.errors import by_own_level, record_error, warn_once
 
 __all__ = ["ALL_LEVELS", "AttachTarget", "CountersRead", "EventTap", "FunctionHook", "Hookable", "LoggerHook",
            "MethodHook", "ObjectHook", "RecordFields", "Source", "StaticMethodHook", "StructuredTraceHook"]  # fmt: skip
@@ -316,7 +316,7 @@ class LoggerHook(Source[C]):
                 lg.disabled = False
                 state.reenabled = True
             if self.lower and not lg.isEnabledFor(logging.DEBUG) and "isEnabledFor" not in vars(lg):
-                lg.isEnabledFor = state.by_level = _by_level(lg)  # type: ignore[method-assign,assignment]
+                lg.isEnabledFor = state.by_level = by_own_level(lg)  # type: ignore[method-assign,assignment]
             return
         if lg.disabled:
             why = "is disabled (logging.config.dictConfig disables every logger that exists when it runs)"
@@ -374,15 +374,6 @@ class StructuredTraceHook(LoggerHook[C]):
         if torch_fn is not None:
             attr = self.function.rpartition(".")[2]
             _replace_in_torch(attr, lambda held: _is_ours(held, self), torch_fn)
-
-
-def _by_level(lg: logging.Logger) -> Callable[[int], bool]:
-    """``lg.isEnabledFor`` by the logger's own level and ``disabled``, not ``logging.disable``'s."""
-
-    def is_enabled_for(level: int) -> bool:
-        return not lg.disabled and level >= lg.getEffectiveLevel()
-
-    return is_enabled_for
 
 
 def _writes_nothing(h: logging.Handler) -> bool:

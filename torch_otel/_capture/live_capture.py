@@ -256,12 +256,14 @@ class LiveCapture:
     def restore_logger(self, name: str, lg: logging.Logger) -> None:
         """Put back only what the capture changed and nobody has changed since."""
         state = self._logger_states.pop(name, None)
-        if state is not None and state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
+        if state is None:
+            return
+        if state.changed and lg.level == state.set_level and lg.propagate == state.set_propagate:
             lg.setLevel(state.level)
             lg.propagate = state.propagate
-        if state is not None and state.reenabled and not lg.disabled:
+        if state.reenabled and not lg.disabled:
             lg.disabled = True
-        if state is not None and state.by_level is not None and vars(lg).get("isEnabledFor") is state.by_level:
+        if state.by_level is not None and vars(lg).get("isEnabledFor") is state.by_level:
             del lg.isEnabledFor
 
     # -- origin ---------------------------------------------------------------

@@ -23,13 +23,18 @@ if not logger.handlers:
     logger.setLevel(logging.WARNING)
 
 
-def _by_own_level(level: int) -> bool:
-    return not logger.disabled and level >= logger.getEffectiveLevel()
+def by_own_level(lg: logging.Logger) -> Callable[[int], bool]:
+    """An ``isEnabledFor`` for ``lg`` by its own level and ``disabled``, not ``logging.disable``'s."""
+
+    def is_enabled_for(level: int) -> bool:
+        return not lg.disabled and level >= lg.getEffectiveLevel()
+
+    return is_enabled_for
 
 
 # The bridge's lines say what it lost, or what to fix: they are not a library's chatter. They follow this logger's own
 # level (set it to quiet them), not logging.disable(level), which applications call to quiet libraries' chatter.
-logger.isEnabledFor = _by_own_level  # type: ignore[method-assign]
+logger.isEnabledFor = by_own_level(logger)  # type: ignore[method-assign,assignment]
 
 
 def _voice() -> logging.Logger:
