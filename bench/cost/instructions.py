@@ -8,16 +8,18 @@
     .venv/bin/python -m bench.cost.instructions opcodes loop default   # the same region's Python, by function (no valgrind)
 
 Each count is one fresh process, ``valgrind --tool=callgrind --instr-atstart=no`` running the venv's own Python
-(``PYTHONHASHSEED=0``, one intra-op thread), with instrumentation switched on and off from inside the process
+(``PYTHONHASHSEED`` the layout's, one intra-op thread), with instrumentation switched on and off from inside the process
 (``callgrind_control -i on|off PID``) around the measured region only: the process's start-up, ``import torch`` and the
 warm-up run uncounted (the start-up's count alone runs from the process's first instruction). The count is the ``totals:`` line of callgrind's file, one per thread
 (``--separate-threads=yes``), summed over the threads. Each mode is counted ``--reps`` times (2 by default), in a
 rotated order, each count in a memory layout of its own, the same for every mode: a count moves with where the
 process's objects lie (by up to 0.2% between layouts: docs/benchmarks.md), and the layout with the process's
 environment, so a child is given a few of the runner's variables only (``KEPT_VARIABLES``: not the shell's, pytest's
-or CI's others), and rep ``r`` a variable of ``61 r`` characters (``TORCH_OTEL_BENCH_LAYOUT``). Counts of one mode in
-one layout agree to 0.03%; the counts of a mode's reps give the spread between layouts, and their mean is what a ratio
-is taken of.
+or CI's others). Rep ``r`` is counted in layout ``r``: a variable of ``61 r`` characters (``TORCH_OTEL_BENCH_LAYOUT``:
+where the stack starts), ``2053 r`` small objects and a block of ``12,289 r`` bytes put on the heap before anything
+else (where every later object lies, as a checkout's path moves it), and ``PYTHONHASHSEED=r`` (a user's processes each
+draw a seed). Counts of one mode in one layout agree to 0.03%; the counts of a mode's reps give the spread between
+layouts, and their mean is what a ratio is taken of.
 
 1. **The compile loop** (``loop``): fresh ``aot_eager`` recompiles of the small MLP of ``bench/cost/zero_cost.py`` (a new
    batch size each, automatic dynamic shapes off), forward and backward. The region is the recompiles and, with the
@@ -120,6 +122,7 @@ class _Opcodes:
     TORCH = f"site-packages{os.sep}torch{os.sep}"
     self_: dict[tuple[str, str], int] = {}
     incl: dict[tuple[str, str], int] = {}
+    calls: dict[tuple[str, str], int] = {}
     chains: dict[int, tuple[tuple[str, str], ...]] = {}  # id(frame) -> the bridge's side's functions on its stack
     active = False
 
@@ -149,6 +152,7 @@ class _Opcodes:
         key = (threading.current_thread().name, cls._name(frame.f_code))
         chain = (chain or ()) if key in (chain or ()) else (*(chain or ()), key)
         cls.chains[id(frame)] = chain
+        cls.calls[key] = cls.calls.get(key, 0) + 1
         frame.f_trace_opcodes = True
         self_, incl = cls.self_, cls.incl
 
@@ -180,6 +184,7 @@ class _Opcodes:
             view: sorted(([t, f, n] for (t, f), n in counts.items()), key=lambda x: -x[2])
             for view, counts in (("self", cls.self_), ("inclusive", cls.incl))
         }
+        out["calls"] = {f"{t}|{f}": n for (t, f), n in cls.calls.items()}
         Path(os.environ["TORCH_OTEL_BENCH_OPCODES"]).write_text(json.dumps(out))
 
 
@@ -298,7 +303,19 @@ def child_startup(mode: str) -> dict[str, Any]:
     return {"steps": 1}
 
 
+# What a layout puts on the heap before anything else: small objects (pymalloc's pools) and a block (malloc's heap),
+# kept for the process's life, so that every object after them lies elsewhere. A checkout's path, its venv's, moves
+# the heap in the same way; sampling layouts averages over where they put it.
+_HEAP_PAD: list[Any] = []
+
+
+def _pad_heap(layout: int) -> None:
+    _HEAP_PAD.extend(bytes(48 + layout % 5 * 16) for _ in range(layout * 2053))
+    _HEAP_PAD.append(bytearray(layout * 12_289))
+
+
 def child(what: str, mode: str, n: int) -> int:
+    _pad_heap(int(os.environ.get("TORCH_OTEL_BENCH_LAYOUT_N", "0")))
     if os.environ.get("TORCH_OTEL_BENCH_OPCODES"):
         _Opcodes.install()
     if mode in BRIDGE:  # with graph calls counted, the bridge's worker collects their counts every 10 s of wall time
@@ -377,8 +394,9 @@ def child_env(mode: str, endpoint: str | None, trace_dir: str, layout: int = 0) 
     for every mode, so that rep ``r`` of each mode is counted in the same layout)."""
     env = {k: os.environ[k] for k in KEPT_VARIABLES if k in os.environ}
     env["TORCH_OTEL_BENCH_LAYOUT"] = "x" * (LAYOUT_STEP * layout)
+    env["TORCH_OTEL_BENCH_LAYOUT_N"] = str(layout)
     env.update(
-        PYTHONHASHSEED="0",
+        PYTHONHASHSEED=str(layout),
         OMP_NUM_THREADS="1",
         TORCH_OTEL_BENCH_CALLGRIND="1",
         # timers would fire 50 times as often per unit of work under valgrind: spans leave at the flush
@@ -713,6 +731,10 @@ def opcodes(what: str, mode: str, n: int, top: int) -> int:
     for t, _, c in found["self"]:
         by_thread[t] = by_thread.get(t, 0) + c
     print(f"bytecodes on the bridge's side, by thread: {json.dumps(by_thread)}")
+    calls_by_thread: dict[str, int] = {}
+    for key, c in found.get("calls", {}).items():
+        calls_by_thread[key.split("|")[0]] = calls_by_thread.get(key.split("|")[0], 0) + c
+    print(f"Python calls on the bridge's side, by thread: {json.dumps(calls_by_thread)}")
     by_package: dict[str, dict[str, int]] = {}
     for t, f, c in found["self"]:
         first = f.split(":")[0].split(os.sep)[0] if os.sep in f.split(":")[0] else ""
@@ -725,7 +747,8 @@ def opcodes(what: str, mode: str, n: int, top: int) -> int:
     for view, title in (("inclusive", "by function, with what it calls (inclusive)"), ("self", "by function (self)")):
         print(f"\n{title}:")
         for t, f, c in found[view][:top]:
-            print(f"{c:>12,}  {t:<22} {f}")
+            calls = found.get("calls", {}).get(f"{t}|{f}", 0)
+            print(f"{c:>12,} {calls:>7,} calls {c // max(calls, 1):>7,}/call  {t:<22} {f}")
     return 0
 
 
