@@ -43,6 +43,7 @@ class _Eager:
     explanation: str | None = None  # torch's one line about the break
     fail_type: str | None = None
     limit: int | None = None
+    limit_name: str | None = None  # None: recompile_limit; else the limit torch hit (accumulated_recompile_limit)
 
 
 def why_eager(rec: CompileRecord) -> _Eager | None:
@@ -62,7 +63,7 @@ def why_eager(rec: CompileRecord) -> _Eager | None:
             fail_type=rec.fail_type,
         )
     if rec.recompile_limit_hit:
-        return _Eager("recompile_limit", fail_type=rec.fail_type, limit=rec.recompile_limit)
+        return _Eager("recompile_limit", fail_type=rec.fail_type, limit=rec.recompile_limit, limit_name=rec.recompile_limit_kind)
     if rec.fail_type:
         m = rec.metrics or {}
         f, ln = m.get("fail_user_frame_filename"), m.get("fail_user_frame_lineno")
@@ -85,7 +86,8 @@ def _text(e: Mapping[str, Any]) -> str:
         return f"a graph break torch could not handle{at}: torch skipped the whole frame"
     if why == "recompile_limit":
         limit = f" ({e['limit']})" if e.get("limit") is not None else ""
-        return f"hit the recompile limit{limit}: its new inputs run in eager"
+        which = "accumulated recompile limit" if e.get("limit_name") == "accumulated_recompile_limit" else "recompile limit"
+        return f"hit the {which}{limit}: its new inputs run in eager"
     if why == "failure":
         return f"its compile failed ({e.get('fail_type')}){at}: torch runs it uncompiled"
     return "torch compiled no graph for it (nothing it could compile): it runs uncompiled"
@@ -134,6 +136,7 @@ class EagerFrames:
                 "explanation": e.explanation,
                 "fail_type": e.fail_type,
                 "limit": e.limit,
+                "limit_name": e.limit_name or "recompile_limit",
             }
             row["text"] = _text(row)
             out.append(row)

@@ -22,9 +22,11 @@ from typing import Any
 from .._core.categories import strip_recompile_prefix
 
 __all__ = [
+    "ACCUMULATED",
     "EXPECTED_ONLY",
     "NEAR",
     "Guard",
+    "accumulated_limit_of",
     "automatic_dynamic_of",
     "guard_line",
     "limit_raises_of",
@@ -97,6 +99,20 @@ def recompile_limit_of(metrics: Mapping[str, Any] | None) -> int | None:
     if not isinstance(config, str):
         return None
     m = _LIMIT_RE.search(config)
+    return int(m.group(1)) if m else None
+
+
+_ACCUMULATED_RE = re.compile(r'"accumulated_(?:recompile|cache_size)_limit": (\d+)')
+ACCUMULATED = "accumulated_recompile_limit"  # the limit on every cache entry of a code object (torch 2.1 on)
+
+
+def accumulated_limit_of(metrics: Mapping[str, Any] | None) -> int | None:
+    """The limit on all of a code object's cache entries, whatever objects they were for (``accumulated_recompile_limit``;
+    256 by default), from its ``dynamo_config`` (None: not logged)."""
+    config = (metrics or {}).get("dynamo_config")
+    if not isinstance(config, str):
+        return None
+    m = _ACCUMULATED_RE.search(config)
     return int(m.group(1)) if m else None
 
 

@@ -16,6 +16,7 @@ from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_tex
 from .._core.text import cut, cut_where, shorten_reason, wrap
 from .._model.record import CompileRecord
 from .recompile_guards import (
+    ACCUMULATED,
     EXPECTED_ONLY,
     MAX_VALUES,
     NEAR,
@@ -31,6 +32,7 @@ __all__ = ["FrameRecompiles", "RecompilingFrames", "frame_lines", "hint_lines", 
            "limit_words"]  # fmt: skip
 MAX_FRAMES = 1000  # frames whose recompiles are followed
 MAX_GUARDS = 16  # distinct guards per frame
+MAX_CLASSES = 8  # classes named per shared frame (more are counted)
 
 
 @dataclass(slots=True)
@@ -53,6 +55,9 @@ class FrameRecompiles:
     cost_ns: int = 0  # the compile time of its compiles (their backwards' included) since it was followed
     call_site: str | None = None
     called_directly: bool = False
+    limit_kind: str | None = None  # None: recompile_limit; else torch's other limit, the one hit or nearer
+    classes: list[str] = field(default_factory=list)  # a frame of torch's shared by several classes: theirs, bounded
+    more_classes: int = 0
 
 
 def call_site_of(rec: CompileRecord) -> str | None:
@@ -102,6 +107,12 @@ class RecompilingFrames:
             f.ranks.add(rec.rank)
         if rec.recompile_limit is not None:
             f.limit = rec.recompile_limit
+            f.limit_kind = rec.recompile_limit_kind
+        if rec.shared_frame and rec.frame_class and rec.frame_class not in f.classes:
+            if len(f.classes) < MAX_CLASSES:
+                f.classes.append(rec.frame_class)
+            else:
+                f.more_classes += 1
         if rec.frame_recompiles is not None and not limit_hit:
             f.entries = max(f.entries, rec.frame_recompiles + 1)
         auto = automatic_dynamic_of(rec.metrics)
@@ -192,6 +203,9 @@ class RecompilingFrames:
                     "top_reasons": [{"category": c, "reason": t, "count": n} for (c, t), n in reasons[:3]],
                     "cache_entries": f.entries or None,
                     "limit": f.limit,
+                    "limit_name": f.limit_kind or "recompile_limit",
+                    "classes": [c.rsplit(".", 1)[-1] for c in f.classes],
+                    "more_classes": f.more_classes,
                     "left_before_limit": left,
                     "limit_hits": f.limit_hits,
                     "limit_status": status,
@@ -222,10 +236,11 @@ def limit_words(f: Mapping[str, Any], short: bool = False) -> str:
     """How close a frame is to the recompile limit, in words (its compiles: frame compiles, the entries the limit
     counts; their backwards are not among them)."""
     limit, entries, hits = f.get("limit"), f.get("cache_entries"), f.get("limit_hits") or 0
+    which = "accumulated recompile limit" if f.get("limit_name") == ACCUMULATED else "recompile limit"
     if limit is None:
-        return "hit the recompile limit (runs in eager)" if hits else "limit unknown (the log does not say)"
+        return f"hit the {which} (runs in eager)" if hits else "limit unknown (the log does not say)"
     if hits:
-        return f"hit the recompile limit ({limit}): runs in eager"
+        return f"hit the {which} ({limit}): runs in eager"
     left = f.get("left_before_limit")
     if short:
         return f"{left} more before eager" + (" (near)" if left is not None and left <= NEAR else "")
@@ -274,7 +289,11 @@ def frame_lines(frames: list[Mapping[str, Any]], width: int, room: int, where: A
     for i, f in enumerate(shown):
         cost = f" ({f['cost_s']:.2f} s)" if isinstance(f.get("cost_s"), (int, float)) else ""
         head = f": {f['recompiles']} recompiles{cost}, {limit_words(f, short=True)}"
-        block = [f"  {cut_where(where(f), max(20, width - 2 - len(head)))}{head}", *hint_lines(f, width)]
+        block = [f"  {cut_where(where(f), max(20, width - 2 - len(head)))}{head}"]
+        if f.get("classes"):  # one frame of torch's for several classes: they share its cache and its limit
+            more = f" and {f['more_classes']} more" if f.get("more_classes") else ""
+            block.append(f"    one frame of torch's, its limit shared by: {', '.join(f['classes'])}{more}")
+        block += hint_lines(f, width)
         block = [cut(b, width) for b in block]
         if f.get("evidence"):  # whole: its last words are the fix it names
             block.extend(wrap(f"    evidence: {f['evidence']['line']}", width, 3, "      "))

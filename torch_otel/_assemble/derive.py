@@ -12,10 +12,11 @@ Its memory of earlier compiles is bounded whatever the job's length (``recent``)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from .._analysis.recompile_guards import NEAR, recompile_limit_of
+from .._analysis.recompile_guards import ACCUMULATED, NEAR, accumulated_limit_of, recompile_limit_of
 from .._core.errors import record_error
 from .._features.feature import Feature
 from .._features.registry import features_or_default
@@ -23,6 +24,7 @@ from .._model.record import CodeLocation, CompileRecord, Linked, Recent, frame_n
 
 __all__ = ["RECENT", "CacheLoads", "Derive", "Tracing", "guard"]
 
+_SET_TO = re.compile(r"accumulated_recompile_limit\b[^(]*\(currently set to (\d+)\)")
 _FrameCode = tuple[CodeLocation, CodeLocation, "str | None", "CodeLocation | None", bool]
 
 # Compiles remembered for what later ones inherit (code locations, a backward's forward): a bounded memory of the
@@ -81,6 +83,10 @@ class Derive:
         # a frame's compiles so far, and the frames already near the recompile limit (each marked once)
         self._frame_compiles: Recent[tuple[int | None, int | None], int] = Recent(recent)
         self._near_limit: Recent[tuple[int | None, int | None], bool] = Recent(recent)
+        # a frame's compiles under each class, and the frames whose one limit counts several classes' entries
+        # (torch's code object, kept: a frame id that torch._dynamo.reset() gave to other code is not one of them)
+        self._named_compiles: Recent[tuple[tuple[int | None, int | None], str], int] = Recent(recent)
+        self._shared: Recent[tuple[int | None, int | None], CodeLocation] = Recent(recent)
 
     def __call__(self, rec: CompileRecord) -> None:
         rec.seal()  # torch's facts of the finished compile, worked out once for every sink
@@ -94,9 +100,12 @@ class Derive:
             before = self._frame_code.get(key)
             if not (torch_code.function and torch_code.file):
                 # a compile that stops before dynamo reports its code or its stack (the recompile-limit check): its
-                # frame's, called from where the frame was last called (replay: no stack; live: the stack's own)
+                # frame's, called from where the frame was last called (replay: no stack; live: the stack's own). A
+                # frame shared by several classes is named by torch's code: which class came, no record says
                 if before is not None:
                     torch_code, code, frame_class = before[:3]
+                    if self._shared.get(key) == torch_code:
+                        code, frame_class = torch_code, None
                     if rec.call_site is None:
                         rec.call_site, rec.called_directly = before[3:]
             elif not classes and before is not None and before[0] == torch_code:
@@ -105,6 +114,7 @@ class Derive:
                     self._frame_code.remember(key, (*before[:3], rec.call_site, rec.called_directly))
             else:
                 self._frame_code.remember(key, (torch_code, code, frame_class, rec.call_site, rec.called_directly))
+            rec.shared_frame = self._shares_limit(rec, key, torch_code, frame_class, before)
             self._recompile_facts(rec, key)
         if rec.kind == "backward":
             rec.forward = self._forwards.get(rec.id_str)
@@ -137,16 +147,72 @@ class Derive:
         elif rec.kind == "compiled_autograd" and cid is not None and cid.compiled_autograd_id is not None:
             self._autograd_graphs.remember(cid.compiled_autograd_id, Linked(rec.id_str, rec.trace_id, rec.span_id, rec.attempt))
 
+    def _shares_limit(
+        self,
+        rec: CompileRecord,
+        key: tuple[int | None, int | None],
+        torch_code: CodeLocation,
+        frame_class: str | None,
+        before: _FrameCode | None,
+    ) -> bool:
+        """Whether this frame compile's torch frame is shared: one code object compiled under several names (torch's
+        ``inner`` for every ``torch.nn`` module compiled, a library's ``wrapped_func(*args)`` for every model class it
+        wraps), torch counting the others' cache entries toward this compile's recompile limit. It does when the
+        frame holds no object it matches by identity (``cache_size``, the entries the limit counts, is more than
+        this class's own compiles so far); two models of one class, each matched by its ``self``, are not one frame, nor
+        is a frame whose class one compile did not say (its guards not logged)."""
+        shared = self._shared.get(key)
+        if shared is not None and shared == torch_code:
+            return True
+        if frame_class is None:
+            return False
+        own = self._named_compiles.get((key, frame_class), 0)
+        self._named_compiles.remember((key, frame_class), own + 1)
+        size = (rec.metrics or {}).get("cache_size")
+        if (
+            before is not None
+            and before[0] == torch_code
+            and before[2] is not None
+            and before[2] != frame_class
+            and isinstance(size, int)
+            and not isinstance(size, bool)
+            and size > own
+        ):
+            self._shared.remember(key, torch_code)
+            return True
+        return False
+
     def _recompile_facts(self, rec: CompileRecord, key: tuple[int | None, int | None]) -> None:
         """A frame compile's place against the recompile limit: its frame's compiles so far, the limit, near it or not."""
         m = rec.metrics or {}
         before = self._frame_compiles.get(key, 0)
         self._frame_compiles.remember(key, before + 1)
         size = m.get("cache_size")
-        rec.frame_recompiles = size if isinstance(size, int) and not isinstance(size, bool) else before
+        count = size if isinstance(size, int) and not isinstance(size, bool) else before
         limit = recompile_limit_of(m)
         if limit is None and self.recompile_limit is not None:
             limit = guard("recompile limit", self.recompile_limit)
+        # torch's other limit, on every entry of the code object (``accumulated_cache_size``): the one that counts where
+        # it was hit, or where it has fewer entries left than ``recompile_limit`` has
+        acc, acc_size = accumulated_limit_of(m), m.get("accumulated_cache_size")
+        if rec.recompile_limit_hit:
+            if ACCUMULATED in (rec.fail_reason or ""):
+                rec.recompile_limit_kind = ACCUMULATED
+                if acc is None:
+                    said = _SET_TO.search(rec.fail_reason or "")
+                    acc = int(said.group(1)) if said else None
+                limit = acc
+                if isinstance(acc_size, int) and not isinstance(acc_size, bool):
+                    count = acc_size
+        elif (
+            acc is not None
+            and isinstance(acc_size, int)
+            and not isinstance(acc_size, bool)
+            and (limit is None or acc - acc_size < limit - count)
+        ):
+            rec.recompile_limit_kind = ACCUMULATED
+            limit, count = acc, acc_size
+        rec.frame_recompiles = count
         rec.recompile_limit = limit
         if (
             limit is not None

@@ -309,19 +309,14 @@ class CompileRecord:
     cpu_ns: int | None = None
     child_cpu_ns: int | None = None
     # -- Derived by the assembler, once, before any sink sees the record (torch_otel._assemble.derive) --
-    # the compiled frame as the user wrote it (docs/span-model.md, "Which frame"): a method by its object's class
-    # (``MyModel.forward``), a module torch compiled through its own wrapper by the module's class at the user's line
-    # that called it (``Sequential``); else torch's code object. Its own, else its frame's earlier compile's (a
-    # compile that stops before dynamo reports its code: the recompile-limit check), else (a lazy backward) its
-    # forward's
+    # the compiled frame as the user wrote it (docs/span-model.md, "Which frame"): ``MyModel.forward``, ``Sequential``
+    # (through torch's wrapper, at the caller's line), else torch's code; a limit check's is its frame's, a lazy
+    # backward's its forward's. torch's code object where it differs; the class that names the frame, if one does
     code: CodeLocation = CodeLocation()
-    # torch's code object (co_name, co_filename, co_firstlineno: what tlparse and torch's logs name), where it differs
-    # from ``code``; and the class that names the frame (a dotted name), if one does
     torch_code: CodeLocation | None = None
     frame_class: str | None = None
-    # the user's line that called the compiled code: the nearest frame outside torch and installed packages (live:
-    # the stack at the compile's start; replay: the stack torch logged with dynamo_start); a lazy backward's is its
-    # forward's. None: unknown
+    # the user's line that called the compiled code: the nearest frame outside torch and installed packages (live: the
+    # stack at the compile's start; replay: dynamo_start's); a lazy backward's is its forward's. None: unknown
     call_site: CodeLocation | None = None
     called_directly: bool = False  # the user's code called the compiled code itself (no library frame between them)
     forward: Linked | None = None  # a lazy backward: its forward compile, when still remembered
@@ -330,12 +325,13 @@ class CompileRecord:
     # the trace identity of the compile's root span (None: not traced); exemplars and log records name it
     trace_id: int | None = None
     span_id: int | None = None
-    # a frame compile: the frame's compiles before this one (torch's cache_size, the entries its recompile limit
-    # counts; else those the assembler saw), the limit in effect (the compile's dynamo_config, else live config; None:
-    # unknown), and whether this is its frame's first compile within two recompiles of that limit
+    # a frame compile: its frame's compiles before it (torch's cache_size, else those seen), the limit in effect (its
+    # dynamo_config's, else live config's), and whether it is the frame's first within two recompiles of that limit
     frame_recompiles: int | None = None
     recompile_limit: int | None = None
     recompile_limit_near: bool = False
+    recompile_limit_kind: str | None = None  # None: recompile_limit; accumulated_recompile_limit where nearer, or hit
+    shared_frame: bool = False  # its torch frame compiled other classes too, under one limit (:meth:`limit_frame`)
     # what each feature's derive step found (torch_otel._features), by feature name
     derived: dict[str, Any] = field(default_factory=dict)
     _key: tuple[CompileId | None, str] | None = None  # its key among the compiles in flight
@@ -365,6 +361,10 @@ class CompileRecord:
         """Every node of its tree in ``root.walk``'s order; kept once the compile is finished (:meth:`seal`)."""
         kept = self._all_nodes
         return kept if kept is not None else self.root.nodes()
+
+    def limit_frame(self) -> CodeLocation:
+        """The frame this compile counts for (the limit, the summary): torch's where classes share it, else ``code``."""
+        return (self.torch_code or self.code) if self.shared_frame else self.code
 
     def seal(self) -> None:
         """The assembler has finished this compile: torch's facts no longer change, so the ones every sink reads (its

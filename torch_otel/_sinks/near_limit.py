@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._analysis.recompile_guards import automatic_dynamic_of, guard_line, limit_raises_of, parse_guard
+from .._analysis.recompile_guards import ACCUMULATED, automatic_dynamic_of, guard_line, limit_raises_of, parse_guard
 from .._analysis.recompile_hints import FrameContext, hints_for
 from .._analysis.recompiling_frames import call_site_of
 from .._core.categories import scrub_guard_text, strip_recompile_prefix
@@ -24,7 +24,7 @@ class NearLimitWarning(Sink):
     def on_finish(self, record: CompileRecord) -> None:
         if not record.recompile_limit_near:
             return
-        code = record.code
+        code = record.limit_frame()  # a frame of torch's shared by several classes: torch's, whose limit it is
         where = f"{code.function or '?'} ({code.file or '?'}:{code.line if code.line is not None else '?'})"
         left = (record.recompile_limit or 0) - (record.frame_recompiles or 0) - 1
         reason = record.recompile_reason or (record.recompile_reasons[0] if record.recompile_reasons else "")
@@ -48,8 +48,9 @@ class NearLimitWarning(Sink):
         raises = limit_raises_of(record.metrics) or (record.origin is not None and record.origin.raises)
         try:
             n = record.frame_recompiles or 0
+            words = NEAR_LIMIT_WORDS if record.recompile_limit_kind is None else f"before torch._dynamo.config.{ACCUMULATED}"
             logger.warning(
-                "%s: %d recompile%s so far, %d more " + NEAR_LIMIT_WORDS + " (%d) %s%s%s",
+                "%s: %d recompile%s so far, %d more " + words + " (%d) %s%s%s",
                 where,
                 n,
                 "" if n == 1 else "s",

@@ -292,8 +292,9 @@ class RunSummary(Sink):
 
     @staticmethod
     def _frame_key(rec: CompileRecord) -> FrameKey:
-        """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler)."""
-        code = rec.code
+        """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler), or torch's
+        where several classes' compiles share that frame and its recompile limit (``CompileRecord.limit_frame``)."""
+        code = rec.limit_frame()
         if code.function is not None and code.file is not None:
             site = rec.call_site
             called_from = None

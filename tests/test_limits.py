@@ -1,0 +1,137 @@
+"""The recompile limit as torch counts it, and a graph break torch's counters leave out: live and on replay of the same
+run's ``TORCH_TRACE`` log, against torch's own record (``tests/workloads/limits.py``, three small ``eager`` runs).
+
+- **One frame of torch's for several classes.** ``torch.compile(module)`` on a module whose ``forward`` is torch's own
+  goes through torch's wrapper ``inner``, as a library's ``wrapped_func(*args)`` does for every model class it wraps:
+  one code object, one cache, one recompile limit. The bridge names each compile by its class (``Tanh``, ``Mish``),
+  and its run summary once split the frame by class: seven frames of one or two recompiles, the limit hit by a class
+  that compiled once, named after the class before the one that went to eager (torch's record names no code for the
+  compile that hit it), and "near the limit" on classes that never came back. Found on a Qwen2-MoE, whose
+  ``deprecate_kwarg`` wrapper is one frame for its model classes.
+- **torch's other limit.** ``accumulated_recompile_limit`` caps every entry of a code object, whatever instance it was
+  for (256 by default: a model whose 32 layers are each compiled, at eight shapes). The bridge read only
+  ``recompile_limit`` and said "hit the recompile limit (8)" where torch hit the accumulated one (6 here).
+- **A graph break raised as ``UserError``** (a loop over a data-dependent number of rows) is logged, splits the graph
+  and resumes as any other, but torch's ``counters["graph_break"]`` count ``Unsupported`` breaks only: 0. The log
+  tlparse reads has the break (``dynamo_graph_break_reason``), and the bridge counts it: torch's counters are wrong here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import WORKLOADS, run_cli, run_python, run_tlparse
+
+MODES = ("modules", "blocks", "unbacked")
+
+pytestmark = pytest.mark.release  # torch's records of a limit (its fields, its words) on every release
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for mode in MODES:
+        tmp = tmp_path_factory.mktemp(mode)
+        env = {
+            "TORCH_TRACE": str(tmp / "trace"),
+            "TORCH_OTEL_SUMMARY": str(tmp / "live.json"),
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+        }
+        res = run_python(WORKLOADS / "limits.py", env, args=[str(tmp), mode])
+        assert res.returncode == 0, res.stderr[-3000:]
+        (log,) = (tmp / "trace").glob("*.log")
+        rep = run_cli("replay", str(log), "--json", str(tmp / "replay.json"), "-o", str(tmp / "replay.jsonl"))
+        assert rep.returncode == 0, rep.stderr[-3000:]
+        out[mode] = {
+            "torch": json.loads((tmp / "torch.json").read_text()),
+            "live": json.loads((tmp / "live.json").read_text()),
+            "replay": json.loads((tmp / "replay.json").read_text()),
+            "stderr": res.stderr,
+            "log": log,
+            "tmp": tmp,
+        }
+    return out
+
+
+@pytest.mark.parametrize("how", ["live", "replay"])
+def test_nine_module_classes_through_torchs_one_wrapper_are_one_frame_that_hits_its_limit(runs, how):
+    run = runs["modules"]
+    records = run["torch"]["records"]
+    # torch: one frame (0), nine compiles, eight of them recompiles, the ninth the limit's: no code of its own
+    assert {r["id"].split("/")[0] for r in records} == {"0"}, records
+    assert [r["cache_size"] for r in records[:8]] == list(range(8)), records
+    assert records[-1]["fail_type"] and records[-1]["co_name"] is None, records[-1]
+    summary = run[how]
+    (frame,) = summary["recompiling_frames"]  # one frame, not one per class
+    assert frame["function"] == "inner" and frame["file"].endswith("external_utils.py"), frame
+    assert (frame["compiles"], frame["recompiles"], frame["cache_entries"], frame["limit"]) == (9, 8, 8, 8), frame
+    assert frame["limit_hits"] == 1 and frame["limit_status"] == "hit" and frame["limit_name"] == "recompile_limit"
+    # the classes that share it, each named once (the first compiled before the frame was known to be shared)
+    assert frame["classes"][:2] == ["Tanh", "Sigmoid"] and frame["classes"][-1] == "Mish", frame["classes"]
+    assert frame["more_classes"] == 0
+    (eager,) = summary["eager_frames"]
+    assert (eager["function"], eager["why"]) == ("inner", "recompile_limit"), eager
+    assert eager["text"] == "hit the recompile limit (8): its new inputs run in eager"
+    assert summary["recompile_limit_hits"] == 1 and summary["recompiles"]["total"] == 8
+
+
+def test_the_near_limit_warning_names_torchs_shared_frame_and_the_summary_screen_says_who_shares_it(runs):
+    run = runs["modules"]
+    lines = [ln for ln in run["stderr"].splitlines() if "more before torch._dynamo.config.recompile_limit (8)" in ln]
+    assert len(lines) == 1, run["stderr"][-3000:]
+    assert lines[0].startswith("torch-otel: WARNING: inner (") and "external_utils.py" in lines[0], lines[0]
+    assert "5 recompiles so far, 2 more before" in lines[0], lines[0]
+    text = run["live"]
+    (frame,) = text["recompiling_frames"]
+    from torch_otel._analysis.recompiling_frames import frame_lines
+
+    shown = frame_lines([frame], 120, 20, lambda f: f"{f['function']} ({Path(f['file']).name}:{f['line']})")
+    assert "inner (external_utils.py" in shown[1] and "hit the recompile limit (8)" in shown[1], shown
+    assert shown[2].startswith("    one frame of torch's, its limit shared by: Tanh, Sigmoid, GELU,"), shown
+
+
+@pytest.mark.parametrize("how", ["live", "replay"])
+def test_blocks_compiled_one_by_one_hit_the_accumulated_limit_and_are_told_so(runs, how):
+    run = runs["blocks"]
+    records = run["torch"]["records"]
+    failed = [r for r in records if r["fail_type"]]
+    assert len(failed) == 1 and failed[0]["id"] == "0/6", records
+    assert [r["cache_size"] for r in records[:6]] == list(range(6)), records  # under recompile_limit (8) throughout
+    summary = run[how]
+    (frame,) = summary["recompiling_frames"]
+    assert frame["function"] == "Block.forward", frame
+    assert (frame["limit"], frame["limit_name"], frame["cache_entries"], frame["limit_hits"]) == (
+        6,
+        "accumulated_recompile_limit",
+        6,
+        1,
+    ), frame
+    assert frame["classes"] == []  # one class, one name: not a frame shared by several
+    (eager,) = summary["eager_frames"]
+    assert eager["text"] == "hit the accumulated recompile limit (6): its new inputs run in eager", eager
+
+
+def test_the_accumulated_limit_is_the_one_the_live_warning_counts_down_to(runs):
+    lines = [ln for ln in runs["blocks"]["stderr"].splitlines() if "more before torch._dynamo.config" in ln]
+    assert len(lines) == 1, runs["blocks"]["stderr"][-3000:]
+    assert "3 recompiles so far, 2 more before torch._dynamo.config.accumulated_recompile_limit (6)" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("how", ["live", "replay"])
+def test_a_graph_break_raised_as_a_user_error_is_counted_where_torchs_counters_miss_it(runs, how, tmp_path):
+    run = runs["unbacked"]
+    torch_said = run["torch"]
+    assert sum(torch_said["counters"].get("graph_break", {}).values()) == 0, torch_said  # torch's counters: none
+    assert torch_said["counters"].get("resumes"), torch_said  # yet it resumed after a break
+    # the log tlparse reads has the break, with its reason: the counters are what is wrong
+    directory = run_tlparse(run["log"], tmp_path / "tl")
+    reasons = [a for arts in directory.values() for a in arts.get("artifacts", []) if "graph_break_reason" in a.get("name", "")]
+    assert reasons, directory
+    breaks = run[how]["graph_breaks"]
+    assert breaks["total"] + breaks["ends_frame"] >= 1, breaks
+    assert breaks["total"] + breaks["ends_frame"] + breaks["unhandled"] == len(reasons), (breaks, reasons)
