@@ -26,7 +26,7 @@ import pytest
 
 from tests.helpers import WORKLOADS, run_cli, run_python, run_tlparse
 
-MODES = ("modules", "blocks", "unbacked")
+MODES = ("modules", "wrapper", "blocks", "unbacked")
 
 pytestmark = pytest.mark.release  # torch's records of a limit (its fields, its words) on every release
 
@@ -78,6 +78,19 @@ def test_nine_module_classes_through_torchs_one_wrapper_are_one_frame_that_hits_
     assert (eager["function"], eager["why"]) == ("inner", "recompile_limit"), eager
     assert eager["text"] == "hit the recompile limit (8): its new inputs run in eager"
     assert summary["recompile_limit_hits"] == 1 and summary["recompiles"]["total"] == 8
+
+
+@pytest.mark.parametrize("how", ["live", "replay"])
+def test_nine_model_classes_behind_one_library_wrapper_are_one_frame_named_by_the_wrapper(runs, how):
+    records = runs["wrapper"]["torch"]["records"]
+    assert {r["id"].split("/")[0] for r in records} == {"0"} and len(records) == 9, records
+    summary = runs["wrapper"][how]
+    (frame,) = summary["recompiling_frames"]
+    assert frame["function"] == "wrapped_func" and frame["file"].endswith("deprecation.py"), frame
+    assert (frame["compiles"], frame["recompiles"], frame["limit_hits"], frame["limit_status"]) == (9, 8, 1, "hit"), frame
+    assert frame["classes"] == [f"Block{i}" for i in range(1, 8)], frame["classes"]
+    (eager,) = summary["eager_frames"]
+    assert eager["function"] == "wrapped_func", eager  # not Block7, the class before the one that went to eager
 
 
 def test_the_near_limit_warning_names_torchs_shared_frame_and_the_summary_screen_says_who_shares_it(runs):

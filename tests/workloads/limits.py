@@ -6,6 +6,8 @@
   module whose ``forward`` is its own through one wrapper, ``inner``: one frame, one cache, one limit. Its guard on the
   module is by type, not identity, so every class's entry counts toward the recompile limit (8): the ninth module hits
   it and runs in eager;
+- ``wrapper``: the same through a library's wrapper: nine module classes whose ``forward`` transformers'
+  ``deprecate_kwarg`` wraps (``wrapped_func(*args, **kwargs)``, one code object; its guard on ``args[0]`` by type);
 - ``blocks``: three instances of one block, each compiled (``block.compile()``, as ``for layer in model.layers``), at
   four batch sizes with ``dynamic=False``, under ``accumulated_recompile_limit`` 6: the code object's entries, all
   instances', reach it before ``recompile_limit`` (8);
@@ -35,6 +37,20 @@ if mode == "modules":
     modules += [torch.nn.ELU(), torch.nn.Mish(), torch.nn.Hardswish()]
     for m in modules:
         torch.compile(m, backend="eager")(torch.randn(4))
+elif mode == "wrapper":
+    from transformers.utils.deprecation import deprecate_kwarg
+
+    def block(i: int) -> torch.nn.Module:
+        class Block(torch.nn.Module):
+            @deprecate_kwarg("old", new_name="x", version="99.0")
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * (i + 1)
+
+        Block.__name__ = Block.__qualname__ = f"Block{i}"
+        return Block()
+
+    for i in range(9):
+        torch.compile(block(i), backend="eager")(torch.ones(3))
 elif mode == "blocks":
     torch._dynamo.config.accumulated_recompile_limit = 6
 
