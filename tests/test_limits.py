@@ -12,8 +12,9 @@ run's ``TORCH_TRACE`` log, against torch's own record (``tests/workloads/limits.
   for (256 by default: a model whose 32 layers are each compiled, at eight shapes). The bridge read only
   ``recompile_limit`` and said "hit the recompile limit (8)" where torch hit the accumulated one (6 here).
 - **A graph break raised as ``UserError``** (a loop over a data-dependent number of rows) is logged, splits the graph
-  and resumes as any other, but torch's ``counters["graph_break"]`` count ``Unsupported`` breaks only: 0. The log
-  tlparse reads has the break (``dynamo_graph_break_reason``), and the bridge counts it: torch's counters are wrong here.
+  and resumes as any other, but torch's ``counters["graph_break"]`` count ``Unsupported`` breaks only: 0 on 2.13 (2.10's
+  counted it). The log tlparse reads has the break (``dynamo_graph_break_reason``), and the bridge counts it on every
+  release: torch's counters are what is wrong there.
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def test_the_accumulated_limit_is_the_one_the_live_warning_counts_down_to(runs):
 def test_a_graph_break_raised_as_a_user_error_is_counted_where_torchs_counters_miss_it(runs, how, tmp_path):
     run = runs["unbacked"]
     torch_said = run["torch"]
-    assert sum(torch_said["counters"].get("graph_break", {}).values()) == 0, torch_said  # torch's counters: none
-    assert torch_said["counters"].get("resumes"), torch_said  # yet it resumed after a break
+    counted = sum(torch_said["counters"].get("graph_break", {}).values())  # 2.10's counters: 1; 2.13's: 0
+    assert torch_said["counters"].get("resumes"), torch_said  # it resumed after a break, whatever the counters say
     # the log tlparse reads has the break, with its reason: the counters are what is wrong
     directory = run_tlparse(run["log"], tmp_path / "tl")
     reasons = [a for arts in directory.values() for a in arts.get("artifacts", []) if "graph_break_reason" in a.get("name", "")]
@@ -148,3 +149,4 @@ def test_a_graph_break_raised_as_a_user_error_is_counted_where_torchs_counters_m
     breaks = run[how]["graph_breaks"]
     assert breaks["total"] + breaks["ends_frame"] >= 1, breaks
     assert breaks["total"] + breaks["ends_frame"] + breaks["unhandled"] == len(reasons), (breaks, reasons)
+    assert breaks["total"] + breaks["ends_frame"] >= counted, (breaks, counted)

@@ -80,6 +80,33 @@ class RecompilingFrames:
         self.capture_payloads = capture_payloads
         self.max_frames = max_frames
         self.frames: dict[tuple[Any, ...], FrameRecompiles] = {}
+        # torch's frame (compiled autograd id, frame id) -> the summary's frames it compiled for, and how many times each:
+        # two models of one class through one code object are one frame to torch and two here (bounded)
+        self._torch_frames: dict[tuple[int | None, int | None], dict[tuple[Any, ...], int]] = {}
+
+    def _before(self, rec: CompileRecord, key: tuple[Any, ...]) -> int:
+        """This frame's compiles before ``rec``, counted from torch's frame compile id: less those of the summary's other
+        frames in the same torch frame (all of them are this one's where several classes share it)."""
+        cid = rec.compile_id
+        if cid is None or not cid.frame_compile_id:
+            return 0
+        if rec.shared_frame:
+            return cid.frame_compile_id
+        others = sum(n for k, n in self._torch_frames.get((cid.compiled_autograd_id, cid.frame_id), {}).items() if k != key)
+        return max(0, cid.frame_compile_id - others)
+
+    def _count(self, rec: CompileRecord, key: tuple[Any, ...]) -> None:
+        cid = rec.compile_id
+        if cid is None:
+            return
+        tf = (cid.compiled_autograd_id, cid.frame_id)
+        seen = self._torch_frames.get(tf)
+        if seen is None:
+            if len(self._torch_frames) >= self.max_frames:
+                return
+            seen = self._torch_frames[tf] = {}
+        if key in seen or len(seen) < 64:
+            seen[key] = seen.get(key, 0) + 1
 
     def add(self, rec: CompileRecord, key: tuple[Any, ...]) -> None:
         if rec.kind == "backward":  # what the frame's recompiles cost includes their backwards
@@ -94,10 +121,11 @@ class RecompilingFrames:
         f = self.frames.get(key)
         if f is None:
             if not (reason or limit_hit) or len(self.frames) >= self.max_frames:
+                self._count(rec, key)
                 return  # a frame is followed from its first recompile
             f = self.frames[key] = FrameRecompiles()
-            cid = rec.compile_id
-            f.compiles = cid.frame_compile_id if cid is not None and cid.frame_compile_id else 0  # the ones before
+            f.compiles = self._before(rec, key)  # the ones before
+        self._count(rec, key)
         f.compiles += 1
         f.cost_ns += rec.duration_ns
         if f.call_site is None:
