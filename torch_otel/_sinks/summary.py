@@ -274,7 +274,7 @@ class RunSummary(Sink):
             self.cache[k] += n
         for _, part, _ in self.parts:
             part.add(rec)
-        self.extra.add(rec, key, failed)
+        self.extra.add(rec, key, failed, self._frame_key(rec, limit=True) if rec.shared_frame else key)
         if failed:
             self.failures[failed] += 1
         if rec.recompile_limit_hit:
@@ -291,10 +291,11 @@ class RunSummary(Sink):
         return heapq.heappushpop(heap, item)
 
     @staticmethod
-    def _frame_key(rec: CompileRecord) -> FrameKey:
-        """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler), or torch's
-        where several classes' compiles share that frame and its recompile limit (``CompileRecord.limit_frame``)."""
-        code = rec.limit_frame()
+    def _frame_key(rec: CompileRecord, limit: bool = False) -> FrameKey:
+        """The frame a compile counts for: its code (a backward's is its forward's, derived by the assembler); with
+        ``limit``, the frame its recompile limit counts it in: torch's, where several classes share that frame and its
+        limit (``CompileRecord.limit_frame``: the frames that recompile, those left in eager)."""
+        code = rec.limit_frame() if limit else rec.code
         if code.function is not None and code.file is not None:
             site = rec.call_site
             called_from = None
@@ -515,7 +516,8 @@ class _Extra:
         self.ranks: set[int] = set()
         self.versions: set[str] = set()
 
-    def add(self, rec: CompileRecord, key: FrameKey, failed: str | None) -> None:
+    def add(self, rec: CompileRecord, key: FrameKey, failed: str | None, limit_key: FrameKey) -> None:
+        """``limit_key``: the frame the compile's recompile limit counts it in (torch's, where several classes share it)."""
         for gb in rec.handled_graph_breaks:
             k = (graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "", gb.filename, gb.lineno, key[0])
             if k in self.breaks or len(self.breaks) < MAX_LOCATIONS:
@@ -524,12 +526,12 @@ class _Extra:
             k = (graph_break_code(gb.gb_type, gb.reason), gb.gb_type or "", gb.filename, gb.lineno, key[0])
             if k in self.ending or len(self.ending) < MAX_LOCATIONS:
                 self.ending[k] += 1
-        self.eager.add(rec, key)
+        self.eager.add(rec, limit_key)
         if failed:
             f = (failed, *key)
             if f in self.failed or len(self.failed) < MAX_LOCATIONS:
                 self.failed[f] += 1
-        self.recompiling.add(rec, key)
+        self.recompiling.add(rec, limit_key)
         if rec.rank is not None and len(self.ranks) < 65536:
             self.ranks.add(rec.rank)
         version = rec.torch_version or (_live_torch_version() if self.live else None)
