@@ -23,6 +23,7 @@ from typing import Any
 from .._core.graph_breaks import explanation, graph_break_code, in_loop
 from .._core.text import cut, wrap
 from .._model.record import CompileRecord
+from .recompile_guards import limit_label
 
 __all__ = ["MAX_EAGER_FRAMES", "EagerFrames", "eager_lines", "why_eager"]
 
@@ -86,7 +87,7 @@ def _text(e: Mapping[str, Any]) -> str:
         return f"a graph break torch could not handle{at}: torch skipped the whole frame"
     if why == "recompile_limit":
         limit = f" ({e['limit']})" if e.get("limit") is not None else ""
-        which = "accumulated recompile limit" if e.get("limit_name") == "accumulated_recompile_limit" else "recompile limit"
+        which = limit_label(e.get("limit_name"))
         return f"hit the {which}{limit}: its new inputs run in eager"
     if why == "failure":
         return f"its compile failed ({e.get('fail_type')}){at}: torch runs it uncompiled"

@@ -29,6 +29,7 @@ __all__ = [
     "accumulated_limit_of",
     "automatic_dynamic_of",
     "guard_line",
+    "limit_label",
     "limit_raises_of",
     "live_recompile_limit",
     "parse_guard",
@@ -104,6 +105,11 @@ def recompile_limit_of(metrics: Mapping[str, Any] | None) -> int | None:
 
 _ACCUMULATED_RE = re.compile(r'"accumulated_(?:recompile|cache_size)_limit": (\d+)')
 ACCUMULATED = "accumulated_recompile_limit"  # the limit on every cache entry of a code object (torch 2.1 on)
+
+
+def limit_label(name: object) -> str:
+    """A limit's name (a summary row's ``limit_name``) in words: ``recompile limit``, ``accumulated recompile limit``."""
+    return "accumulated recompile limit" if name == ACCUMULATED else "recompile limit"
 
 
 def accumulated_limit_of(metrics: Mapping[str, Any] | None) -> int | None:

@@ -16,13 +16,13 @@ from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_tex
 from .._core.text import cut, cut_where, shorten_reason, wrap
 from .._model.record import CompileRecord
 from .recompile_guards import (
-    ACCUMULATED,
     EXPECTED_ONLY,
     MAX_VALUES,
     NEAR,
     GuardValues,
     automatic_dynamic_of,
     guard_line,
+    limit_label,
     parse_guard,
     sort_values,
 )
@@ -264,7 +264,7 @@ def limit_words(f: Mapping[str, Any], short: bool = False) -> str:
     """How close a frame is to the recompile limit, in words (its compiles: frame compiles, the entries the limit
     counts; their backwards are not among them)."""
     limit, entries, hits = f.get("limit"), f.get("cache_entries"), f.get("limit_hits") or 0
-    which = "accumulated recompile limit" if f.get("limit_name") == ACCUMULATED else "recompile limit"
+    which = limit_label(f.get("limit_name"))
     if limit is None:
         return f"hit the {which} (runs in eager)" if hits else "limit unknown (the log does not say)"
     if hits:
