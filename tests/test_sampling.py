@@ -58,7 +58,10 @@ def test_a_further_rank_keeps_only_its_recompiles_and_failures_and_counts_the_re
     assert "train_step" in {s.name for s in spans}
     # the dropped compile built no span at all, and is counted
     kept = {r.context.trace_id for r in roots}
-    stray = [(s.name, dict(s.attributes or {})) for s in spans if s.name != "train_step" and s.context.trace_id not in kept]
+    # the process's one start-up trace is no compile's: the sampler leaves it to the SDK's default, as the user's spans,
+    # and it is there only where this process's start-up ended during the test
+    own = ("train_step", "torch.startup")
+    stray = [(s.name, dict(s.attributes or {})) for s in spans if not s.name.startswith(own) and s.context.trace_id not in kept]
     assert not stray, stray
     assert sum(not_sampled().values()) - before == 1
     assert registry.get_sample_value("torch_otel_compiles_not_sampled_total", {"kind": "frame"}) >= 1
