@@ -332,3 +332,28 @@ def test_a_finished_compiles_facts_are_worked_out_once_and_read_the_same_as_from
         rec.seal()
         rec.cache_counts()[("fx_graph", "local", "hit")] = 99
         assert ("fx_graph", "local", "hit") not in rec.cache_counts()
+
+
+def test_the_skip_torch_logs_after_a_soft_failed_frame_compile_joins_that_compile():
+    """torch 2.10's convert_frame logs a soft failure's skip (``dynamo_graph_break_reason``, "torch.compile will skip
+    tracing the frame ...") under the failed compile's id after its metrics and its root's end: the compile waits for
+    it. One that never comes (torch's graph_breaks logger off) is finished by the next compile's begin; a failure with
+    no user stack (a recompile limit's) has none, and is finished at once."""
+    failed = {**FN, "fail_type": "UserError", "fail_reason": "data-dependent", "fail_user_frame_filename": "/w/model.py"}
+    skip = GraphBreakEvent(cid("1/0"), "Graph break: ... torch.compile will skip tracing the frame fn", skipped_frame=True)
+    dynamo = frame("1/0", 100, 900)
+    asm, sink = feed(dynamo[:-1], metrics("1/0", **failed), dynamo[-1])  # 2.10's order: metrics, then the root's end
+    assert sink.finished == []  # held for its skip
+    asm.feed(skip)
+    rec = sink.only()
+    assert [gb.skipped_frame for gb in rec.graph_breaks] == [True] and asm.stats["orphan_graph_breaks"] == 0
+    asm, sink = feed(dynamo[:-1], metrics("1/0", **failed), dynamo[-1], frame("2/0", 1000, 1100))
+    assert sink.ids()[0] == ("frame", "1/0") and sink.finished[0].graph_breaks == []  # no skip came: the next begin
+    asm, sink = feed(dynamo[:-1], metrics("1/0", **failed), dynamo[-1])
+    asm.release_held()  # live: the end of the batch of events the compile ended in
+    assert sink.ids() == [("frame", "1/0")] and sink.finished[0].graph_breaks == []
+    asm.feed(skip)  # a skip later than its batch: counted as one with no compile open, as before
+    assert len(sink.finished) == 1 and asm.stats["orphan_graph_breaks"] == 1
+    for fields in ({**failed, "fail_user_frame_filename": None}, {**FN, "fail_type": "RecompileLimitExceeded"}):
+        asm, sink = feed(dynamo, metrics("1/0", **fields))
+        assert sink.ids() == [("frame", "1/0")], fields

@@ -40,7 +40,7 @@ from .._model.events import (
     RecompileReasonsEvent,
     StartEvent,
 )
-from .._model.record import ROOTS, RUNTIME, STANDALONE, CompileRecord, PhaseNode, Sink
+from .._model.record import ROOTS, RUNTIME, SOFT_FAIL_TYPES, STANDALONE, CompileRecord, PhaseNode, Sink
 from .derive import RECENT, CacheLoads, Derive, Tracing, guard
 from .fanout import Fanout
 from .phase_tree import ATTRIBUTED, MAX_PHASES, place, place_phase
@@ -57,6 +57,23 @@ MAX_RECOMPILE_REASONS = 32
 MAX_SCHEDULES = 64  # inductor graphs per compile (DDP buckets, forward and backward)
 MAX_FRAME_OBJECTS = 8  # guard dumps per compile naming the frame's objects (one per attempt)
 MAX_EARLY_STARTS = 64  # dynamo_start records waiting for their compile's root
+
+
+# A frame compile that failed softly (``SOFT_FAIL_TYPES``: torch runs the frame in eager) on an error raised with the
+# user's stack (CompilationMetrics' ``fail_user_frame_filename``), whose skip its tracer did not log: torch's
+# convert_frame logs that skip (``dynamo_graph_break_reason``, "torch.compile will skip tracing the frame ...") under
+# the compile's id after the compile's metrics and its root's end (2.10 for each such failure; 2.13 only for one its
+# tracer did not log), while its graph_breaks logger is on (the bridge's handler turns it on). A recompile limit's
+# failure has no user stack, and no such skip.
+def _ready(rec: CompileRecord) -> bool:
+    """Whether a compile that has ended and has its metrics is finished: not while torch has that skip still to log.
+    One held waits for it (``_attach``), the next compile's begin or a flush (``_finish_pending``, ``flush``), as a
+    compile whose metrics have not come does; live, the end of its batch of events at the latest (``release_held``)."""
+    if rec.kind != "frame" or rec.fail_type not in SOFT_FAIL_TYPES or rec.recompile_limit_hit:
+        return True
+    if not isinstance((rec.metrics or {}).get("fail_user_frame_filename"), str):
+        return True
+    return any(gb.skipped_frame for gb in rec.graph_breaks)
 
 
 def _merge_schedule(rec: CompileRecord, ev: GraphScheduleEvent) -> bool:
@@ -194,6 +211,8 @@ class Assembler:
         kept.append(event if row.value is None else row.value(event))
         if row.raises_attempt:
             rec.attempt = max(rec.attempt, event.attempt)
+        if type(event) is GraphBreakEvent and rec._ended and rec.metrics is not None and _ready(rec):
+            self._finish(rec)  # the skip torch logs after a frame compile that failed softly: the last of it
 
     def _recompile_reasons(self, event: RecompileReasonsEvent) -> None:
         if event.for_next:  # compiled autograd logs its cache miss before the graph's compile begins
@@ -231,6 +250,15 @@ class Assembler:
             if rec.start_stack is None:
                 rec.start_stack = event.stack
             rec.attempt = max(rec.attempt, event.attempt)
+
+    def release_held(self) -> None:
+        """Finish every compile held for the skip torch logs after it (``_ready``) that has not come: live capture calls
+        this at the end of each batch of events, as torch logs that skip right after the compile, before the batch is
+        taken; so a compile whose skip never comes (torch's graph_breaks logger off) is not held past its batch."""
+        with self._lock:
+            if self._open:
+                for rec in [r for r in self._open.values() if r._ended and r.metrics is not None]:
+                    self._finish(rec)
 
     def flush(self, reason: str = "the process exited before the compile ended", cut_ns: int | None = None) -> None:
         """Finish every compile in flight (ended ones normally, the rest as incomplete).
@@ -392,7 +420,7 @@ class Assembler:
                 ending.rank = ev.rank
             ending._stack.clear()
             ending._ended = True
-            if ending.metrics is not None or ending.kind == "compiled_autograd" or ev.final:
+            if (ending.metrics is not None and _ready(ending)) or ending.kind == "compiled_autograd" or ev.final:
                 self._finish(ending)
             return
         self._inner_phase(ev)
@@ -433,7 +461,7 @@ class Assembler:
         rec.attempt = max(rec.attempt, ev.attempt)
         if ev.rank is not None:
             rec.rank = ev.rank
-        if rec._ended:
+        if rec._ended and _ready(rec):
             self._finish(rec)
 
     def _runtime(self, ev: PhaseEvent) -> CompileRecord | None:

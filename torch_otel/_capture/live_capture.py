@@ -297,11 +297,15 @@ class LiveCapture:
                     try:
                         fn, a, b, c = pop()
                     except IndexError:
-                        return
+                        break
                     try:
                         fn(a, b, c)
                     except Exception as exc:  # noqa: BLE001 - one bad event must not stop the others
                         record_error("live event processing", exc)
+                try:
+                    self.assembler.release_held()  # a compile held for a skip torch logs after it: not past its batch
+                except Exception as exc:  # noqa: BLE001
+                    record_error("live event processing", exc)
             finally:
                 _in_bridge.reset(token)
 
