@@ -147,6 +147,31 @@ def test_one_function_compiled_for_three_shapes_and_called_7_1_and_3_times_count
     assert torch.equal(f(torch.ones(2)), torch.full((2,), 3.0))
 
 
+@pytest.mark.release
+def test_after_torch_dynamo_reset_each_graph_that_reuses_torchs_id_is_its_own(counted):
+    """``torch._dynamo.reset()`` numbers compiles from 0/0 again: the first run's 0/0 and the second's are two graphs,
+    each with its own calls. Once, the two merged: 3 graphs each "called" twice, none that ran once, and the frame that
+    keeps recompiling lost its evidence."""
+    torch._dynamo.config.automatic_dynamic_shapes = False  # a graph per shape
+    c = counted()
+    for times in ((1, 1, 1), (2, 1, 3)):
+        f = torch.compile(_scale, backend="eager")
+        for n, k in zip((2, 3, 4), times, strict=True):
+            for _ in range(k):
+                f(torch.ones(n))
+        torch._dynamo.reset()
+    summary = c.stop()
+
+    part = summary["graph_calls"]
+    assert (part["graphs"], part["calls"]) == (6, 9)
+    [frame] = part["frames"]
+    calls = [(g["id"], g["calls"]) for g in frame["graphs"]]
+    assert calls == [("0/0", 1), ("0/1", 1), ("0/2", 1), ("0/0", 2), ("0/1", 1), ("0/2", 3)], calls
+    assert frame["dead"] == 4 and sorted(d["id"] for d in part["dead"]) == ["0/0", "0/1", "0/1", "0/2"]
+    [recompiling] = [r for r in summary["recompiling_frames"] if r["function"] == "_scale"]
+    assert (recompiling["evidence"]["ran_once"], recompiling["evidence"]["of"]) == (4, 6), recompiling["evidence"]
+
+
 def test_a_cpu_graph_has_one_call_in_16_timed_and_a_graph_off_the_cpu_is_counted_but_never_timed(counted):
     """Timing a call needs no device sync on the CPU only: a graph with an input elsewhere (here the meta device, as a
     GPU's would be) gets the counter without a clock."""

@@ -248,6 +248,13 @@ def test_two_models_compiled_through_one_library_wrapper_are_two_frames(runs):
     # (2/0, the static model's, 2/1 the dynamic's, 2/2 to 2/4 the static's): once, each counted the other's as its own
     assert (static[forward]["compiles"], dynamic[forward]["compiles"]) == (4, 1), (static[forward], dynamic[forward])
     assert static[forward]["keeps_recompiling"] and not dynamic[forward]["keeps_recompiling"]
+    # their graphs' calls too, each frame at its own call site: the static model's 4 graphs ran once each (the evidence
+    # on its frame alone), the dynamic model's one graph ran 4 times. Once, one frame of 5 graphs, whose evidence
+    # both frames showed
+    calls = {(f["function"], f["call_site"]): f for f in runs["two_models"]["summary"]["graph_calls"]["frames"]}
+    assert (calls[(forward, STATIC)]["compiles"], calls[(forward, STATIC)]["dead"]) == (4, 4), calls[(forward, STATIC)]
+    assert [g["calls"] for g in calls[(forward, DYNAMIC)]["graphs"]] == [4], calls[(forward, DYNAMIC)]
+    assert static[forward]["evidence"]["ran_once"] == 4 and "evidence" not in dynamic[forward]
 
 
 @pytest.mark.parametrize("mode", HINTS)

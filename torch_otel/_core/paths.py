@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
 
 def path_problem(path: str) -> str | None:
@@ -70,3 +71,12 @@ def in_installed_package(path: str | None) -> bool:
         return False
     parts = path.replace("\\", "/").split("/")
     return any(p in _INSTALLED for p in parts[:-1])
+
+
+def library_call_site(code_file: str | None, site: Any) -> str | None:
+    """Where the user called a library's frame (``model.py:41``): part of the frame's key in the run summary, so two
+    models compiled through one library wrapper are two frames; None for the user's own code, or with no call site.
+    ``site``: the compile's call site (``CompileRecord.call_site``: ``file`` and ``line``)."""
+    if site is None or not getattr(site, "file", None) or not in_installed_package(code_file):
+        return None
+    return f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"

@@ -25,7 +25,7 @@ from .._analysis.recompiling_frames import RecompilingFrames
 from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
 from .._core.errors import warn_once
 from .._core.graph_breaks import graph_break_code
-from .._core.paths import in_installed_package, path_problem
+from .._core.paths import library_call_site, path_problem
 from .._core.ranks import env_rank
 from .._features.feature import Feature
 from .._features.registry import features_or_default
@@ -297,11 +297,7 @@ class RunSummary(Sink):
         limit (``CompileRecord.limit_frame``: the frames that recompile, those left in eager)."""
         code = rec.limit_frame() if limit else rec.code
         if code.function is not None and code.file is not None:
-            site = rec.call_site
-            called_from = None
-            if site is not None and site.file and in_installed_package(code.file):
-                called_from = f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"
-            return (code.function, code.file, code.line, called_from)
+            return (code.function, code.file, code.line, library_call_site(code.file, rec.call_site))
         return (f"({ROOT_NAMES.get(rec.kind, rec.kind)})", None, None, None)
 
     def _phases(self, rec: CompileRecord, duration_ns: int) -> _Tree:

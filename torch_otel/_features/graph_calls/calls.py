@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._core.compile_id import CompileId
+from ..._core.paths import library_call_site
 from ..._model.record import CompileRecord
 from .counters import Counted, Graph
 
@@ -79,6 +80,7 @@ class CompileCalls:
     graphs: tuple[Counted, ...] = ()
     with_forward: tuple[Counted, ...] = ()
     uncounted: bool = False
+    called_from: str | None = None  # a library's frame: the user's call site (the run summary keys its frames by it)
 
     @property
     def pass_(self) -> str:
@@ -143,6 +145,7 @@ def derive(rec: CompileRecord, state: Any) -> None:
         graphs=tuple(g for g in graphs if not g.with_forward),
         with_forward=tuple(g for g in graphs if g.with_forward),
         uncounted=any(ev.graph is None for ev in mine),
+        called_from=library_call_site(code.file, rec.call_site),
     )
     rec.derived[NAME] = cc
     if state is not None:

@@ -42,6 +42,7 @@ def compare(b: Mapping[str, Any], n: Mapping[str, Any]) -> dict[str, Any] | None
                 "function": ref.get("function"),
                 "file": ref.get("file"),
                 "line": ref.get("line"),
+                "call_site": ref.get("call_site"),
                 "status": "both" if x is not None and y is not None else "new" if y is not None else "gone",
                 **{
                     f"{side}_{k}": int(num((d or {}).get(k)))

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from ..._core.frame_names import row_where
 from ..._core.merge import Merge, basename, merge_with, num, sum_int, sum_s
 from ..._model.record import CompileRecord
 from .calls import DEAD_CALLS, NAME, CompileCalls, compile_calls, earliest, latest
@@ -24,7 +25,9 @@ MAX_FRAME_GRAPHS = 32  # graphs listed per frame
 MAX_DEAD = 20  # compiles listed among those that never paid off
 
 
-FrameKey = tuple[str, str | None, int | None]
+FrameKey = tuple[str, str | None, int | None, str | None]  # function, file, line, a library frame's call site
+RowKey = tuple[str, str, int]  # compile id, kind, and which of the process's compiles of that id (torch's ids start
+# again after torch._dynamo.reset(): two graphs 0/0, each a row of its own)
 
 
 def _s(ns: float) -> float:
@@ -37,8 +40,8 @@ def _t(ns: int | None) -> float | None:
 
 def _frame_key(cc: CompileCalls) -> FrameKey:
     if cc.function is not None and cc.file is not None:
-        return (cc.function, cc.file, cc.line)
-    return (f"({'torch.compile.backward' if cc.kind == 'backward' else 'torch.compile'})", None, None)
+        return (cc.function, cc.file, cc.line, cc.called_from)
+    return (f"({'torch.compile.backward' if cc.kind == 'backward' else 'torch.compile'})", None, None, None)
 
 
 class CallsPart:
@@ -63,19 +66,20 @@ class CallsPart:
         if not known and not any(cc.uncounted for cc in self.kept):
             return None  # no compile of this run had its calls counted (replay, counting off, a trace without them)
         all_s = num(facts.get("wall_s"))
-        rows: dict[tuple[str, str], dict[str, Any]] = {}  # (id, kind) -> graph row, the ranks' calls added up
-        frames: dict[FrameKey, list[tuple[str, str]]] = {}
+        rows: dict[RowKey, dict[str, Any]] = {}  # one per compile (and per backward compiled with its forward)
+        frames: dict[FrameKey, list[RowKey]] = {}
+        seen: dict[tuple[str, str], int] = {}  # each (id, kind): its compiles so far in this process
 
-        def row(k: tuple[str, str], cc: CompileCalls) -> dict[str, Any]:
-            r = rows.get(k)
-            if r is None:
-                r = rows[k] = {"id": k[0], "kind": k[1], "calls": 0, "compile_s": 0.0, "timed_calls": 0,
-                               "run_s_total": 0.0, "first_call": None, "last_call": None}  # fmt: skip
-                frames.setdefault(_frame_key(cc), []).append(k)
+        def row(cid: str, kind: str, cc: CompileCalls) -> dict[str, Any]:
+            n = seen[(cid, kind)] = seen.get((cid, kind), -1) + 1
+            k = (cid, kind, n)
+            r = rows[k] = {"id": cid, "kind": kind, "calls": 0, "compile_s": 0.0, "timed_calls": 0,
+                           "run_s_total": 0.0, "first_call": None, "last_call": None}  # fmt: skip
+            frames.setdefault(_frame_key(cc), []).append(k)
             return r
 
         for cc in known:
-            r = row((cc.compile_id, cc.kind), cc)
+            r = row(cc.compile_id, cc.kind, cc)
             timed, run_ns = cc.timing()
             r["calls"] += cc.calls() or 0
             r["compile_s"] = round(r["compile_s"] + cc.compile_ns / 1e9, 6)
@@ -85,7 +89,7 @@ class CallsPart:
             b = cc.backward_calls()
             if b is not None:  # a backward compiled with its forward (dynamic shapes, or a cache that served both):
                 # a graph of its own, as a lazily compiled one is; its compile time is in its forward's
-                rb = row((cc.compile_id, "backward"), cc)
+                rb = row(cc.compile_id, "backward", cc)
                 rb["calls"] += b
                 rb["with_forward"] = True
                 bt = [(g.timed_calls, g.run_ns) for g in cc.with_forward]
@@ -95,13 +99,14 @@ class CallsPart:
         for r in rows.values():
             _finish_row(r)
         out_frames = []
-        for (fn, path, line), keys in frames.items():
-            graphs = sorted((rows[k] for k in keys), key=lambda r: _id_order(r["id"], r["kind"]))
+        for (fn, path, line, site), keys in frames.items():
+            graphs = [rows[k] for k in sorted(keys, key=lambda k: (k[2], *_id_order(k[0], k[1])))]  # a reset's after those before
             out_frames.append(
                 {
                     "function": fn,
                     "file": path,
                     "line": line,
+                    "call_site": site,
                     "compiles": len(graphs),
                     "calls": sum(r["calls"] for r in graphs if r["kind"] != "backward"),
                     "compile_s": round(sum(r["compile_s"] for r in graphs), 6),
@@ -131,10 +136,10 @@ def _dates(r: dict[str, Any], first_ns: int | None, last_ns: int | None) -> None
     r["last_call"] = last if r["last_call"] is None or (last and last > r["last_call"]) else r["last_call"]
 
 
-def _where(frames: Mapping[FrameKey, list[tuple[str, str]]], k: tuple[str, str]) -> dict[str, Any]:
-    for (fn, path, line), keys in frames.items():
+def _where(frames: Mapping[FrameKey, list[RowKey]], k: RowKey) -> dict[str, Any]:
+    for (fn, path, line, site), keys in frames.items():
         if k in keys:
-            return {"function": fn, "file": path, "line": line}
+            return {"function": fn, "file": path, "line": line, "call_site": site}
     return {}
 
 
@@ -162,11 +167,6 @@ def _at_most(rows: Any, n: int, all_s: float) -> dict[str, Any]:
 
 def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _short(fn: Any, path: Any, line: Any) -> str:
-    b = basename(path)
-    return f"{fn} ({b}:{line if line is not None else '?'})" if b else str(fn)
 
 
 def _ids(rows: list[Mapping[str, Any]]) -> str:
@@ -206,7 +206,7 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     for f in (c.get("frames") or [])[:2]:
         graphs = [g for g in f.get("graphs") or [] if g.get("kind") != "backward"]
         dead = int(num(f.get("dead")))
-        head = f"  {_short(f['function'], f['file'], f['line'])}: {f['compile_s']:.2f} s compiling" + (
+        head = f"  {row_where(f)}: {f['compile_s']:.2f} s compiling" + (
             f", {dead} graph{'s' if dead != 1 else ''} ran at most once ({num(f.get('dead_compile_s')):.2f} s)" if dead else ""
         )
         listed = ", ".join(
@@ -226,7 +226,7 @@ def _merge_frames(values: list[Any]) -> list[dict[str, Any]]:
         for f in part or []:
             if not isinstance(f, Mapping):
                 continue
-            k = (f.get("function"), basename(f.get("file")), f.get("line"))
+            k = (f.get("function"), basename(f.get("file")), f.get("line"), f.get("call_site"))
             m = merged.setdefault(k, {**dict(f), "graphs": [], "more_graphs": 0, "compiles": 0, "calls": 0,
                                       "compile_s": 0.0, "dead": 0, "dead_compile_s": 0.0})  # fmt: skip
             m["more_graphs"] += int(num(f.get("more_graphs")))
@@ -286,7 +286,7 @@ def _merge_dead(values: list[Any]) -> list[dict[str, Any]]:
         for r in part or []:
             if not isinstance(r, Mapping):
                 continue
-            k = (r.get("id"), r.get("kind"), r.get("function"), basename(r.get("file")), r.get("line"))
+            k = (r.get("id"), r.get("kind"), r.get("function"), basename(r.get("file")), r.get("line"), r.get("call_site"))
             if k in merged:
                 _add_rows(merged[k], r)
             else:
@@ -336,12 +336,14 @@ def add_call_evidence(frames: list[dict[str, Any]], graph_calls: Mapping[str, An
     if not isinstance(graph_calls, Mapping):
         return
     by_frame = {
-        (g.get("function"), basename(g.get("file")), g.get("line")): g
+        (g.get("function"), basename(g.get("file")), g.get("line"), g.get("call_site")): g
         for g in graph_calls.get("frames") or []
         if isinstance(g, Mapping)
     }
     for f in frames:
-        calls = by_frame.get((f.get("function"), basename(f.get("file")), f.get("line")))
+        # a library's frame is its call site's (two models through one wrapper); the user's own code is one frame
+        code = (f.get("function"), basename(f.get("file")), f.get("line"))
+        calls = by_frame.get((*code, f.get("call_site"))) or by_frame.get((*code, None))
         graphs = [g for g in (calls or {}).get("graphs") or [] if isinstance(g, Mapping) and g.get("kind") == "frame"]
         once = [g for g in graphs if isinstance(g.get("calls"), int) and g["calls"] <= 1]
         if not once:
