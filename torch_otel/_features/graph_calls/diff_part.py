@@ -9,7 +9,7 @@ from typing import Any
 
 from ..._core.frame_names import match, row_where
 from ..._core.merge import num
-from ..._core.text import cut
+from ..._core.text import cut, cut_where
 from .calls import NAME
 
 __all__ = ["compare", "text"]
@@ -80,11 +80,10 @@ def text(gc: Any, w: int) -> list[str]:
     ]
     for x in gc["frames"]:
         tag = " (new)" if x["status"] == "new" else " (gone)" if x["status"] == "gone" else ""
-        lines.append(
-            cut(
-                f"  {row_where(x)}{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
-                f"graphs {x['base_compiles']} -> {x['new_compiles']}, ran at most once {x['base_dead']} -> {x['new_dead']}",
-                w,
-            )
+        rest = (
+            f"{tag}: calls {x['base_calls']:,} -> {x['new_calls']:,}, "
+            f"graphs {x['base_compiles']} -> {x['new_compiles']}, ran at most once {x['base_dead']} -> {x['new_dead']}"
         )
+        # the frame's name gives way before its numbers (a library's frame with the user's call site is long)
+        lines.append(cut(f"  {cut_where(row_where(x), max(24, w - 2 - len(rest)))}{rest}", w))
     return lines
