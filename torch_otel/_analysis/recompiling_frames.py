@@ -7,12 +7,12 @@ summary's part, with each frame's guards in words and its hints (torch_otel._ana
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.paths import call_site_text
 from .._core.text import cut, cut_where, shorten_reason, wrap
 from .._model.record import CompileRecord
 from .recompile_guards import (
@@ -61,10 +61,7 @@ class FrameRecompiles:
 
 
 def call_site_of(rec: CompileRecord) -> str | None:
-    site = rec.call_site
-    if site is None or not site.file:
-        return None
-    return f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"
+    return call_site_text(rec.call_site)
 
 
 class RecompilingFrames:

@@ -73,10 +73,15 @@ def in_installed_package(path: str | None) -> bool:
     return any(p in _INSTALLED for p in parts[:-1])
 
 
-def library_call_site(code_file: str | None, site: Any) -> str | None:
-    """Where the user called a library's frame (``model.py:41``): part of the frame's key in the run summary, so two
-    models compiled through one library wrapper are two frames; None for the user's own code, or with no call site.
-    ``site``: the compile's call site (``CompileRecord.call_site``: ``file`` and ``line``)."""
-    if site is None or not getattr(site, "file", None) or not in_installed_package(code_file):
+def call_site_text(site: Any) -> str | None:
+    """A compile's call site (``CompileRecord.call_site``: ``file`` and ``line``) as the summary writes it: ``model.py:41``;
+    None with no call site."""
+    if site is None or not getattr(site, "file", None):
         return None
     return f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}"
+
+
+def library_call_site(code_file: str | None, site: Any) -> str | None:
+    """Where the user called a library's frame (``model.py:41``): part of the frame's key in the run summary, so two
+    models compiled through one library wrapper are two frames; None for the user's own code, or with no call site."""
+    return call_site_text(site) if in_installed_package(code_file) else None

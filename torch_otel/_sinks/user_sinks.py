@@ -8,13 +8,13 @@ counted and logged once (``sink <its class>.<method>``); the next sink still get
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from .._core.categories import scrub_guard_text, strip_recompile_prefix
 from .._core.errors import record_error
 from .._core.graph_breaks import graph_break_code
+from .._core.paths import call_site_text
 from .._model.record import CompileRecord, PhaseNode, Sink
 from .._model.sink_api import SCHEMA_VERSION, CacheRequests, Compile, GraphBreak, Phase
 from .._model.sink_api import Sink as UserSink
@@ -58,7 +58,7 @@ def public_record(rec: CompileRecord, capture_payloads: bool = False) -> Compile
         file=code.file,
         line=code.line,
         # the user's line that called it, as the run summary writes it
-        call_site=f"{os.path.basename(site.file)}:{site.line if site.line is not None else '?'}" if site and site.file else None,
+        call_site=call_site_text(site),
         recompile_reason=reason or None,
         graph_breaks=tuple(
             GraphBreak(

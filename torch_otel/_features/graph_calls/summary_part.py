@@ -9,6 +9,7 @@ from typing import Any
 
 from ..._core.frame_names import row_where
 from ..._core.merge import Merge, basename, merge_with, num, sum_int, sum_s
+from ..._core.text import cut
 from ..._model.record import CompileRecord
 from .calls import DEAD_CALLS, NAME, CompileCalls, compile_calls, earliest, latest
 from .counters import MAX_GRAPHS
@@ -165,10 +166,6 @@ def _at_most(rows: Any, n: int, all_s: float) -> dict[str, Any]:
             "share": round(s / all_s, 4) if all_s else 0.0}  # fmt: skip
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def _ids(rows: list[Mapping[str, Any]]) -> str:
     ids = [str(r["id"]) for r in rows]
     return ids[0] if len(ids) == 1 else f"{ids[0]} to {ids[-1]}" if len(ids) > 2 else " and ".join(ids)
@@ -198,7 +195,7 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
     rest = 1 - num(c.get("compile_s")) / of_all if of_all else 0.0
     if rest >= 0.01:  # the shares stop short of all (by 1% or more, as they print): say where the rest went
         out.append(
-            _cut(
+            cut(
                 f"  the other {rest:.0%}: compiles with no graph counted (none installed, failed, past the counters' bound)",
                 width,
             )
@@ -214,8 +211,8 @@ def summary_text(facts: Mapping[str, Any], width: int) -> list[str]:
             for g in graphs[:8]
         )
         more = len(graphs) - 8 + int(num(f.get("more_graphs")))
-        out.append(_cut(head, width))
-        out.append(_cut(f"    calls per graph (compile s per call): {listed}" + (f" (+{more} more)" if more > 0 else ""), width))
+        out.append(cut(head, width))
+        out.append(cut(f"    calls per graph (compile s per call): {listed}" + (f" (+{more} more)" if more > 0 else ""), width))
     return out
 
 
