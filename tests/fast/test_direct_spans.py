@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
@@ -22,7 +22,8 @@ from torch_otel._core.errors import internal_error_count
 from torch_otel._core.settings import Settings
 from torch_otel._model.record import CompileRecord
 from torch_otel._otel import direct_spans as direct_spans_module
-from torch_otel._otel.direct_spans import MAX_TEXT, direct_spans
+from torch_otel._otel.direct_spans import MAX_TEXT, EncodedSpan, direct_spans
+from torch_otel._otel.wire import Encoder, use_fast_encoding
 from torch_otel._parse.trace_log import ReplayStats
 from torch_otel._pipeline.replay import replay_file
 from torch_otel._sinks.spans import SpanMapper
@@ -337,4 +338,86 @@ def test_a_finished_span_reaches_each_processor_as_its_own_on_end_takes_it():
     names = [[s.name for s in e.get_finished_spans()] for e in (ours_batch, ours_simple, their_batch, their_simple)]
     assert names == [["kept", "kept too"]] * 4
     for p in (ours, theirs):
+        p.shutdown()
+
+
+class _Encoding(SpanExporter):
+    """The bridge's OTLP/gRPC span exporter as the bridge sets it up (its own encoder, sending bytes), behind a guard
+    like the bridge's (``inner``): keeps each export's request as the bytes it would send, and the spans it was given.
+    Nothing is sent (no export reaches its channel)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        self.inner = OTLPSpanExporter(endpoint="127.0.0.1:9", insecure=True)
+        assert use_fast_encoding(self.inner)
+        self.requests: list[bytes] = []
+        self.spans: list[Any] = []
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.requests.append(self.inner._translate_data(spans))  # noqa: SLF001 - what its export sends
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+def _flat(request: Any) -> list[tuple[Any, Any, Any]]:
+    """An export request's spans, each with its resource and scope (as the collector reads them)."""
+    return [(rs.resource, ss.scope, span) for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+
+
+@pytest.mark.parametrize(
+    "log, artifacts",
+    [("comp_failure.log.gz", False), ("cache_hit_miss.log.gz", True), ("multi_rank_runtime_rank_0.log.gz", False)],
+)
+def test_phase_spans_written_as_bytes_are_the_message_the_sdks_path_and_encoder_make(log, artifacts):
+    """The default set-up (the SDK's batch processor, the bridge's OTLP/gRPC exporter): a real log's phase spans are
+    written as their OTLP bytes as they are made. The requests the exporter sends are the SDK's encoding of the SDK's own
+    spans, span by span, with the same ids; and a reader other than the bridge's encoder sees the SDK's span fields."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    provider = TracerProvider(id_generator=_Counting())
+    encoding = _Encoding()
+    provider.add_span_processor(BatchSpanProcessor(encoding))
+    tracer = provider.get_tracer("torch_otel.test", "1.0")
+    direct = direct_spans(tracer)
+    assert direct is not None and direct.emits is not None  # the bytes are written
+    errors = internal_error_count()
+    mapper = SpanMapper(tracer, Settings(capture="full" if artifacts else "default"), live=False)
+    replay_file(CORPUS / log, [Collect()], ReplayStats(), artifacts=artifacts, tracing=mapper)
+    provider.force_flush()
+    assert internal_error_count() == errors
+    written = [s for s in encoding.spans if type(s) is EncodedSpan]
+    assert written and len(written) < len(encoding.spans)  # the phases as bytes; the roots as spans
+    sent = [x for r in encoding.requests for x in _flat(ExportTraceServiceRequest.FromString(r))]
+
+    sdk_provider = TracerProvider(id_generator=_Counting())
+    sdk_exporter = InMemorySpanExporter()
+    sdk_provider.add_span_processor(SimpleSpanProcessor(sdk_exporter))
+    sdk_provider.add_span_processor(_Starts())  # a processor of the user's: the SDK's own path for every span
+    sdk_tracer = sdk_provider.get_tracer("torch_otel.test", "1.0")
+    assert direct_spans(sdk_tracer) is None
+    mapper = SpanMapper(sdk_tracer, Settings(capture="full" if artifacts else "default"), live=False)
+    replay_file(CORPUS / log, [Collect()], ReplayStats(), artifacts=artifacts, tracing=mapper)
+    sdk_spans = sdk_exporter.get_finished_spans()
+    assert sent == _flat(encode_spans(sdk_spans))
+    # read as a span (a console exporter, the SDK's encoder): the fields the SDK's path gives
+    names = {s.context.span_id: s.name for s in sdk_spans}
+    assert [_fields(s, names) for s in encoding.spans] == [_fields(s, names) for s in sdk_spans]
+    assert ExportTraceServiceRequest.FromString(Encoder().encode(written)) == encode_spans(written)  # made, then encoded
+    for p in (provider, sdk_provider):
+        p.shutdown()
+
+
+def test_phase_spans_are_not_written_as_bytes_where_an_exporter_encodes_otherwise():
+    """Another exporter beside the bridge's (a console one, a user's): every span is a span, for both."""
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_Encoding()))
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    direct = direct_spans(provider.get_tracer("t"))
+    assert direct is not None and direct.emits is None
+    only = TracerProvider()
+    only.add_span_processor(BatchSpanProcessor(_Encoding()))
+    assert direct_spans(only.get_tracer("t")).emits is not None  # type: ignore[union-attr]
+    for p in (provider, only):
         p.shutdown()

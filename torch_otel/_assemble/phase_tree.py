@@ -48,7 +48,9 @@ def _seen(rec: CompileRecord, name: str, ts_ns: int, attempt: int) -> None:
 def place(rec: CompileRecord, name: str, ph: str, ts_ns: int, args: dict[str, Any], attempt: int, stats: Counter[str]) -> bool:
     """A phase's begin, end or instant on the compile's own stack, from its fields (:func:`place_phase` without the
     event: live capture places torch's phase events this way, without typing each one). Returns as ``place_phase``."""
-    _seen(rec, name, ts_ns, attempt)
+    rec.last_ts_ns = ts_ns  # _seen, without its call where the rest of it has nothing to do (most events)
+    if attempt > rec.attempt or name.startswith("compile_attempt_"):
+        _seen(rec, name, ts_ns, attempt)
     stack = rec._stack
     if ph == "B":
         if rec._nodes >= MAX_PHASES:

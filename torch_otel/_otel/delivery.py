@@ -24,6 +24,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .._core.errors import record_error, warn_once, warned
+from .encoded_span import EncodedSpan
 from .fork_gate import GATE
 
 _R = TypeVar("_R")  # an exporter's result type
@@ -461,7 +462,9 @@ class GuardedSpanExporter(_Guarded, SpanExporter):
         roots = sum(
             1
             for s in spans
-            if getattr(s, "parent", None) is None and "torch.compile.kind" in (getattr(s, "attributes", None) or {})
+            if type(s) is not EncodedSpan  # a phase span, as its bytes
+            and getattr(s, "parent", None) is None
+            and "torch.compile.kind" in (getattr(s, "attributes", None) or {})
         )
         if self._absent(lambda: len(spans)):
             result, sent = SpanExportResult.SUCCESS, False

@@ -24,7 +24,15 @@ value is cleaned by the SDK's own function), and a root that passes a limit (too
 built by the SDK's own span, from the same calls in the same order: its limits apply and its counts of what it dropped
 are kept.
 
-``tests/fast/test_direct_spans.py`` compares the two paths' spans field by field.
+Where every processor is the SDK's batch processor exporting through the bridge's OTLP encoder (the default: the bridge
+built the provider, OTLP over gRPC), a phase span with no events is written as its OTLP bytes as it is made
+(:class:`Phases`): an :class:`EncodedSpan`, which the encoder sends as it is. No ``SpanContext``, event tuple or span
+fields are built for it, and the export does not encode it again. Anything else that reads one (the SDK's own encoder,
+after a fork that changed the exporter) sees the ``ReadableSpan`` the direct path would have made, built at its first
+read.
+
+``tests/fast/test_direct_spans.py`` compares the paths' spans field by field, and the written bytes with the SDK's
+encoding of the SDK's spans.
 """
 
 from __future__ import annotations
@@ -54,7 +62,10 @@ try:  # what the root's path needs of the SDK: its value cleaning, its span and 
 except ImportError:  # pragma: no cover - an SDK without them
     _clean_attribute_value = _is_valid_link = _Span = None  # type: ignore[assignment,misc]
 
-__all__ = ["MAX_ATTRIBUTES", "MAX_TEXT", "DirectSpans", "direct_spans"]
+from .encoded_span import EncodedSpan
+from .wire import CHILD_TAIL, INTERNAL_KIND, Encoder, Unencodable, encodes_fast, times
+
+__all__ = ["MAX_ATTRIBUTES", "MAX_TEXT", "DirectSpans", "EncodedSpan", "Phases", "direct_spans"]
 
 # What the span mapper's phase attributes are bounded by (SpanMapper._scalar_args): at most 32 attributes, each text
 # at most 256 characters. A tracer whose limits are below these takes the SDK's path, which applies them.
@@ -123,6 +134,16 @@ class DirectSpans:
         self.roots = (
             _Span is not None and hasattr(TraceFlags, "RANDOM_TRACE_ID") and callable(getattr(tracer, "_is_enabled", None))
         )
+        # the batch processors' queues, where every processor queues for the bridge's encoder (_encoded_emits)
+        self.emits: list[Any] | None = None
+        self.encoder: Encoder | None = None
+
+    def phases(self, root: SpanContext) -> Phases | None:
+        """The writer of the phase spans under ``root`` as their bytes; None where they are not written so (see the
+        module), or where the root is recorded but not sampled (the batch processors export none of its spans)."""
+        if self.emits is None or not root.trace_flags.sampled:
+            return None
+        return Phases(self, root)
 
     def root(self, name: str, context: Any, attributes: Mapping[str, Any], links: Sequence[Link], start_ns: int) -> Any:
         """A compile's root, as the tracer's ``start_span(name, context, INTERNAL, attributes, links, start_ns)`` starts
@@ -192,6 +213,68 @@ class DirectSpans:
                 instrumentation_scope=self.scope,
             )
         )
+
+
+class Phases:
+    """One compile's phase spans written as their OTLP bytes (:class:`EncodedSpan`), children of its sampled root:
+    each the message the encoder would write of the direct path's span, queued as that span would be."""
+
+    __slots__ = ("_encoder", "_head", "_state", "emits", "generate", "info", "resource", "root", "scope")
+
+    def __init__(self, direct: DirectSpans, root: SpanContext) -> None:
+        encoder = direct.encoder
+        assert encoder is not None and direct.emits is not None
+        self._encoder = encoder
+        self.root, self.resource, self.scope, self.info = root, direct.resource, direct.scope, direct.info
+        self.emits = direct.emits
+        self.generate = direct.tracer.id_generator.generate_span_id  # the tracer's generator as it is now
+        self._head = b"\x0a\x10" + root.trace_id.to_bytes(16, "big") + b"\x12\x08"  # the trace id; the span id's head
+        self._state = encoder.state_field(root.trace_state)
+
+    def context(self, span_id: int) -> SpanContext:
+        """The context :meth:`DirectSpans.context` gives a span of this compile with that id (the root's, for its id)."""
+        root = self.root
+        return SpanContext(root.trace_id, span_id, is_remote=False, trace_flags=root.trace_flags, trace_state=root.trace_state)
+
+    def span(self, name: str, span_id: int, parent_id: int, attributes: dict[str, Any], start: int, end: int) -> bool:
+        """A finished span with no events, written and queued; False (nothing done) where a value cannot be written."""
+        encoder = self._encoder
+        try:
+            fields = encoder.attributes(attributes) if attributes else b""
+        except Unencodable:
+            return False
+        otlp = b"".join(
+            (
+                self._head,
+                span_id.to_bytes(8, "big"),
+                self._state,
+                b"\x22\x08",  # the parent's span id
+                parent_id.to_bytes(8, "big"),
+                encoder.name_field(name),
+                INTERNAL_KIND,
+                times(0x39, start, 0x41, end),
+                fields,
+                CHILD_TAIL,
+            )
+        )
+        span = EncodedSpan(otlp, self, name, span_id, parent_id, attributes, start, end)
+        for emit in self.emits:
+            emit(span)
+        return True
+
+
+def _encoded_emits(processors: tuple[Any, ...]) -> list[Any] | None:
+    """Each processor's queue, where every one is the SDK's batch processor exporting through the bridge's encoder
+    (its exporter, or the inner one of the bridge's guard around it): a span may then be queued as its bytes."""
+    emits = []
+    for p in processors:
+        queue = getattr(p, "_batch_processor", None) if type(p) is BatchSpanProcessor else None
+        exporter = getattr(queue, "_exporter", None)
+        emit = getattr(queue, "emit", None)
+        if emit is None or not encodes_fast(getattr(exporter, "inner", exporter)):
+            return None
+        emits.append(emit)
+    return emits or None
 
 
 _SCALAR_TYPES = frozenset((str, bool, int, float))  # values the SDK keeps as they are (a text within its limit)
@@ -389,6 +472,10 @@ def _build(real: SdkTracer, processor: Any, processors: Any) -> DirectSpans | No
     ):
         return None
     try:
-        return DirectSpans(real)
+        direct = DirectSpans(real)
     except AttributeError:  # an SDK release without one of these: its own path
         return None
+    direct.emits = _encoded_emits(processors)
+    if direct.emits is not None:
+        direct.encoder = Encoder()
+    return direct

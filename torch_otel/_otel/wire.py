@@ -21,7 +21,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Encoder", "Unencodable", "use_fast_encoding"]
+__all__ = ["CHILD_TAIL", "INTERNAL_KIND", "Encoder", "Unencodable", "encodes_fast", "times", "use_fast_encoding"]
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -63,6 +63,9 @@ _SPAN_FLAGS = {r: b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r 
 _REMOTE_FLAGS = {r: b"\x35" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # a link's 6
 _STATUS = {code: b"\x7a\x02\x18" + bytes((code,)) if code else b"\x7a\x00" for code in range(3)}  # field 15: no message
 _times = struct.Struct("<BQBQ").pack  # a span's start and end (fields 7 and 8, fixed64)
+times = _times
+INTERNAL_KIND = bytes((0x30, 1))  # field 6: the API's internal (0) is OTLP's 1
+CHILD_TAIL = _STATUS[0] + _SPAN_FLAGS[False]  # an unset status, and a local parent: what ends most phase spans
 
 
 def _value(v: Any) -> bytes:
@@ -120,6 +123,28 @@ class Encoder:
         self._context_type: Any = SpanContext
         self._no_state = DEFAULT_TRACE_STATE  # most spans' (empty) trace state: not asked its length
         self._state_type: Any = TraceState  # its entries read from its dict, not by a Python call of its length
+        from .encoded_span import EncodedSpan
+
+        self._encoded: Any = EncodedSpan  # a phase span written as its bytes as it was made: sent as they are
+
+    def name_field(self, name: str) -> bytes:
+        """A span's name field (5), kept for the names that come back."""
+        field = self._names.get(name)
+        if field is None:
+            field = _len(0x2A, name.encode("utf-8"))
+            if len(self._names) < _CACHE_MAX:
+                self._names[name] = field
+        return field
+
+    def state_field(self, ts: Any) -> bytes:
+        """A span's trace state field (3); nothing for an empty one."""
+        if ts is self._no_state or not (ts._dict if type(ts) is self._state_type else ts):
+            return b""
+        return _len(0x1A, ",".join(f"{k}={v}" for k, v in ts.items()).encode("utf-8"))
+
+    def attributes(self, attributes: Mapping[str, Any] | None) -> bytes:
+        """A span's attribute fields (9); raises :class:`Unencodable` for a value this module does not encode."""
+        return self._attributes(0x4A, attributes)
 
     def _key(self, k: str) -> bytes:
         kb = self._keys.get(k)
@@ -287,11 +312,12 @@ class Encoder:
     def encode(self, spans: Sequence[Any]) -> bytes:
         """An ``ExportTraceServiceRequest``'s bytes: spans grouped by resource, then scope, in order of first sight."""
         groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}  # by identity: no resource hashed
-        readable, span = self._readable, self._span
+        readable, span, encoded = self._readable, self._span, self._encoded
         last: tuple[Any, Any] = (self, self)  # the resource and scope of the span before (most are one's and one's)
         kept: list[bytes] = []
         for s in spans:
-            if type(s) is readable:
+            t = type(s)
+            if t is readable or t is encoded:
                 res_obj, scope_obj = s._resource, s._instrumentation_scope or None
             else:
                 res_obj, scope_obj = s.resource, s.instrumentation_scope or None
@@ -304,7 +330,7 @@ class Encoder:
                 if of_scope is None:
                     of_scope = of_resource[1][id(scope_obj)] = (scope_obj, [])
                 kept = of_scope[1]
-            kept.append(span(s))
+            kept.append(s._otlp if t is encoded else span(s))
         out = []
         for resource, scopes in groups.values():
             body = []
@@ -425,8 +451,15 @@ def use_fast_encoding(exporter: Any) -> bool:
         # the bytes themselves where the exporter's stub is this module's (it sends them as they are), else the message
         return encoded if isinstance(exporter._client, _BytesStub) else parse(encoded)
 
+    translate.encodes_fast = True  # type: ignore[attr-defined]  # what encodes_fast looks for
     exporter._translate_data = translate
     return True
+
+
+def encodes_fast(exporter: Any) -> bool:
+    """Whether ``exporter`` encodes with this module (:func:`use_fast_encoding`), which agrees with the SDK's encoder
+    here: a span it is handed may then be one written as its bytes already (torch_otel._otel.direct_spans)."""
+    return getattr(getattr(exporter, "_translate_data", None), "encodes_fast", False) is True and _agrees()
 
 
 def _serialized(request: Any) -> bytes:

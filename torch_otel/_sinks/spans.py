@@ -24,7 +24,7 @@ from .._features.feature import Feature
 from .._features.registry import features_or_default
 from .._model.compilation_metrics import compile_on_one_rank, kernel_sources, user_contexts
 from .._model.record import ROOT_NAMES, RUNTIME, CodeLocation, CompileRecord, PhaseNode
-from .._otel.direct_spans import DirectSpans, direct_spans
+from .._otel.direct_spans import DirectSpans, Phases, direct_spans
 from .._otel.ids import own_ids, private_random
 from .span_model import METRIC_ATTRIBUTES, Events, Root
 
@@ -36,7 +36,7 @@ RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
 MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest covers them all)
 
 # Phase-span args that are safe and useful (scalars only).
-_PHASE_ARG_SKIP = {"compile_id", "fn_name"}
+_PHASE_ARG_SKIP = frozenset(("compile_id", "fn_name"))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -348,7 +348,11 @@ class SpanMapper:
                     count_not_sampled(rec.kind)
                 return None
             ctx = root.get_span_context()
-            if direct is not None:  # the same spans the SDK's path makes, handed to its processors finished
+            phases = direct.phases(ctx) if direct is not None else None
+            if phases is not None:  # the same spans again, written as the bytes the bridge's OTLP encoder sends
+                for child in rec.root.children:
+                    self._phase_written(direct, phases, child, ctx.span_id, tracer)  # type: ignore[arg-type]
+            elif direct is not None:  # the same spans the SDK's path makes, handed to its processors finished
                 for child in rec.root.children:
                     self._phase_direct(direct, child, ctx, tracer)
             else:
@@ -415,6 +419,20 @@ class SpanMapper:
         scalar = self._scalar_args
         events = [(iname, its, scalar(iargs)) for iname, its, iargs in node.instants]
         direct.span(node.name, ctx, parent, scalar(node.args), events, node.start_ns, node.end_ns)
+
+    def _phase_written(self, direct: DirectSpans, phases: Phases, node: PhaseNode, parent_id: int, tracer: Tracer) -> None:
+        """``_phase_direct`` as bytes (:class:`torch_otel._otel.direct_spans.Phases`), each span's id drawn where that
+        draws it; a span with events, or one never closed, is the direct path's, with its children."""
+        if node.instants or node.end_ns is None:
+            self._phase_direct(direct, node, phases.context(parent_id), tracer)
+            return
+        span_id = phases.generate()
+        for child in node.children:  # written first, as the SDK ends a span after its children
+            self._phase_written(direct, phases, child, span_id, tracer)
+        args = node.args  # most phases' only say their compile: no attribute, and nothing to look at
+        attributes = {} if _PHASE_ARG_SKIP.issuperset(args) else self._scalar_args(args)
+        if not phases.span(node.name, span_id, parent_id, attributes, node.start_ns, node.end_ns):
+            direct.span(node.name, phases.context(span_id), phases.context(parent_id), attributes, (), node.start_ns, node.end_ns)
 
     @staticmethod
     def _event_limit(tracer: Tracer) -> int:
