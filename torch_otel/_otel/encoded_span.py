@@ -24,8 +24,8 @@ class EncodedSpan(ReadableSpan):
         self._made = (phases, name, span_id, parent_id, attributes, start, end)
 
     def __getattr__(self, name: str) -> Any:
-        made = self.__dict__.pop("_made", None)
-        if made is None:
+        made = self.__dict__.get("_made")  # taken only once the fields are set: a reader on another thread meanwhile
+        if made is None:  # makes the same fields, never finds them missing
             raise AttributeError(name)
         phases, span_name, span_id, parent_id, attributes, start, end = made
         ReadableSpan.__init__(
@@ -43,4 +43,5 @@ class EncodedSpan(ReadableSpan):
             instrumentation_info=phases.info,
             instrumentation_scope=phases.scope,
         )
+        self.__dict__.pop("_made", None)
         return getattr(self, name)
