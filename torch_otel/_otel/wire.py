@@ -62,8 +62,7 @@ _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: whether the parent (or l
 _SPAN_FLAGS = {r: b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # field 16
 _REMOTE_FLAGS = {r: b"\x35" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if r else 0)) for r in (False, True)}  # a link's 6
 _STATUS = {code: b"\x7a\x02\x18" + bytes((code,)) if code else b"\x7a\x00" for code in range(3)}  # field 15: no message
-_times = struct.Struct("<BQBQ").pack  # a span's start and end (fields 7 and 8, fixed64)
-times = _times
+times = struct.Struct("<BQBQ").pack  # a span's start and end (fields 7 and 8, fixed64)
 INTERNAL_KIND = bytes((0x30, 1))  # field 6: the API's internal (0) is OTLP's 1
 CHILD_TAIL = _STATUS[0] + _SPAN_FLAGS[False]  # an unset status, and a local parent: what ends most phase spans
 
@@ -241,7 +240,7 @@ class Encoder:
             up,
             field,
             self._internal if kind is self._internal_kind else self._kinds[kind],  # an enum's hash is Python's
-            _times(0x39, start, 0x41, end),
+            times(0x39, start, 0x41, end),
             self._attributes(0x4A, attributes),
         )
         if type(attributes) is not dict and s.dropped_attributes:  # only the SDK's bounded attributes drop any

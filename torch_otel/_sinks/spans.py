@@ -349,9 +349,9 @@ class SpanMapper:
                 return None
             ctx = root.get_span_context()
             phases = direct.phases(ctx) if direct is not None else None
-            if phases is not None:  # the same spans again, written as the bytes the bridge's OTLP encoder sends
+            if direct is not None and phases is not None:  # the same spans, written as the bytes the encoder sends
                 for child in rec.root.children:
-                    self._phase_written(direct, phases, child, ctx.span_id, tracer)  # type: ignore[arg-type]
+                    self._phase_written(direct, phases, child, ctx.span_id, tracer)
             elif direct is not None:  # the same spans the SDK's path makes, handed to its processors finished
                 for child in rec.root.children:
                     self._phase_direct(direct, child, ctx, tracer)
