@@ -69,14 +69,26 @@ def _line(f: FrameType, co: CodeType) -> int:
     return line
 
 
+# The codes a walk passes over whatever it has found so far (torch's, the bridge's, logging's, but dynamo's ``_compile``
+# and the demo's workload), by the ``skip`` they were passed over for: by the code's id, with the code (never a reused
+# id). Most of a walk's frames are these, the same at every compile.
+_passed: dict[tuple[str, ...], dict[int, CodeType]] = {}
+
+
 def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[str, ...], libraries: tuple[str, ...]) -> None:
     """Fill ``origin``'s compiled code (dynamo's ``_compile`` frame), caller and stack, walking out from ``frame``."""
     f = frame
     stack: list[tuple[str, int, str]] = []
     fallback: FrameType | None = None
     need_code = origin.code_name is None
+    passed = _passed.get(skip)
+    if passed is None or len(passed) >= 4096:
+        passed = _passed[skip] = {}
     while f is not None:
         co = f.f_code
+        if passed.get(id(co)) is co:
+            f = f.f_back
+            continue
         fn = co.co_filename
         if need_code and co.co_name == "_compile" and fn.endswith("convert_frame.py"):
             here = f.f_locals
@@ -100,6 +112,8 @@ def find_code_and_caller(origin: Origin, frame: FrameType | None, skip: tuple[st
             if not fn.startswith(libraries) and not fn.startswith(skip):
                 fallback = f
                 break  # the user's line: past as many library frames as there are (a model's layers), as torch's record
+        elif co.co_name != "_compile" and not fn.endswith(_WORKLOAD_FILES):
+            passed[id(co)] = co  # passed over at every walk (dynamo's _compile and the demo's workload: not always)
         f = f.f_back
     if fallback is not None:
         origin.caller_file = fallback.f_code.co_filename
