@@ -323,3 +323,14 @@ def test_a_diff_of_an_empty_log_speaks_as_the_diff(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "torch-otel replay" not in r.stderr
     assert r.stderr.splitlines()[0].startswith(f"torch-otel diff: {empty}: the file is empty"), r.stderr
+
+
+@pytest.mark.parametrize("off", ["none", "off", "OFF", "false", "0", "no", " off "])
+def test_turning_the_summary_off_as_any_switch_says_it_writes_no_file_of_that_name(tmp_path, monkeypatch, off):
+    """``TORCH_OTEL_SUMMARY=off`` (as ``TORCH_OTEL_CAPTURE`` and ``TORCH_OTEL_GRAPH_CALLS`` say it) is no summary, not a
+    file named ``off`` in the working directory; a path beside it is still written to."""
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings({"TORCH_OTEL_SUMMARY": off}, report=False)
+    assert settings.summary == () and not settings.problems
+    both = load_settings({"TORCH_OTEL_SUMMARY": f"{off},summary.json"}, report=False)
+    assert both.summary == ("summary.json",)

@@ -140,15 +140,19 @@ def _ranks(env: Mapping[str, str], name: str, problems: list[str]) -> RankSet:
         return RankSet()
 
 
+_NOWHERE = frozenset(("none", "off", "false", "0", "no"))
+
+
 def _destinations(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
     """``stderr``, ``stdout`` or file paths, comma-separated; a path's ``{rank}`` and ``{pid}`` are filled in at exit.
-    ``none``: nowhere (it turns off the summary a run with nothing configured prints). A path this process could not
+    ``none`` (or ``off``, ``false``, ``0``, ``no``, as the bridge's other switches say it): nowhere (it turns off the
+    summary a run with nothing configured prints), never a file of that name. A path this process could not
     write (its ``{rank}`` and ``{pid}`` filled in now) is a line now, as the settings load, and skipped: not a line at
     exit, after the training."""
     out = []
     for part in (env.get(name) or "").split(","):
         d = part.strip()
-        if not d or d.lower() == "none":
+        if not d or d.lower() in _NOWHERE:
             continue
         if d.lower() in ("stderr", "stdout"):
             out.append(d.lower())
