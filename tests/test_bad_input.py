@@ -334,3 +334,4 @@ def test_turning_the_summary_off_as_any_switch_says_it_writes_no_file_of_that_na
     assert settings.summary == () and not settings.problems
     both = load_settings({"TORCH_OTEL_SUMMARY": f"{off},summary.json"}, report=False)
     assert both.summary == ("summary.json",)
+    assert load_settings({"TORCH_OTEL_TRACES_FILE": off}, report=False).traces_file is None  # no spans file either

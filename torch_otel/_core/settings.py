@@ -186,9 +186,10 @@ def capture_level(raw: str, name: str, problems: list[str]) -> str:
 
 
 def _per_process_path(env: Mapping[str, str], name: str, problems: list[str]) -> str | None:
-    """A file path in which ``{rank}`` and ``{pid}`` are this process's (torchrun's ranks each write their own)."""
+    """A file path in which ``{rank}`` and ``{pid}`` are this process's (torchrun's ranks each write their own); none
+    for ``none``, ``off`` and the like (never a file of that name)."""
     raw = (env.get(name) or "").strip()
-    if not raw:
+    if not raw or raw.lower() in _NOWHERE:
         return None
     try:
         return raw.format(rank=env_rank(env), pid=os.getpid())
