@@ -197,7 +197,8 @@ def main() -> None:
     for r in rows:
         print(f"| {r['path']} | {r['per_record']:,.0f} | {r['per_record'] / base:.3f} |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1) + "\n")
+        command = " ".join(["python -m bench.cost.sink_instructions", *sys.argv[1:]])
+        Path(args.out).write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
