@@ -62,7 +62,7 @@ try:  # what the root's path needs of the SDK: its value cleaning, its span and 
 except ImportError:  # pragma: no cover - an SDK without them
     _clean_attribute_value = _is_valid_link = _Span = None  # type: ignore[assignment,misc]
 
-from .encoded_span import EncodedSpan
+from .encoded_span import EncodedSpan, finished_span
 from .wire import CHILD_TAIL, INTERNAL_KIND, Encoder, Unencodable, encodes_fast, times
 
 __all__ = ["MAX_ATTRIBUTES", "MAX_TEXT", "DirectSpans", "EncodedSpan", "Phases", "direct_spans"]
@@ -197,22 +197,8 @@ class DirectSpans:
         end_ns: int | None,
     ) -> None:
         """A finished child of ``parent`` (its context ``ctx``, from :meth:`context`), handed to the processors."""
-        self.on_end(
-            ReadableSpan(
-                name=name,
-                context=ctx,
-                parent=parent,
-                resource=self.resource,
-                attributes=attributes,
-                events=tuple(Event(n, a, ts) for n, ts, a in events),
-                links=(),
-                kind=SpanKind.INTERNAL,
-                start_time=start_ns,
-                end_time=end_ns,
-                instrumentation_info=self.info,
-                instrumentation_scope=self.scope,
-            )
-        )
+        events_made = tuple(Event(n, a, ts) for n, ts, a in events)
+        self.on_end(finished_span(name, ctx, parent, self, attributes, events_made, start_ns, end_ns))
 
 
 class Phases:

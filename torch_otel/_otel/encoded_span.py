@@ -7,7 +7,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-__all__ = ["EncodedSpan"]
+__all__ = ["EncodedSpan", "finished_span"]
 
 
 class EncodedSpan(ReadableSpan):
@@ -28,20 +28,28 @@ class EncodedSpan(ReadableSpan):
         if made is None:  # makes the same fields, never finds them missing
             raise AttributeError(name)
         phases, span_name, span_id, parent_id, attributes, start, end = made
-        ReadableSpan.__init__(
-            self,
-            name=span_name,
-            context=phases.context(span_id),
-            parent=phases.context(parent_id),
-            resource=phases.resource,
-            attributes=attributes,
-            events=(),
-            links=(),
-            kind=SpanKind.INTERNAL,
-            start_time=start,
-            end_time=end,
-            instrumentation_info=phases.info,
-            instrumentation_scope=phases.scope,
-        )
+        span = finished_span(span_name, phases.context(span_id), phases.context(parent_id), phases, attributes, (), start, end)
+        self.__dict__.update(vars(span))
         self.__dict__.pop("_made", None)
         return getattr(self, name)
+
+
+def finished_span(
+    name: str, ctx: Any, parent: Any, tracer: Any, attributes: Any, events: tuple[Any, ...], start: int, end: int | None
+) -> ReadableSpan:
+    """A finished internal span as the SDK's path ends one, of ``tracer``'s resource and scope (``resource``, ``info``,
+    ``scope``): the direct path's phase span (torch_otel._otel.direct_spans), and what an :class:`EncodedSpan` reads as."""
+    return ReadableSpan(
+        name=name,
+        context=ctx,
+        parent=parent,
+        resource=tracer.resource,
+        attributes=attributes,
+        events=events,
+        links=(),
+        kind=SpanKind.INTERNAL,
+        start_time=start,
+        end_time=end,
+        instrumentation_info=tracer.info,
+        instrumentation_scope=tracer.scope,
+    )

@@ -228,11 +228,9 @@ class Encoder:
             up, remote = b"\x22\x08" + parent[1].to_bytes(8, "big"), bool(parent[2])
         else:
             up, remote = (b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent else b""), bool(parent.is_remote)
-        field = self._names.get(name)
+        field = self._names.get(name)  # name_field, inlined: a call per span costs more than the lookup
         if field is None:
-            field = _len(0x2A, name.encode("utf-8"))
-            if len(self._names) < _CACHE_MAX:
-                self._names[name] = field
+            field = self.name_field(name)
         out = [b"\x0a\x10" + tid.to_bytes(16, "big") + b"\x12\x08" + sid.to_bytes(8, "big")]
         if (ts._dict if type(ts) is self._state_type else ts) if ts is not self._no_state else False:
             out.append(_len(0x1A, ",".join(f"{k}={v}" for k, v in ts.items()).encode("utf-8")))
