@@ -232,8 +232,8 @@ class Encoder:
         if field is None:
             field = self.name_field(name)
         out = [b"\x0a\x10" + tid.to_bytes(16, "big") + b"\x12\x08" + sid.to_bytes(8, "big")]
-        if (ts._dict if type(ts) is self._state_type else ts) if ts is not self._no_state else False:
-            out.append(_len(0x1A, ",".join(f"{k}={v}" for k, v in ts.items()).encode("utf-8")))
+        if ts is not self._no_state:  # most spans' is the empty default: no call
+            out.append(self.state_field(ts))
         out += (
             up,
             field,
