@@ -197,7 +197,21 @@ class Encoder:
         if t is int:
             if not -(1 << 63) <= v < (1 << 63):
                 raise Unencodable("an integer outside int64")
-            kv = _len(tag, self._key(k) + _len(0x12, b"\x18" + _varint(v)))
+            vb = bytes((v,)) if 0 <= v < 0x80 else _varint(v)
+            kb = self._keys.get(k) or self._key(k)
+            n = len(kb) + 3 + len(vb)  # the key, then AnyValue's field: 0x12, its length, 0x18, the varint
+            if n < 0x80:  # most: one length byte each, written at once
+                kv = bytes((tag, n)) + kb + bytes((0x12, len(vb) + 1, 0x18)) + vb
+            else:
+                kv = _len(tag, kb + _len(0x12, b"\x18" + vb))
+        elif t is str and len(v) < 0x30:
+            vb = v.encode("utf-8")
+            kb = self._keys.get(k) or self._key(k)
+            n = len(kb) + 4 + len(vb)  # the key, then AnyValue's field: 0x12, its length, 0x0A, the text's length
+            if n < 0x80:
+                kv = bytes((tag, n)) + kb + bytes((0x12, len(vb) + 2, _STRING_VALUE, len(vb))) + vb
+            else:
+                kv = _len(tag, kb + _len(0x12, _len(_STRING_VALUE, vb)))
         else:
             kv = _len(tag, self._key(k) + _len(0x12, _value(v)))
             if not (t is str or t is bool or t is tuple) or len(kv) > 256:
