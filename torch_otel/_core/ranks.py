@@ -69,5 +69,15 @@ def env_rank(env: Mapping[str, str] | None = None, default: int = 0) -> int:
     The one place the bridge reads ``RANK``: a rank label, a summary's ``{rank}``, the Pushgateway's grouping key
     and the rank sampler's fallback all agree, before torch.distributed is initialised as after.
     """
-    raw = (os.environ if env is None else env).get("RANK", "").strip()
+    if env is None:
+        # os.environ's own dict (CPython keeps it in step with every change made through os.environ): one lookup, where
+        # os.environ.get runs three Python functions and raises twice for an unset name (most processes')
+        data = getattr(os.environ, "_data", None)
+        raw: str | bytes = data.get(_RANK_KEY, b"") if type(data) is dict else os.environ.get("RANK", "")
+    else:
+        raw = env.get("RANK", "")
+    raw = raw.strip()
     return int(raw) if raw.isdigit() else default
+
+
+_RANK_KEY: str | bytes = "RANK" if os.name == "nt" else b"RANK"  # how os.environ's dict keys it

@@ -90,6 +90,17 @@ def _value(v: Any) -> bytes:
     raise Unencodable(type(v).__name__)
 
 
+_TEXT_TYPES = frozenset((str,))
+
+
+def _text_value(b: bytes) -> bytes:
+    """A text's ``AnyValue`` as an element of an ``ArrayValue`` (its field 1): the text's UTF-8 bytes given."""
+    n = len(b)
+    if n < 0x7E:  # one length byte each
+        return bytes((0x0A, n + 2, _STRING_VALUE, n)) + b
+    return _len(0x0A, _len(_STRING_VALUE, b))
+
+
 def _key_value(k: str, v: Any) -> bytes:
     return _len(0x0A, k.encode("utf-8")) + _len(0x12, _value(v))
 
@@ -213,7 +224,11 @@ class Encoder:
             else:
                 kv = _len(tag, kb + _len(0x12, _len(_STRING_VALUE, vb)))
         else:
-            kv = _len(tag, self._key(k) + _len(0x12, _value(v)))
+            if t is tuple and _TEXT_TYPES.issuperset(map(type, v)):  # texts (a compile's recompile reasons): no call each
+                value = _len(_ARRAY_VALUE, b"".join([_text_value(x.encode("utf-8")) for x in v]))
+            else:
+                value = _value(v)
+            kv = _len(tag, self._key(k) + _len(0x12, value))
             if not (t is str or t is bool or t is tuple) or len(kv) > 256:
                 return kv  # long texts (a stack), other values: encoded each time
         if len(fields) >= _CACHE_MAX:
