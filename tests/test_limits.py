@@ -11,6 +11,11 @@ run's ``TORCH_TRACE`` log, against torch's own record (``tests/workloads/limits.
 - **torch's other limit.** ``accumulated_recompile_limit`` caps every entry of a code object, whatever instance it was
   for (256 by default: a model whose 32 layers are each compiled, at eight shapes). The bridge read only
   ``recompile_limit`` and said "hit the recompile limit (8)" where torch hit the accumulated one (6 here).
+- **Another class on a class's frame.** A compile with no guards of its own (a failed one, the recompile limit's) was
+  named after the class its frame was named by last, even where torch's record of it says that class's type check
+  failed: a ``MistralForCausalLM`` that hit the limit of transformers' ``wrapped_func`` was named
+  ``LlamaForCausalLM.wrapped_func``, and the user sent to the wrong model. Such a compile is now named by torch's code,
+  and its frame known to be shared.
 - **A graph break raised as ``UserError``** (a loop over a data-dependent number of rows) is logged, splits the graph
   and resumes as any other, but torch's ``counters["graph_break"]`` count ``Unsupported`` breaks only: 0 on 2.13 (2.10's
   counted it). The log tlparse reads has the break (``dynamo_graph_break_reason``), and the bridge counts it on every
@@ -27,7 +32,7 @@ import pytest
 
 from tests.helpers import WORKLOADS, run_cli, run_python, run_tlparse
 
-MODES = ("modules", "wrapper", "blocks", "unbacked")
+MODES = ("modules", "wrapper", "blocks", "unbacked", "other_class", "other_class_limit")
 
 pytestmark = pytest.mark.release  # torch's records of a limit (its fields, its words) on every release
 
@@ -152,3 +157,25 @@ def test_a_graph_break_raised_as_a_user_error_is_counted_where_torchs_counters_m
     # two reasons: the caller's break (0/0, resumed after the call) and the called frame's own (1/0, experts: its
     # compile failed, UserError, and the frame ran in eager: unhandled). 2.10 logs the second after 1/0's metrics
     assert breaks["total"] + breaks["ends_frame"] + breaks["unhandled"] == len(reasons), (breaks, reasons)
+
+
+@pytest.mark.parametrize("how", ["live", "replay"])
+@pytest.mark.parametrize("mode", ["other_class", "other_class_limit"])
+def test_a_compile_another_class_made_on_a_classs_frame_is_not_named_after_that_class(runs, mode, how):
+    run = runs[mode]
+    records = run["torch"]["records"]
+    frame = [r for r in records if r["id"].startswith("0/")]
+    # torch: one frame, A's compiles, then B's, which failed (no guards of its own); torch's record of it says the
+    # check that self is an A failed: self was not an A
+    last = frame[-1]
+    assert last["fail_type"] == "Unsupported" and all(not r["fail_type"] for r in frame[:-1]), frame
+    assert "___check_type_id(self" in last["recompile_reason"], last
+    assert "type=<class '__main__.A'>" in last["recompile_reason"], last
+    summary = run[how]
+    names = {f["function"]: f["compiles"] for f in summary["frames"]}
+    assert names.get("A.shared_forward") == len(frame) - 1, names  # A's compiles only
+    assert names.get("shared_forward") == 1, names  # B's, named by torch's code: which class came, no record says
+    (eager,) = summary["eager_frames"]
+    assert eager["function"] == "shared_forward", eager
+    (rec,) = [f for f in summary["recompiling_frames"] if f["limit_hits"] or f["function"] == "shared_forward"]
+    assert rec["function"] == "shared_forward" and rec["compiles"] == len(frame), rec

@@ -11,6 +11,10 @@
 - ``blocks``: three instances of one block, each compiled (``block.compile()``, as ``for layer in model.layers``), at
   four batch sizes with ``dynamic=False``, under ``accumulated_recompile_limit`` 6: the code object's entries, all
   instances', reach it before ``recompile_limit`` (8);
+- ``other_class`` and ``other_class_limit``: one function, ``shared_forward``, the ``forward`` of two classes (one code
+  object): an ``A`` compiles, then a ``B`` reaches the frame, whose compile fails (a graph break under the user's
+  context manager), or hits the recompile limit (2, after A's two). Neither compile has guards of its own to name it by;
+  torch's record of it says the check that ``self`` is an ``A`` failed;
 - ``unbacked``: a loop over a data-dependent number of rows (``nonzero()``, with
   ``capture_dynamic_output_shape_ops``), as Mixtral's eager experts loop over the experts hit. dynamo raises a
   ``UserError``, logs a graph break and resumes after the call; torch's ``counters["graph_break"]`` count only
@@ -83,6 +87,42 @@ elif mode == "unbacked":
         return experts(x.sin()).cos()
 
     torch.compile(f, backend="eager")(torch.randn(8))
+elif mode in ("other_class", "other_class_limit"):
+    import contextlib
+
+    @contextlib.contextmanager
+    def region() -> object:
+        yield
+
+    def shared_forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:  # one code object, two classes
+        if mode == "other_class":
+            with region():
+                return self.body(x)  # type: ignore[operator]
+        return self.body(x)  # type: ignore[operator]
+
+    class A(torch.nn.Module):
+        forward = shared_forward
+
+        def body(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sin()
+
+    class B(torch.nn.Module):
+        forward = shared_forward
+
+        def body(self, x: torch.Tensor) -> torch.Tensor:
+            if mode == "other_class":
+                print("B")  # a graph break under the user's context manager: torch cannot resume, the compile fails
+            return x.cos()
+
+    a, b = torch.compile(A(), backend="eager", dynamic=False), torch.compile(B(), backend="eager", dynamic=False)
+    if mode == "other_class":
+        a(torch.randn(3))
+        b(torch.randn(3))  # call: B
+    else:
+        torch._dynamo.config.recompile_limit = 2
+        a(torch.randn(2))
+        a(torch.randn(3))
+        b(torch.randn(3))  # call: B, the limit's: its input as A's last, so only the check of its class fails
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 
@@ -92,7 +132,13 @@ import torch_otel  # noqa: E402
 
 torch_otel.force_flush()
 records = [
-    {"id": m.compile_id, "co_name": m.co_name, "fail_type": m.fail_type, "cache_size": m.cache_size}
+    {
+        "id": m.compile_id,
+        "co_name": m.co_name,
+        "fail_type": m.fail_type,
+        "cache_size": m.cache_size,
+        "recompile_reason": m.recompile_reason,
+    }
     for m in get_compilation_metrics()
 ]
 (out / "torch.json").write_text(

@@ -53,6 +53,13 @@ def guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
+def _type_check_failed(rec: CompileRecord, cls: str) -> bool:
+    """Whether one of the compile's guard failures is torch's check that an object is of class ``cls``
+    (``___check_type_id(self, 94...), type=<class 'm.A'>``): an object of another class reached the frame."""
+    said = f"type=<class '{cls}'>"
+    return any("___check_type_id(" in r and said in r for r in (rec.recompile_reason, *rec.recompile_reasons) if r)
+
+
 class Derive:
     """The derive step of one assembler (see the module)."""
 
@@ -98,22 +105,27 @@ class Derive:
         if rec.kind == "frame" and cid is not None:
             key = (cid.compiled_autograd_id, cid.frame_id)
             before = self._frame_code.get(key)
+            # the class the frame was named by last, proven not this compile's: torch's check of its type failed
+            other = before is not None and before[2] is not None and _type_check_failed(rec, before[2])
             if not (torch_code.function and torch_code.file):
                 # a compile that stops before dynamo reports its code or its stack (the recompile-limit check): its
                 # frame's, called from where the frame was last called (replay: no stack; live: the stack's own). A
-                # frame shared by several classes is named by torch's code: which class came, no record says
+                # frame shared by several classes, or reached by another class than its last, is named by torch's code:
+                # which class came, no record says
                 if before is not None:
                     torch_code, code, frame_class = before[:3]
-                    if self._shared.get(key) == torch_code:
+                    if other or self._shared.get(key) == torch_code:
                         code, frame_class = torch_code, None
                     if rec.call_site is None:
                         rec.call_site, rec.called_directly = before[3:]
-            elif not classes and before is not None and before[0] == torch_code:
+            elif not classes and before is not None and before[0] == torch_code and not other:
                 code, frame_class = before[1:3]  # no guards of its own to name it by: as its frame's earlier compile
                 if rec.call_site is not None:
                     self._frame_code.remember(key, (*before[:3], rec.call_site, rec.called_directly))
             else:
                 self._frame_code.remember(key, (torch_code, code, frame_class, rec.call_site, rec.called_directly))
+            if other:  # two classes through one code object: one cache, one limit
+                self._shared.remember(key, torch_code)
             rec.shared_frame = self._shares_limit(rec, key, torch_code, frame_class, before)
             self._recompile_facts(rec, key)
         if rec.kind == "backward":
