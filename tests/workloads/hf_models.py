@@ -164,6 +164,7 @@ import torch_otel  # noqa: E402
 torch_otel.force_flush()
 out.mkdir(parents=True, exist_ok=True)
 
+
 def _shortened(counts: dict[object, int]) -> dict[str, int]:
     """torch's counts by their message's first 300 characters, summed: messages that differ only further on (their
     "Developer debug context" names objects by id) are one key here, and none of their counts is lost."""
