@@ -7,6 +7,7 @@ summary's part, with each frame's guards in words and its hints (torch_otel._ana
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,46 @@ class FrameRecompiles:
     limit_kind: str | None = None  # None: recompile_limit; else torch's other limit, the one hit or nearer
     classes: list[str] = field(default_factory=list)  # a frame of torch's shared by several classes: theirs, bounded
     more_classes: int = 0
+    frame_class: str | None = None  # the class its first compile was named by (a row torch's shared frame may fold in)
+
+    def folded(self, other: FrameRecompiles) -> FrameRecompiles:
+        """This frame with ``other``'s recompiles in it: a row of the same frame of torch's, named by a class before
+        the frame was known shared by several classes (its compiles are already counted here: torch's compile ids)."""
+        out = copy.deepcopy(self)
+        out.recompiles += other.recompiles
+        for c, n in other.by_category.items():
+            out.by_category[c] = out.by_category.get(c, 0) + n
+        for r, n in other.reasons.items():
+            if r in out.reasons or len(out.reasons) < 20:
+                out.reasons[r] = out.reasons.get(r, 0) + n
+        for gk, gv in other.guards.items():
+            mine = out.guards.get(gk)
+            if mine is None:
+                if len(out.guards) < MAX_GUARDS:
+                    out.guards[gk] = copy.deepcopy(gv)
+                continue
+            mine.failures += gv.failures
+            mine.unnamed = max(mine.unnamed, gv.unnamed)
+            mine.more += gv.more
+            for v in gv.values:
+                if v not in mine.values:
+                    if len(mine.values) < MAX_VALUES:
+                        mine.values.append(v)
+                    else:
+                        mine.more += 1
+        out.unparsed += other.unparsed
+        out.entries = max(out.entries, other.entries)
+        out.limit = out.limit if out.limit is not None else other.limit
+        out.limit_hits += other.limit_hits
+        out.cost_ns += other.cost_ns
+        out.ranks |= other.ranks
+        out.called_directly = out.called_directly or other.called_directly
+        if other.frame_class and other.frame_class not in out.classes:
+            if len(out.classes) < MAX_CLASSES:
+                out.classes.insert(0, other.frame_class)  # it compiled first
+            else:
+                out.more_classes += 1
+        return out
 
 
 def call_site_of(rec: CompileRecord) -> str | None:
@@ -80,6 +121,9 @@ class RecompilingFrames:
         # torch's frame (compiled autograd id, frame id) -> the summary's frames it compiled for, and how many times each:
         # two models of one class through one code object are one frame to torch and two here (bounded)
         self._torch_frames: dict[tuple[int | None, int | None], dict[tuple[Any, ...], int]] = {}
+        # torch's frames known shared by several classes -> the summary's frame of it (torch's code): the rows named by
+        # a class before that was known are folded into it (``to_dict``)
+        self._shared: dict[tuple[int | None, int | None], tuple[Any, ...]] = {}
 
     def _before(self, rec: CompileRecord, key: tuple[Any, ...]) -> int:
         """This frame's compiles before ``rec``, counted from torch's frame compile id: less those of the summary's other
@@ -120,9 +164,12 @@ class RecompilingFrames:
             if not (reason or limit_hit) or len(self.frames) >= self.max_frames:
                 self._count(rec, key)
                 return  # a frame is followed from its first recompile
-            f = self.frames[key] = FrameRecompiles()
+            f = self.frames[key] = FrameRecompiles(frame_class=rec.frame_class)
             f.compiles = self._before(rec, key)  # the ones before
         self._count(rec, key)
+        cid = rec.compile_id
+        if rec.shared_frame and cid is not None and len(self._shared) < self.max_frames:
+            self._shared.setdefault((cid.compiled_autograd_id, cid.frame_id), key)
         f.compiles += 1
         f.cost_ns += rec.duration_ns
         if f.call_site is None:
@@ -178,10 +225,23 @@ class RecompilingFrames:
             else:
                 gv.more += 1
 
+    def _rows(self) -> dict[tuple[Any, ...], FrameRecompiles]:
+        """The frames, each frame of torch's that several classes share as one: its rows named by a class before that
+        was known (a class that recompiled before another reached the frame) folded into it. One cache, one limit: the
+        class's row would say "near" after another class hit the limit of the frame they share."""
+        rows = dict(self.frames)
+        for tf, shared in self._shared.items():
+            if shared not in rows:
+                continue
+            for key in self._torch_frames.get(tf, {}):
+                if key != shared and key in rows:
+                    rows[shared] = rows[shared].folded(rows.pop(key))
+        return rows
+
     def to_dict(self) -> list[dict[str, Any]]:
         """The frames that recompiled, the costliest first: the facts, the guards' lines and the hints."""
         out = []
-        for key, f in sorted(self.frames.items(), key=lambda kv: (-kv[1].cost_ns, -kv[1].recompiles, str(kv[0][0]))):
+        for key, f in sorted(self._rows().items(), key=lambda kv: (-kv[1].cost_ns, -kv[1].recompiles, str(kv[0][0]))):
             fn, path, line = key[0], key[1], key[2]
             guards = []
             for g in sorted(f.guards.values(), key=lambda g: -g.failures):
