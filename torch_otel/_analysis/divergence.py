@@ -76,12 +76,20 @@ def collective_schedule(rec: CompileRecord) -> list[str]:
 
 @dataclass(slots=True)
 class Facts:
-    """What one compile says about its rank, per aspect (``key`` names the compile: kind and id)."""
+    """What one compile says about its rank, per aspect (``key`` names the compile: kind and id; ``kind`` alone)."""
 
     key: str
     cache: str | None
     collectives: list[str]
     graphs: int
+    kind: str = "frame"
+
+    @property
+    def cache_outcome(self) -> str | None:
+        """The compile's cache outcome without its id (``frame fx_graph:hit aot_autograd:hit``): ranks compare their
+        outcomes as tlparse compares their hit/miss sequences, whatever ids their compiles had (a rank that broke the
+        graph where the others recompiled hit the cache as they did; the ``compiles`` aspect says the ids differ)."""
+        return None if self.cache is None else f"{self.kind} {self.cache}"
 
 
 def facts(rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = None) -> Facts:
@@ -94,8 +102,8 @@ def facts(rec: CompileRecord, lookups: dict[tuple[str, str, str], int] | None = 
     key = rec.id_str if rec.kind == "frame" else f"{rec.kind} {rec.id_str}"
     cache = cache_outcome(rec.cache_counts() if lookups is None else lookups)
     if compile_on_one_rank(rec.metrics):
-        return Facts(key, "one_rank" if cache is not None else None, [], graph_count(rec))
-    return Facts(key, cache, collective_schedule(rec), graph_count(rec))
+        return Facts(key, "one_rank" if cache is not None else None, [], graph_count(rec), rec.kind)
+    return Facts(key, cache, collective_schedule(rec), graph_count(rec), rec.kind)
 
 
 class RankFingerprints:
@@ -109,8 +117,9 @@ class RankFingerprints:
         v = self._values.setdefault(rank, dict.fromkeys(ASPECTS, 0))
         f = facts(rec, lookups)
         v["compiles"] = (v["compiles"] + _hash53(f.key)) & _MASK
-        if f.cache is not None:
-            v["cache"] = (v["cache"] + _hash53(f"{f.key} {f.cache}")) & _MASK
+        outcome = f.cache_outcome
+        if outcome is not None:
+            v["cache"] = (v["cache"] + _hash53(outcome)) & _MASK
         for i, sched in enumerate(f.collectives):
             v["collectives"] = (v["collectives"] + _hash53(f"{f.key} #{i} {sched}")) & _MASK
         v["graphs"] += f.graphs  # a count: readable as it is, and exact
@@ -120,7 +129,7 @@ class RankFingerprints:
 @dataclass
 class _Rank:
     compiles: list[str] = field(default_factory=list)
-    cache: dict[str, str] = field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=dict)  # outcome (no compile id) -> its compiles
     collectives: dict[str, list[str]] = field(default_factory=dict)
     tensor_meta: dict[str, list[str]] = field(default_factory=dict)
     graphs: int = 0
@@ -156,8 +165,9 @@ class DivergenceReport(Sink):
         r = self.ranks.setdefault(rec.rank if rec.rank is not None else 0, _Rank())
         f = facts(rec)
         r.compiles.append(f.key)
-        if f.cache is not None:
-            r.cache[f.key] = f.cache
+        outcome = f.cache_outcome
+        if outcome is not None:
+            r.cache[outcome] = r.cache.get(outcome, 0) + 1
         if f.collectives:
             r.collectives.setdefault(f.key, []).extend(f.collectives)
         metas = [s.tensor_meta for s in rec.schedules if s.tensor_meta]
