@@ -82,7 +82,7 @@ class Facts:
     cache: str | None
     collectives: list[str]
     graphs: int
-    kind: str = "frame"
+    kind: str
 
     @property
     def cache_outcome(self) -> str | None:
