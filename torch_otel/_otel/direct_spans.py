@@ -38,6 +38,8 @@ encoding of the SDK's spans.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import is_, not_
 from time import time_ns
 from typing import Any
 
@@ -274,28 +276,33 @@ def _cleaned(
     """``given``, then each of ``later`` set, as the SDK's ``BoundedAttributes(most, given, max_value_len=longest)``
     holds them; None where it would drop one (a key that is not a text, an empty one, more than ``most``): the SDK's own
     span must then apply its limits. A text, number or flag within ``longest`` is kept as it is; any other value is
-    cleaned by the SDK's own function. The checks run over the whole mapping at once (a Python loop per value cost as
-    much as the SDK's own)."""
+    cleaned by the SDK's own function. The checks run over the whole mapping at once, in C (a Python step per value cost
+    as much as the SDK's own)."""
     out = dict(given)
     for k, v in later:
         out.pop(k, None)  # set again: last, as the SDK keeps it
         out[k] = v
-    if (most is not None and len(out) > most) or "" in out or not _TEXT_TYPES.issuperset(map(type, out)):
+    if (most is not None and len(out) > most) or "" in out:
+        return None
+    try:  # every key a text (a subclass too, as the SDK's check): joined in C, where a Python step per key cost more
+        "".join(out)
+    except TypeError:
         return None
     values = out.values()
-    if longest is not None and any(type(v) is str and len(v) > longest for v in values):
+    types = list(map(type, values))
+    if longest is not None and any(map(longest.__lt__, map(len, compress(values, map(is_, types, repeat(str)))))):
         keys = list(out)  # a text past the limit: every value looked at
-    elif not _SCALAR_TYPES.issuperset(map(type, values)):
-        keys = [k for k, t in zip(out, map(type, values), strict=True) if t not in _SCALAR_TYPES]  # the others, kept
-    else:
+    elif _SCALAR_TYPES.issuperset(types):
         return out
+    else:  # the others (a list of texts, a mapping), each cleaned below
+        keys = list(compress(out, map(not_, map(_SCALAR_TYPES.__contains__, types))))
     for k in keys:
         v = out[k]
         t = type(v)
         if t is str and longest is not None and len(v) > longest:
             out[k] = _clean_attribute_value(v, longest)  # a long text: the SDK's cleaning (its warning, its cut)
         elif t in _SEQUENCE_TYPES and _TEXT_TYPES.issuperset(map(type, v)):
-            if longest is None or not any(len(e) > longest for e in v):
+            if longest is None or not any(map(longest.__lt__, map(len, v))):
                 out[k] = tuple(v)  # texts within the limit: the tuple the SDK's cleaning makes of them
             else:
                 out[k] = _clean_attribute_value(v, longest)

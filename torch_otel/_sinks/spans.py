@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from itertools import compress
+from operator import itemgetter
 from typing import Any
 
 from opentelemetry import trace
@@ -29,7 +29,7 @@ from .._otel.ids import own_ids, private_random
 from .span_model import METRIC_ATTRIBUTES, Events, Root
 
 _METRIC_FIELDS, _METRIC_ATTRS = tuple(METRIC_ATTRIBUTES), tuple(METRIC_ATTRIBUTES.values())
-_NUMBERS = frozenset((int, float))  # what a metric attribute holds (bool is not one)
+_metric_values = itemgetter(*_METRIC_FIELDS)  # torch's metrics -> those fields' values, in one call
 _USUAL = frozenset((int, float, bool, type(None)))  # the types torch's metrics give those fields (else: each checked)
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
@@ -95,6 +95,7 @@ class SpanMapper:
         # A forked child shares its parent's resource (process.pid included): its spans say so themselves.
         self._pid = os.getpid()
         self._stacktraces: dict[tuple[tuple[str, int, str], ...], str] = {}  # a stack's frames -> its text (bounded)
+        self._located: dict[tuple[Any, ...], tuple[tuple[str, Any], ...]] = {}  # a frame's locations -> their attributes
 
     # -- helpers (``text`` and ``path``: what the features' views write with) ------------------------------------
     def text(self, value: object) -> str:
@@ -145,22 +146,17 @@ class SpanMapper:
             a.update(cuda_device_attributes(origin.cuda_device))
         if rec.forward is not None:  # a lazy backward: its forward's attempt (and tlparse directory)
             a[Root.ATTEMPT] = rec.forward.attempt
-        self._code_attributes(rec.code, a, "code")
-        if rec.torch_code is not None:  # torch's code object, where the frame is named otherwise (its class)
-            self._code_attributes(rec.torch_code, a, Root.TORCH_CODE)
-        if rec.frame_class:
-            a[Root.FRAME_CLASS] = self._str(rec.frame_class)
-        self._code_attributes(rec.call_site or rec.caller(), a, "torch.compile.caller")
+        a.update(self._locations(rec))
         if origin is not None and origin.stack:  # Python's traceback form, most recent call last
             a["code.stacktrace"] = self._stacktrace(origin.stack)
-        values = list(map(m.get, _METRIC_FIELDS))
-        types = list(map(type, values))
-        if _USUAL.issuperset(types):  # the numbers kept, picked without a Python step per field
-            a.update(compress(zip(_METRIC_ATTRS, values, strict=True), map(_NUMBERS.__contains__, types)))
-        else:
-            for attr, v in zip(_METRIC_ATTRS, values, strict=True):
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    a[attr] = v
+        try:  # every field at once (a frame's metrics have them all), else each that is there
+            values = _metric_values(m)
+        except KeyError:
+            values = tuple(map(m.get, _METRIC_FIELDS))
+        for attr, v in zip(_METRIC_ATTRS, values, strict=True):  # the numbers kept (a flag is not one)
+            t = type(v)
+            if t is int or t is float or (t not in _USUAL and isinstance(v, (int, float)) and not isinstance(v, bool)):
+                a[attr] = v
         reason = rec.recompile_reason
         if reason:
             text = strip_recompile_prefix(reason)
@@ -244,6 +240,26 @@ class SpanMapper:
         if rec.dropped:
             a["torch.compile.dropped_events"] = rec.dropped
         return a
+
+    def _locations(self, rec: CompileRecord) -> tuple[tuple[str, Any], ...]:
+        """The compiled code's attributes, torch's code object's where the frame is named otherwise (its class), the
+        class's and the caller's: worked out once per frame and call site (they come back at each of its compiles)."""
+        site = rec.call_site or rec.caller()
+        key = (rec.code, rec.torch_code, rec.frame_class, site)
+        got = self._located.get(key)
+        if got is None:
+            a: dict[str, Any] = {}
+            self._code_attributes(rec.code, a, "code")
+            if rec.torch_code is not None:
+                self._code_attributes(rec.torch_code, a, Root.TORCH_CODE)
+            if rec.frame_class:
+                a[Root.FRAME_CLASS] = self._str(rec.frame_class)
+            self._code_attributes(site, a, "torch.compile.caller")
+            got = tuple(a.items())
+            if len(self._located) >= 1024:
+                self._located.clear()
+            self._located[key] = got
+        return got
 
     def _stacktrace(self, stack: list[tuple[str, int, str]]) -> str:
         """The frames as Python's traceback writes them; each stack's text kept (a call site's stack comes back at each
