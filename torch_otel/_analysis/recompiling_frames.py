@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.categories import REASON_CHARS, recompile_category, scrub_guard_text, strip_recompile_prefix
+from .._core.compile_id import CompileId
 from .._core.paths import call_site_text
 from .._core.text import cut, cut_where, shorten_reason, wrap
 from .._model.record import CompileRecord
@@ -34,6 +35,13 @@ __all__ = ["FrameRecompiles", "RecompilingFrames", "frame_lines", "hint_lines", 
 MAX_FRAMES = 1000  # frames whose recompiles are followed
 MAX_GUARDS = 16  # distinct guards per frame
 MAX_CLASSES = 8  # classes named per shared frame (more are counted)
+MAX_STREAMS = 4096  # processes (rank, process id) whose resets are followed
+MAX_ROW_STREAMS = 64  # processes per frame whose generation it remembers
+
+Stream = tuple[int | None, int | None]  # one process's compiles, numbered by its torch: (rank, process id)
+# a frame of torch's in one generation of one process (between two torch._dynamo.reset()s): stream, generation,
+# compiled autograd id, frame id
+TorchFrame = tuple[Stream, int, int | None, int | None]
 
 
 @dataclass(slots=True)
@@ -60,6 +68,12 @@ class FrameRecompiles:
     classes: list[str] = field(default_factory=list)  # a frame of torch's shared by several classes: theirs, bounded
     more_classes: int = 0
     frame_class: str | None = None  # the class its first compile was named by (a row torch's shared frame may fold in)
+    # after torch._dynamo.reset() (torch logs none: ids start again at 0/0), torch's cache for the frame is empty: the
+    # generation of each process its last compile was in; each process's generation of its last limit hits and their
+    # count; the hits of a generation a reset ended in a process that hit the limit again since
+    gens: dict[Stream, int] = field(default_factory=dict)
+    hit_gens: dict[Stream, tuple[int, int]] = field(default_factory=dict)
+    hits_past: int = 0
 
     def folded(self, other: FrameRecompiles) -> FrameRecompiles:
         """This frame with ``other``'s recompiles in it: a row of the same frame of torch's, named by a class before
@@ -90,6 +104,22 @@ class FrameRecompiles:
         out.entries = max(out.entries, other.entries)
         out.limit = out.limit if out.limit is not None else other.limit
         out.limit_hits += other.limit_hits
+        for s, g in other.gens.items():
+            if s in out.gens or len(out.gens) < MAX_ROW_STREAMS:
+                out.gens[s] = max(g, out.gens.get(s, g))
+        out.hits_past += other.hits_past
+        for s, (g, n) in other.hit_gens.items():  # each process's hits of its latest generation, the others' past
+            had = out.hit_gens.get(s)
+            if had is None:
+                if len(out.hit_gens) < MAX_ROW_STREAMS:  # else counted as hits of now, as in ``add``
+                    out.hit_gens[s] = (g, n)
+            elif had[0] == g:
+                out.hit_gens[s] = (g, had[1] + n)
+            elif had[0] < g:
+                out.hits_past += had[1]
+                out.hit_gens[s] = (g, n)
+            else:
+                out.hits_past += n
         out.cost_ns += other.cost_ns
         out.ranks |= other.ranks
         out.called_directly = out.called_directly or other.called_directly
@@ -112,6 +142,12 @@ class RecompilingFrames:
     two models compiled through one library wrapper are two frames). Only the reason torch reported for each
     recompile (``CompilationMetrics.recompile_reason``: the newest cache entry's failed guard) is read for guards and
     hints; the other entries' failures (``recompile_reasons``) say nothing about what changed this time.
+
+    ``torch._dynamo.reset()`` empties torch's caches and numbers compiles again from ``0/0``: frame id 0 may then be
+    another function's. torch logs no reset, but a frame compile ``N/0`` of a frame of torch's already compiled in the
+    process's current generation marks one. A frame's counts are kept per generation: its first compile after a reset is
+    a fresh compile, not a recompile (its compiles and cost leave it out, and its backward's), and its cache entries,
+    and the limit it hit, start again.
     """
 
     def __init__(self, capture_payloads: bool = False, max_frames: int = MAX_FRAMES) -> None:
@@ -120,27 +156,56 @@ class RecompilingFrames:
         self.frames: dict[tuple[Any, ...], FrameRecompiles] = {}
         # torch's frame (compiled autograd id, frame id) -> the summary's frames it compiled for, and how many times each:
         # two models of one class through one code object are one frame to torch and two here (bounded)
-        self._torch_frames: dict[tuple[int | None, int | None], dict[tuple[Any, ...], int]] = {}
+        # (of each process's current generation, and of earlier ones a row of ``_shared`` needs)
+        self._torch_frames: dict[TorchFrame, dict[tuple[Any, ...], int]] = {}
         # torch's frames known shared by several classes -> the summary's frame of it (torch's code): the rows named by
         # a class before that was known are folded into it (``to_dict``)
-        self._shared: dict[tuple[int | None, int | None], tuple[Any, ...]] = {}
+        self._shared: dict[TorchFrame, tuple[Any, ...]] = {}
+        # each process's generation (its resets so far), and torch's frames compiled in it (compiled autograd id, frame)
+        self._gens: dict[Stream, int] = {}
+        self._seen: dict[Stream, set[tuple[int | None, int | None]]] = {}
+        # a followed frame's fresh compile after a reset (stream, frame -> generation, compile id): its backward is not
+        # counted either
+        self._fresh: dict[tuple[Stream, tuple[Any, ...]], tuple[int, CompileId]] = {}
 
-    def _before(self, rec: CompileRecord, key: tuple[Any, ...]) -> int:
-        """This frame's compiles before ``rec``, counted from torch's frame compile id: less those of the summary's other
-        frames in the same torch frame (all of them are this one's where several classes share it)."""
+    def _generation(self, rec: CompileRecord) -> tuple[Stream, int]:
+        """The process ``rec`` came from and its generation: a new one where a frame compile ``N/0`` repeats a frame of
+        torch's already compiled in this one (``torch._dynamo.reset()``), its older frames then forgotten unless a
+        shared frame's row needs them."""
+        stream = (rec.rank, rec.process_id)
+        gen = self._gens.get(stream, 0)
         cid = rec.compile_id
-        if cid is None or not cid.frame_compile_id:
+        if rec.kind != "frame" or cid is None or cid.frame_id is None:
+            return stream, gen
+        seen = self._seen.get(stream)
+        if seen is None:
+            if len(self._seen) >= MAX_STREAMS:
+                return stream, gen
+            seen = self._seen[stream] = set()
+        tf = (cid.compiled_autograd_id, cid.frame_id)
+        if cid.frame_compile_id == 0 and tf in seen:
+            gen = self._gens[stream] = gen + 1
+            seen.clear()
+            for old in [k for k in self._torch_frames if k[0] == stream and k[1] < gen and k not in self._shared]:
+                del self._torch_frames[old]
+        if len(seen) < self.max_frames:
+            seen.add(tf)
+        return stream, gen
+
+    def _before(self, rec: CompileRecord, key: tuple[Any, ...], tf: TorchFrame | None) -> int:
+        """This frame's compiles before ``rec`` in its generation, counted from torch's frame compile id: less those of
+        the summary's other frames in the same torch frame (all of them are this one's where several classes share it)."""
+        cid = rec.compile_id
+        if cid is None or tf is None or not cid.frame_compile_id:
             return 0
         if rec.shared_frame:
             return cid.frame_compile_id
-        others = sum(n for k, n in self._torch_frames.get((cid.compiled_autograd_id, cid.frame_id), {}).items() if k != key)
+        others = sum(n for k, n in self._torch_frames.get(tf, {}).items() if k != key)
         return max(0, cid.frame_compile_id - others)
 
-    def _count(self, rec: CompileRecord, key: tuple[Any, ...]) -> None:
-        cid = rec.compile_id
-        if cid is None:
+    def _count(self, tf: TorchFrame | None, key: tuple[Any, ...]) -> None:
+        if tf is None:
             return
-        tf = (cid.compiled_autograd_id, cid.frame_id)
         seen = self._torch_frames.get(tf)
         if seen is None:
             if len(self._torch_frames) >= self.max_frames:
@@ -150,28 +215,42 @@ class RecompilingFrames:
             seen[key] = seen.get(key, 0) + 1
 
     def add(self, rec: CompileRecord, key: tuple[Any, ...]) -> None:
+        stream, gen = self._generation(rec)
+        cid = rec.compile_id
         if rec.kind == "backward":  # what the frame's recompiles cost includes their backwards
             f = self.frames.get(key)
-            if f is not None:
+            if f is not None and (cid is None or self._fresh.get((stream, key)) != (gen, cid)):
                 f.cost_ns += rec.duration_ns
             return
         if rec.kind != "frame":
             return
         reason = rec.recompile_reason or (rec.recompile_reasons[0] if rec.recompile_reasons else None)
         limit_hit = rec.recompile_limit_hit
+        tf = None if cid is None else (stream, gen, cid.compiled_autograd_id, cid.frame_id)
         f = self.frames.get(key)
         if f is None:
             if not (reason or limit_hit) or len(self.frames) >= self.max_frames:
-                self._count(rec, key)
+                self._count(tf, key)
                 return  # a frame is followed from its first recompile
             f = self.frames[key] = FrameRecompiles(frame_class=rec.frame_class)
-            f.compiles = self._before(rec, key)  # the ones before
-        self._count(rec, key)
-        cid = rec.compile_id
-        if rec.shared_frame and cid is not None and len(self._shared) < self.max_frames:
-            self._shared.setdefault((cid.compiled_autograd_id, cid.frame_id), key)
-        f.compiles += 1
-        f.cost_ns += rec.duration_ns
+            f.compiles = self._before(rec, key, tf)  # the ones before
+        self._count(tf, key)
+        if rec.shared_frame and tf is not None and len(self._shared) < self.max_frames:
+            self._shared.setdefault(tf, key)
+        last = f.gens.get(stream)
+        if last is not None and last != gen:  # a reset emptied torch's cache of it since its last compile
+            f.entries, f.near = 0, False
+        known = stream in f.gens or len(f.gens) < MAX_ROW_STREAMS
+        if known:
+            f.gens[stream] = gen
+        if known and gen and last != gen and not (reason or limit_hit) and cid is not None:
+            # its first compile since a reset: a fresh compile of an empty cache, not a recompile (nor its backward)
+            if len(self._fresh) >= self.max_frames and (stream, key) not in self._fresh:
+                del self._fresh[next(iter(self._fresh))]
+            self._fresh[(stream, key)] = (gen, cid)
+        else:
+            f.compiles += 1
+            f.cost_ns += rec.duration_ns
         if f.call_site is None:
             f.call_site = call_site_of(rec)
         f.called_directly = f.called_directly or rec.called_directly
@@ -193,6 +272,11 @@ class RecompilingFrames:
         f.near = f.near or rec.recompile_limit_near
         if limit_hit:
             f.limit_hits += 1
+            was = f.hit_gens.get(stream)
+            if was is not None or len(f.hit_gens) < MAX_ROW_STREAMS:  # else counted as a hit of now, as before
+                if was is not None and was[0] != gen:
+                    f.hits_past += was[1]
+                f.hit_gens[stream] = (gen, was[1] + 1 if was is not None and was[0] == gen else 1)
             if rec.recompile_limit is not None:
                 f.entries = max(f.entries, rec.recompile_limit)
         if not reason:
@@ -238,10 +322,18 @@ class RecompilingFrames:
                     rows[shared] = rows[shared].folded(rows.pop(key))
         return rows
 
+    def _now(self, f: FrameRecompiles) -> tuple[int, int]:
+        """A frame's cache entries now (none where a reset in every process since its last compile emptied its cache),
+        and its limit hits before a reset (it no longer runs in eager for them)."""
+        past = f.hits_past + sum(n for s, (g, n) in f.hit_gens.items() if self._gens.get(s, 0) > g)
+        gone = bool(f.gens) and all(self._gens.get(s, 0) > g for s, g in f.gens.items())
+        return (0 if gone else f.entries), past
+
     def to_dict(self) -> list[dict[str, Any]]:
         """The frames that recompiled, the costliest first: the facts, the guards' lines and the hints."""
         out = []
         for key, f in sorted(self._rows().items(), key=lambda kv: (-kv[1].cost_ns, -kv[1].recompiles, str(kv[0][0]))):
+            entries, past = self._now(f)
             fn, path, line = key[0], key[1], key[2]
             guards = []
             for g in sorted(f.guards.values(), key=lambda g: -g.failures):
@@ -257,10 +349,9 @@ class RecompilingFrames:
                 }
                 d["line"] = guard_line(d, shown)
                 guards.append(d)
-            left = None if f.limit is None else max(0, f.limit - f.entries)
-            status = (
-                "hit" if f.limit_hits else "unknown" if f.limit is None else "near" if left is not None and left <= NEAR else "ok"
-            )
+            left = None if f.limit is None else max(0, f.limit - entries)
+            hit = f.limit_hits > past  # a hit since the last reset: it runs in eager
+            status = "hit" if hit else "unknown" if f.limit is None else "near" if left is not None and left <= NEAR else "ok"
             pressed = bool(f.limit_hits) or status == "near"
             keeps = pressed or any(g["failures"] >= 2 for g in guards) or f.unparsed >= 2
             ctx = FrameContext(fn, path, f.call_site, f.called_directly, f.automatic_dynamic)
@@ -286,13 +377,14 @@ class RecompilingFrames:
                     "cost_s": round(f.cost_ns / 1e9, 6),
                     "by_category": dict(sorted(f.by_category.items(), key=lambda kv: -kv[1])),
                     "top_reasons": [{"category": c, "reason": t, "count": n} for (c, t), n in reasons[:3]],
-                    "cache_entries": f.entries or None,
+                    "cache_entries": entries or None,
                     "limit": f.limit,
                     "limit_name": f.limit_kind or "recompile_limit",
                     "classes": [c.rsplit(".", 1)[-1] for c in f.classes],
                     "more_classes": f.more_classes,
                     "left_before_limit": left,
                     "limit_hits": f.limit_hits,
+                    "limit_hits_before_reset": past,
                     "limit_status": status,
                     "automatic_dynamic": f.automatic_dynamic,
                     "keeps_recompiling": keeps,
@@ -322,16 +414,20 @@ def limit_words(f: Mapping[str, Any], short: bool = False) -> str:
     counts; their backwards are not among them)."""
     limit, entries, hits = f.get("limit"), f.get("cache_entries"), f.get("limit_hits") or 0
     which = limit_label(f.get("limit_name"))
+    # a hit before torch._dynamo.reset(): the reset emptied the frame's cache, it compiles again
+    past = f.get("limit_hits_before_reset") or 0
+    hit = hits > past
+    before = "hit before a reset" if past and not hit else ""
     if limit is None:
-        return f"hit the {which} (runs in eager)" if hits else "limit unknown (the log does not say)"
-    if hits:
+        return f"hit the {which} (runs in eager)" if hit else "limit unknown (the log does not say)" + (before and f"; {before}")
+    if hit:
         return f"hit the {which} ({limit}): runs in eager"
     left = f.get("left_before_limit")
+    notes = "; ".join(n for n in ("near" if left is not None and left <= NEAR else "", before) if n)
+    tail = f" ({notes})" if notes else ""
     if short:
-        return f"{left} more before eager" + (" (near)" if left is not None and left <= NEAR else "")
-    return f"{entries or '?'} of {limit} frame compiles, {left} more before eager" + (
-        " (near)" if left is not None and left <= NEAR else ""
-    )
+        return f"{left} more before eager{tail}"
+    return f"{entries or '?'} of {limit} frame compiles, {left} more before eager{tail}"
 
 
 def hint_lines(f: Mapping[str, Any], width: int, indent: str = "    ") -> list[str]:
