@@ -27,6 +27,7 @@ __all__ = [
     "earliest",
     "frame_of",
     "latest",
+    "ran_alone",
 ]
 
 
@@ -64,8 +65,9 @@ class CompileCalls:
     """One compile's graphs and what its calls bought: derived once into the record, the counts read when asked.
 
     ``graphs`` are the compile's own (a frame's forward graphs, a lazy backward's graph); ``with_forward`` the backward
-    graphs that came with a frame's compile (served from a cache: no lazy compile of their own). ``uncounted``: the
-    compile installed a graph past the bound (its calls are unknown).
+    graphs that came with a frame's compile (served from a cache, or compiled with it under dynamic shapes: no lazy
+    compile of their own; one compiled with compiled autograd on is left out until it runs, :func:`ran_alone`).
+    ``uncounted``: the compile installed a graph past the bound (its calls are unknown).
     """
 
     compile_id: str
@@ -93,7 +95,9 @@ class CompileCalls:
         return max(g.calls for g in self.graphs)
 
     def backward_calls(self) -> int | None:
-        return max(g.calls for g in self.with_forward) if self.with_forward else None
+        """How many times the backward that came with the compile ran; None: none came, or none runs as a graph."""
+        own = ran_alone(self.with_forward)
+        return max(g.calls for g in own) if own else None
 
     def calls_by_pass(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -156,6 +160,15 @@ def compile_calls(rec: CompileRecord) -> CompileCalls | None:
     """The record's graphs and calls (None: it installed no graph, or its calls are not known, as on replay)."""
     found = rec.derived.get(NAME)
     return found if isinstance(found, CompileCalls) else None
+
+
+def ran_alone(graphs: tuple[Counted, ...]) -> tuple[Counted, ...]:
+    """The backwards that came with their forward and run as graphs of their own. Under compiled autograd none does:
+    compiled autograd traces each AOT backward into its own graphs (the ``!N/...`` compiles, counted with their calls),
+    and its lazy backwards never compile. So a backward compiled with compiled autograd on that never ran is no graph
+    that ran 0 times (nor a compile that never paid off): it is left out, as the lazy ones are. One that ran (compiled
+    autograd was off by then) is counted."""
+    return tuple(g for g in graphs if g.calls or not g.under_compiled_autograd)
 
 
 def earliest(graphs: tuple[Counted, ...]) -> int | None:

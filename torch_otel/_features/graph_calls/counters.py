@@ -94,6 +94,7 @@ class Graph:
         "pass_",
         "timed",
         "with_forward",
+        "under_compiled_autograd",
         "_cells",
         "_wrapper",
         "_restore",
@@ -104,12 +105,23 @@ class Graph:
         "__weakref__",
     )
 
-    def __init__(self, compile_id: CompileId | None, attempt: int, pass_: str, timed: bool, with_forward: bool = False) -> None:
+    def __init__(
+        self,
+        compile_id: CompileId | None,
+        attempt: int,
+        pass_: str,
+        timed: bool,
+        with_forward: bool = False,
+        under_compiled_autograd: bool = False,
+    ) -> None:
         self.compile_id = compile_id
         self.attempt = attempt
         self.pass_ = pass_
         self.timed = timed
-        self.with_forward = with_forward  # a backward loaded with its forward's compile (a cache hit): not compiled lazily
+        self.with_forward = with_forward  # a backward that came with its forward's compile (a cache hit, dynamic shapes)
+        # compiled with compiled autograd on: compiled autograd traces the backward into its own graphs (``!N/...``),
+        # so it runs there, never as this graph (it is counted only if it runs with compiled autograd off)
+        self.under_compiled_autograd = under_compiled_autograd
         self._cells: dict[str, Any] = {}
         self._wrapper: weakref.ref[Any] | None = None
         self._restore: tuple[Any, ...] | None = None  # where torch's callable goes back on uninstrument
@@ -171,6 +183,7 @@ class FixedGraph:
     run_ns: int = 0
     pass_: str = "forward"
     with_forward: bool = False
+    under_compiled_autograd: bool = False
 
 
 class Counted(Protocol):
@@ -190,6 +203,9 @@ class Counted(Protocol):
 
     @property
     def run_ns(self) -> int: ...
+
+    @property
+    def under_compiled_autograd(self) -> bool: ...
 
 
 class GraphCalls:
@@ -233,10 +249,12 @@ class GraphCalls:
         holder: Any = None,
         attr: str | None = None,
         with_forward: bool = False,
+        under_compiled_autograd: bool = False,
     ) -> tuple[Graph | None, Callable[..., Any]]:
         """``fn`` behind a counter, and the counter; ``(None, fn)`` past the bound. ``timed``: None for a backward,
         which is timed when its forward is. Where it lives (a global ``name`` of ``scope``, or ``holder.attr``) is
-        where :meth:`restore` puts ``fn`` back."""
+        where :meth:`restore` puts ``fn`` back. ``under_compiled_autograd``: a backward compiled with compiled autograd
+        on (:attr:`Graph.under_compiled_autograd`)."""
         key = str(compile_id)
         with self._lock:
             if len(self.graphs) >= self.max_graphs:
@@ -246,7 +264,7 @@ class GraphCalls:
                 timed = self._timed.get(key, False)
             elif pass_ == "forward" and len(self._timed) < self.max_graphs:
                 self._timed[key] = timed
-            g = Graph(compile_id, attempt, pass_, timed, with_forward)
+            g = Graph(compile_id, attempt, pass_, timed, with_forward, under_compiled_autograd)
             self.graphs.append(g)
         wrapper = (_counting_timed if timed else _counting)(fn)
         if getattr(fn, "_boxed_call", False):  # AOTAutograd calls a boxed backward with its argument list

@@ -45,6 +45,16 @@ def _on_cpu(output_graph: Any) -> bool:
     return True
 
 
+def _compiled_autograd_on() -> bool:
+    """Whether compiled autograd is on (``torch._dynamo.compiled_autograd._enable``, or around a compiled function's
+    call with ``torch._dynamo.config.compiled_autograd``): a backward compiled now runs inside its graphs. AOTAutograd
+    compiles under compiled autograd's ``_disable()``, which turns its flag off for the compile: the depth of the
+    ``_enable`` contexts around it still says it is on."""
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    depth = getattr(ca, "depth", 0)
+    return getattr(ca, "compiled_autograd_enabled", False) is True or (type(depth) is int and depth > 0)
+
+
 class GraphCallsState(FeatureState):
     """See the module. ``counting``: whether graphs are counted at all (the rows attach only then)."""
 
@@ -163,7 +173,9 @@ class GraphCallsState(FeatureState):
 
     def backward_compiler_hook(self, torch_fn: Callable[..., Any]) -> Callable[..., Any]:
         """``_AutogradBackwardCompiler.__init__``: a backward that comes with its forward (AOTAutograd's cache served
-        both) has its callable from the start, and never compiles lazily."""
+        both, or dynamic shapes had it compiled with its forward) has its callable from the start, and never compiles
+        lazily. Compiled with compiled autograd on, it runs inside compiled autograd's graphs instead (left out of the
+        counts until it runs on its own: torch_otel._features.graph_calls.calls.ran_alone)."""
         made = self._backward_compiler_made
 
         def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
@@ -179,8 +191,9 @@ class GraphCallsState(FeatureState):
                 return
             cid, attempt = current_trace()
             graph, wrapper = self.graphs.wrap(
-                fn, cid, attempt, "backward", None, holder=obj, attr="compiled_bw", with_forward=True
-            )
+                fn, cid, attempt, "backward", None, holder=obj, attr="compiled_bw", with_forward=True,
+                under_compiled_autograd=_compiled_autograd_on(),
+            )  # fmt: skip
             obj.compiled_bw = wrapper
             self._queue(GraphEvent(cid, graph, attempt))
         except Exception as exc:  # noqa: BLE001 - never into torch's compile
