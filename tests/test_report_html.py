@@ -575,3 +575,20 @@ def test_frames_left_in_eager_lead_and_a_library_frame_shows_the_users_call_site
     first = re.search(r"<h2>([^<]*)</h2>", tables)
     assert first is not None and first.group(1) == "Frames left in eager"
     assert re.search(r"<b>1</b><span>frame left in eager</span>", page.dom)
+
+
+def test_a_limit_hit_before_a_reset_does_not_say_the_frame_runs_in_eager(tmp_path: Path) -> None:
+    """After ``torch._dynamo.reset()`` a frame that hit the recompile limit compiles again: the page says the hit came
+    before a reset, as the text does (``limit_hits_before_reset``, tests/test_resets.py); a hit since says eager."""
+    s = _sample()
+    row = {"file": "/src/m.py", "line": 3, "call_site": None, "recompiles": 2, "limit": 2, "guards": [], "fixes": []}
+    s["recompiling_frames"] = [
+        {**row, "function": "h", "limit_hits": 1, "limit_hits_before_reset": 1, "cache_entries": 1, "left_before_limit": 1},
+        {**row, "function": "k", "limit_hits": 1, "limit_hits_before_reset": 0, "cache_entries": 2, "left_before_limit": 0},
+        {**row, "function": "old", "limit_hits": 1, "cache_entries": 2, "left_before_limit": 0},  # an older summary's row
+    ]
+    page = _open(tmp_path, render_html(s))
+    _assert_clean(page)
+    heads = {m.group(1): m.group(2) for m in re.finditer(r"<h3[^>]*>(\w+) \(m\.py:3\): ([^<]*)</h3>", page.dom)}
+    assert heads["h"] == "2 recompiles, 1 of 2 compiles, 1 more before eager (hit before a reset)", heads
+    assert heads["k"] == heads["old"] == "2 recompiles, hit the limit (2): runs in eager", heads

@@ -421,10 +421,13 @@
       "and, where torch's reason makes it clear, the change that stops it.");
     rows.forEach(function (f) {
       f = obj(f);
-      var lim = f.limit === null || f.limit === undefined ? "limit unknown" :
-        num(f.limit_hits) > 0 ? "hit the limit (" + num(f.limit) + "): runs in eager" :
+      // a hit before torch._dynamo.reset() no longer sends the frame to eager: the reset emptied its cache
+      var past = num(f.limit_hits_before_reset), hit = num(f.limit_hits) > past;
+      var lim = f.limit === null || f.limit === undefined ? (hit ? "hit the limit: runs in eager" : "limit unknown") :
+        hit ? "hit the limit (" + num(f.limit) + "): runs in eager" :
         num(f.cache_entries) + " of " + num(f.limit) + " compiles, " + num(f.left_before_limit) + " more before eager";
-      s.appendChild(el("h3", num(f.limit_hits) > 0 || f.limit_status === "near" ? "fail" : null,
+      if (past > 0 && !hit) lim += " (hit before a reset)";
+      s.appendChild(el("h3", hit || f.limit_status === "near" ? "fail" : null,
         where(f.function, f.file, f.line, f.call_site) + ": " + count(num(f.recompiles), "recompile") + ", " + lim));
       var ul = el("ul");
       arr(f.guards).forEach(function (g) { ul.appendChild(el("li", null, str(obj(g).line))); });
