@@ -3,7 +3,8 @@
 ``python resets.py OUT MODE``, with the bridge on (``torch_otel.auto``), under ``TORCH_TRACE``; CPU.
 
 - ``reuse``: ``f`` compiled twice, a reset after each, so frame 0 is ``f``'s twice; then ``g`` compiles ``0/0`` (frame 0
-  again) and recompiles ``0/1`` for a new size (backend ``eager``): two compiles of ``g``, one recompile;
+  again) and recompiles ``0/1`` for a new size (backend ``eager``): two compiles of ``g``, one recompile (the case as
+  found; the tests run ``again``, which holds it);
 - ``again``: the same with backend ``aot_eager`` and a backward after each call (lazy backwards); then ``h``
   (``dynamic=False``, ``recompile_limit`` 2) at three sizes hits the limit (``1/2``: its third input runs in eager);
   then a reset, and ``g`` and ``h`` compiled afresh (``0/0`` with its backward, ``1/0``): not recompiles, and ``h``'s
