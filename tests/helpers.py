@@ -102,6 +102,31 @@ def run_python(
     return run([sys.executable, str(script), *(args or [])], env=env, cwd=cwd, timeout=timeout)
 
 
+def live_and_replayed(workload: Path, tmp: Path, mode: str) -> dict[str, Any]:
+    """``python WORKLOAD TMP MODE`` with the bridge's summary and torch's ``TORCH_TRACE`` on (no exporter), then its log
+    replayed: torch's own record (the workload's ``TMP/torch.json``), the live and the replayed summaries, the
+    workload's stderr, the log and ``tmp``."""
+    env = {
+        "TORCH_TRACE": str(tmp / "trace"),
+        "TORCH_OTEL_SUMMARY": str(tmp / "live.json"),
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+    }
+    res = run_python(workload, env, args=[str(tmp), mode])
+    assert res.returncode == 0, res.stderr[-3000:]
+    (log,) = (tmp / "trace").glob("*.log")
+    rep = run_cli("replay", str(log), "--json", str(tmp / "replay.json"), "-o", str(tmp / "replay.jsonl"))
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    return {
+        "torch": json.loads((tmp / "torch.json").read_text()),
+        "live": json.loads((tmp / "live.json").read_text()),
+        "replay": json.loads((tmp / "replay.json").read_text()),
+        "stderr": res.stderr,
+        "log": log,
+        "tmp": tmp,
+    }
+
+
 def normalize_stderr(text: str) -> list[str]:
     """torch's glog prefix carries time and pid: drop them to compare two runs."""
     return [_GLOG.sub(r"\1 ", line) for line in text.splitlines()]

@@ -24,13 +24,12 @@ run's ``TORCH_TRACE`` log, against torch's own record (``tests/workloads/limits.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import WORKLOADS, run_cli, run_python, run_tlparse
+from tests.helpers import WORKLOADS, live_and_replayed, run_tlparse
 
 MODES = ("modules", "wrapper", "blocks", "unbacked", "other_class", "other_class_limit")
 
@@ -39,29 +38,7 @@ pytestmark = pytest.mark.release  # torch's records of a limit (its fields, its 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for mode in MODES:
-        tmp = tmp_path_factory.mktemp(mode)
-        env = {
-            "TORCH_TRACE": str(tmp / "trace"),
-            "TORCH_OTEL_SUMMARY": str(tmp / "live.json"),
-            "OTEL_TRACES_EXPORTER": "none",
-            "OTEL_METRICS_EXPORTER": "none",
-        }
-        res = run_python(WORKLOADS / "limits.py", env, args=[str(tmp), mode])
-        assert res.returncode == 0, res.stderr[-3000:]
-        (log,) = (tmp / "trace").glob("*.log")
-        rep = run_cli("replay", str(log), "--json", str(tmp / "replay.json"), "-o", str(tmp / "replay.jsonl"))
-        assert rep.returncode == 0, rep.stderr[-3000:]
-        out[mode] = {
-            "torch": json.loads((tmp / "torch.json").read_text()),
-            "live": json.loads((tmp / "live.json").read_text()),
-            "replay": json.loads((tmp / "replay.json").read_text()),
-            "stderr": res.stderr,
-            "log": log,
-            "tmp": tmp,
-        }
-    return out
+    return {mode: live_and_replayed(WORKLOADS / "limits.py", tmp_path_factory.mktemp(mode), mode) for mode in MODES}
 
 
 @pytest.mark.parametrize("how", ["live", "replay"])

@@ -14,7 +14,6 @@ frame 0 had either. torch's ``CompilationMetrics`` list each, and are what these
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fast.fastkit import feed, frame, metrics
-from tests.helpers import WORKLOADS, run_cli, run_python
+from tests.helpers import WORKLOADS, live_and_replayed
 from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words
 
 MODES = ("again",)
@@ -30,26 +29,7 @@ MODES = ("again",)
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for mode in MODES:
-        tmp = tmp_path_factory.mktemp(mode)
-        env = {
-            "TORCH_TRACE": str(tmp / "trace"),
-            "TORCH_OTEL_SUMMARY": str(tmp / "live.json"),
-            "OTEL_TRACES_EXPORTER": "none",
-            "OTEL_METRICS_EXPORTER": "none",
-        }
-        res = run_python(WORKLOADS / "resets.py", env, args=[str(tmp), mode])
-        assert res.returncode == 0, res.stderr[-3000:]
-        (log,) = (tmp / "trace").glob("*.log")
-        rep = run_cli("replay", str(log), "--json", str(tmp / "replay.json"), "-o", str(tmp / "replay.jsonl"))
-        assert rep.returncode == 0, rep.stderr[-3000:]
-        out[mode] = {
-            "torch": json.loads((tmp / "torch.json").read_text()),
-            "live": json.loads((tmp / "live.json").read_text()),
-            "replay": json.loads((tmp / "replay.json").read_text()),
-        }
-    return out
+    return {mode: live_and_replayed(WORKLOADS / "resets.py", tmp_path_factory.mktemp(mode), mode) for mode in MODES}
 
 
 def _row(summary: dict[str, Any], function: str) -> dict[str, Any]:
