@@ -217,8 +217,9 @@ def test_generate_with_a_static_cache_gets_no_hint_for_len_kwargs_and_says_why(r
 
 
 def test_generate_with_a_dynamic_cache_never_marks_a_size_torch_specializes(runs):
-    """The decode steps pass one token: dim 1 of input_ids took 1, which torch specializes. Marking it would raise
-    ConstraintViolationError: no hint is given, and the reason is said."""
+    """The decode steps pass one token: dim 1 of input_ids took 1, which torch specializes. Marking it would not make
+    it dynamic (torch compiles a size of 0 or 1 as a constant, and raises no ConstraintViolationError): no hint is
+    given, and the reason is said."""
     (f,) = runs["generate_dynamic"]["summary"]["recompiling_frames"]
     one = [g for g in f["guards"] if g["kind"] == "size" and "1" in g["values"]]
     assert one, f["guards"]

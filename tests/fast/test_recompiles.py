@@ -162,7 +162,8 @@ def test_a_dimension_of_the_users_input_is_fixed_at_the_call_site_and_by_automat
 
 
 def test_no_hint_marks_a_dimension_torch_specializes() -> None:
-    """A dimension that took 1 (a decode step, a batch of one): marking it raises ConstraintViolationError."""
+    """A dimension that took 1 (a decode step, a batch of one): marking it does not make it dynamic (torch compiles a
+    size of 0 or 1 as a constant, and raises no ConstraintViolationError)."""
     on = FrameContext("fwd", "/src/model.py", "train.py:12", True, True)  # automatic dynamic shapes on
     for values in (("1", "8"), ("0", "4", "8")):
         (h,) = advise([_size("kwargs['input_ids']", 1, *values)], on)

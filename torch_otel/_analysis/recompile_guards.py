@@ -5,6 +5,11 @@ torch's recompile reasons are one guard failure per cached entry that did not ma
 (what it checks, the input, the dimension, the values), and :func:`guard_line` says a guard's values over a frame's
 compiles in words ("dim 0 of input 'x' took 5 values: 8, 16, 24, 32, 40").
 
+A dynamic graph's size range is a guard too (``2 <= x.size()[1]``, ``2 <= x.size()[1] <= 128``, ``x.size()[0] <= 8``:
+the bounds of a size symbol, as torch's ``ShapeEnv.produce_guards_verbose`` writes them, torch/fx/experimental/
+symbolic_shapes.py, "Every symbol must be within its value range"). Its failure names the range, not the size that
+fell outside it: a lower bound of 2 is torch's 0/1 specialization, so the size was 0 or 1 (:func:`range_bounds`).
+
 The recompile limit (``torch._dynamo.config.recompile_limit``, 8 by default) is read from each compile's
 ``CompilationMetrics.dynamo_config`` (torch logs it with every compile, so a replay knows it too), else from the
 live config; else it is unknown. A frame's compiles so far are torch's ``cache_size`` (the entries the limit
@@ -33,6 +38,7 @@ __all__ = [
     "limit_raises_of",
     "live_recompile_limit",
     "parse_guard",
+    "range_bounds",
     "recompile_limit_of",
 ]
 NEAR = 2  # a frame within this many recompiles of the limit is near it
@@ -53,7 +59,14 @@ _GUARDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("kwargs", re.compile(r"^len\((?:L\[')?kwargs(?:'\])?\) == (?P<exp>\d+)")),
     # an int argument specialised to its value: "n == 3" (dynamo appends "  # source line  # file:line in f")
     ("int", re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == (?P<exp>-?\d+)\s*(?:#.*)?$")),
+    # a dynamic size's range (torch/fx/experimental/symbolic_shapes.py, produce_guards_verbose: "2 <= x.size()[1]",
+    # "2 <= x.size()[1] <= 128", "x.size()[0] <= 8", each with "  # source line"; torch before strip_local_scope: L['x'])
+    (
+        "size_range",
+        re.compile(r"^(?:(?P<lo>-?\d+) <= )?(?P<name>\S+?)\.size\(\)\[(?P<dim>\d+)\](?: <= (?P<hi>-?\d+))?(?=\s*(?:[#;]|$))"),
+    ),
 )
+SPECIALIZED_LOW = 2  # the lower bound torch gives a dynamic size (sizes 0 and 1 are specialized: constants)
 # Guards whose failure names only the value the cache entry was compiled for ("n == 3", "len(kwargs) == 6"), not the
 # new one. A recompile's reason names the newest entry's value, so each new value is named by the next recompile, and
 # the value the last recompile compiled for by none: it is counted as one more ("took 6 values", not 5).
@@ -62,26 +75,44 @@ _LIMIT_RE = re.compile(r'"(?:recompile_limit|cache_size_limit)": (\d+)')
 _AUTO_DYNAMIC_RE = re.compile(r'"automatic_dynamic_shapes": (true|false)')
 _FAIL_ON_LIMIT_RE = re.compile(r'"fail_on_recompile_limit_hit": (true|false)')
 _LOCAL = re.compile(r"^L\['([A-Za-z_]\w*)'\]$")
+_LOCAL_SCOPE = re.compile(r"L\[\s*['\"](.*?)['\"]\s*\]")  # torch's strip_local_scope: L['x'] -> x
+_RANGE = re.compile(r"^(-?\d*)\.\.(-?\d*)$")
 
 
 @dataclass(frozen=True, slots=True)
 class Guard:
     """One guard failure, parsed: what it checks, the input it is about, the dimension, and the values it saw."""
 
-    check: str  # size, stride, dtype, rank, requires_grad, dispatch, global_state, int
+    check: str  # size, size_range, stride, dtype, rank, requires_grad, dispatch, global_state, int, kwargs
     name: str | None = None  # the input, as torch names its source ("x", "self.weight")
     dim: int | None = None
-    values: tuple[str, ...] = ()  # expected first, then actual (what torch's text gives)
+    # expected first, then actual (what torch's text gives); a size_range's: its range, "2..", "2..128", "..8" (torch
+    # names the range the size fell outside, not the size)
+    values: tuple[str, ...] = ()
+
+
+def range_bounds(value: object) -> tuple[int | None, int | None]:
+    """A size_range guard's value, ``"2..128"``, as its bounds: ``(2, 128)``; ``"2.."``: ``(2, None)``."""
+    m = _RANGE.match(str(value))
+    if m is None:
+        return None, None
+    return (int(m.group(1)) if m.group(1) else None), (int(m.group(2)) if m.group(2) else None)
 
 
 def parse_guard(reason: str) -> Guard | None:
-    """``tensor 'x' size mismatch at index 0. expected 8, actual 16`` -> ``Guard('size', 'x', 0, ('8', '16'))``."""
+    """``tensor 'x' size mismatch at index 0. expected 8, actual 16`` -> ``Guard('size', 'x', 0, ('8', '16'))``;
+    ``2 <= x.size()[1]  # ...`` -> ``Guard('size_range', 'x', 1, ('2..',))``."""
     text = strip_recompile_prefix(reason)
     for check, pattern in _GUARDS:
         m = pattern.search(text)
         if m is None:
             continue
         groups = m.groupdict()
+        if check == "size_range":
+            lo, hi = groups.get("lo"), groups.get("hi")
+            if lo is None and hi is None:  # no bound: not a range guard
+                continue
+            return Guard(check, _LOCAL_SCOPE.sub(r"\1", groups["name"]), int(groups["dim"]), (f"{lo or ''}..{hi or ''}",))
         name = groups.get("name")
         local = _LOCAL.match(name or "")
         if local:
@@ -177,6 +208,7 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     n = len(values) + int(g.get("more_values") or 0) + unnamed
     what = {
         "size": f"dim {dim} of input '{name}'",
+        "size_range": f"dim {dim} of input '{name}'",
         "stride": f"the stride of dim {dim} of input '{name}'",
         "dtype": f"the dtype of input '{name}'",
         "rank": f"the number of dimensions of input '{name}'",
@@ -189,6 +221,8 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
         return f"input '{name}': dispatch key set mismatch (its device or grad mode changed)"
     if check == "global_state":
         return f"torch's global state changed: {', '.join(values) or '?'}"
+    if check == "size_range":
+        return range_line(str(what), values)
     if check == "requires_grad":
         values = ["True" if v == "1" else "False" for v in values]
     shown = values[:SHOWN_VALUES]
@@ -199,3 +233,21 @@ def guard_line(g: Mapping[str, Any], show_values: bool = True) -> str:
     if not show_values or not values:
         return f"{what} took {n} values (not shown: they may be data; capture payloads to see them)"
     return f"{what} took {n} values: {listed}"
+
+
+def range_line(what: str, values: list[str]) -> str:
+    """A size_range guard in words: "dim 1 of input 'x': a size of 0 or 1 fell below the dynamic graph's range 2..
+    (torch specializes sizes 0 and 1)"."""
+    bounds = [range_bounds(v) for v in values]
+    special = any(lo == SPECIALIZED_LOW for lo, _ in bounds)
+    note = " (torch specializes sizes 0 and 1)" if special else ""
+    if len(bounds) != 1:
+        return f"{what}: sizes fell outside the dynamic graphs' ranges {', '.join(values) or '?'}{note}"
+    (lo, hi), rng = bounds[0], values[0]
+    if hi is None:
+        size = "a size of 0 or 1" if special else "a size"
+        return f"{what}: {size} fell below the dynamic graph's range {rng}{note}"
+    if lo is None:
+        return f"{what}: a size fell above the dynamic graph's range {rng}"
+    size = f"a size of 0 or 1, or above {hi}," if special else "a size"
+    return f"{what}: {size} fell outside the dynamic graph's range {rng}{note}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.paths import in_installed_package
-from .recompile_guards import guard_line
+from .recompile_guards import SPECIALIZED_LOW, guard_line, range_bounds
 
 __all__ = ["DYNAMIC_SHAPES_URL", "RECOMPILATION_URL", "FrameContext", "Hint", "advise", "hints_for"]
 
@@ -102,6 +102,46 @@ def _at(ctx: FrameContext) -> str:
 
 
 _NO_HINT = "; no hint is given"
+# what torch does with a size of 0 or 1 that mark_dynamic marked (torch/fx/experimental/symbolic_shapes.py: create_symbol
+# returns a constant for it, and produce_guards "Don't complain about 0/1 specialization"), checked on torch 2.13
+_MARKED_01 = (
+    "torch compiles a size of 0 or 1 as a constant even where mark_dynamic marked it, and raises no ConstraintViolationError"
+)
+
+
+def _ranges(g: Mapping[str, Any]) -> list[tuple[int | None, int | None]]:
+    return [range_bounds(v) for v in g.get("values") or []]
+
+
+def _range_of(name: str, dim: object, others: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The frame's size_range guard on the same dimension of the same input: its dynamic graph's range failed."""
+    return next(
+        (o for o in others if o.get("kind") == "size_range" and str(o.get("input")) == name and o.get("dim") == dim),
+        None,
+    )
+
+
+def _range_hint(g: Mapping[str, Any], line: str) -> Hint:
+    """A size that fell outside a dynamic graph's range (``2 <= x.size()[1]``): the size-0/1 rule where the lower
+    bound is torch's own (its 0/1 specialization); else a bound the code set. No change is known to be safe."""
+    name, dim = g.get("input"), g.get("dim")
+    values = [str(v) for v in g.get("values") or []]
+    rng = ", ".join(values) or "?"
+    bounds = _ranges(g)
+    if any(lo == SPECIALIZED_LOW for lo, _ in bounds):
+        above = [hi for _, hi in bounds if hi is not None]
+        size = "a size of 0 or 1" + (f" (or one above {max(above)}: a bound the code set)" if above else "")
+        why = (
+            f"torch specializes sizes 0 and 1: dim {dim} of '{name}' took {size}, outside the dynamic graph's range "
+            f"{rng}, and a call with that size compiles its own graph; marking the dimension dynamic does not change "
+            f"that: {_MARKED_01}" + _NO_HINT
+        )
+    else:
+        why = (
+            f"the code bounds dim {dim} of '{name}': the dynamic graph holds the sizes {rng} only, and a size outside "
+            "it compiles its own graph (torch's reason names the line that set the bound)" + _NO_HINT
+        )
+    return Hint(line, None, why, "none", DYNAMIC_SHAPES_URL)
 
 
 def _numbers(values: list[str], g: Mapping[str, Any]) -> str:
@@ -124,13 +164,15 @@ def _compile_hint(line: str, what: str) -> Hint:
     )
 
 
-def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[Hint]:
+def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool, others: Sequence[Mapping[str, Any]] = ()) -> list[Hint]:
     """The hints for one guard torch reported as failing (``guards`` of :meth:`RecompilingFrames.to_dict`).
 
     ``repeated``: the frame keeps recompiling (this guard failed more than once, or the frame is near or at its
-    recompile limit). A hint never marks a dimension torch specializes (a size of 0 or 1: where automatic dynamic
-    shapes were off, it turns them back on, which shares one graph among the other sizes), names only what the caller
-    passes (else says the fix belongs at the call site), and where no change is known to be safe says so.
+    recompile limit). ``others``: the frame's other guards (a size that became dynamic, whose dynamic graph's range a
+    size of 0 or 1 then fell outside, is not said to compile no more). A hint never marks a dimension torch
+    specializes (a size of 0 or 1: where automatic dynamic shapes were off, it turns them back on, which shares one
+    graph among the other sizes), names only what the caller passes (else says the fix belongs at the call site), and
+    where no change is known to be safe says so.
     """
     check, name, dim = g.get("kind"), str(g.get("input")), g.get("dim")
     line = str(g.get("line") or guard_line(g))
@@ -138,6 +180,8 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
     auto = ctx.automatic_dynamic
     target = _reachable(name, ctx)
     at = _at(ctx)
+    if check == "size_range":
+        return [_range_hint(g, line)]
     if check == "size":
         if any(v in ("0", "1") for v in values):
             special = "0" if "0" in values else "1"
@@ -146,7 +190,7 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                 why = (
                     f"{comp.why}. Sizes 0 and 1 still compile a graph each (torch specializes them: dim {dim} of "
                     f"'{name}' took {special}), so the recompiles fall but do not stop; marking the dimension dynamic "
-                    "instead would raise ConstraintViolationError"
+                    f"instead would not help them: {_MARKED_01}"
                 )
                 return [Hint(comp.guard, comp.fix, why, comp.where, comp.link)]
             return [
@@ -154,19 +198,25 @@ def hints_for(g: Mapping[str, Any], ctx: FrameContext, repeated: bool) -> list[H
                     line,
                     None,
                     f"torch specializes sizes 0 and 1 (dim {dim} of '{name}' took {special}): a call "
-                    "with that size compiles its own graph; marking the dimension dynamic would raise "
-                    "ConstraintViolationError" + _NO_HINT,
+                    f"with that size compiles its own graph; marking the dimension dynamic does not change that: "
+                    f"{_MARKED_01}" + _NO_HINT,
                     "none",
                     DYNAMIC_SHAPES_URL,
                 )
             ]
         if not repeated and auto is not False:
+            rng = _range_of(name, dim, others)
             return [
                 Hint(
                     line,
                     None,
-                    f"automatic dynamic shapes made dim {dim} of '{name}' dynamic at this recompile: new sizes compile no "
-                    "more; nothing to fix",
+                    f"automatic dynamic shapes made dim {dim} of '{name}' dynamic at this recompile: "
+                    + (
+                        "new sizes compile no more; nothing to fix"
+                        if rng is None
+                        else f"sizes in the dynamic graph's range ({', '.join(map(str, rng.get('values') or []))}) "
+                        "compile no more, but a size outside it compiles its own graph"
+                    ),
                     "none",
                     DYNAMIC_SHAPES_URL,
                 )
@@ -284,10 +334,19 @@ def advise(
 ) -> list[Hint]:
     """The hints for a frame's reported guards, most failures first (``guards`` as :meth:`RecompilingFrames.to_dict`
     writes them). A guard is taken as repeating when it failed more than once, or the frame is ``pressed`` (near or
-    at its recompile limit). A frame whose reasons name no guard torch-otel reads gets one hint saying so."""
+    at its recompile limit). A frame whose reasons name no guard torch-otel reads gets one hint saying so. A size's
+    dynamic graph whose range failed (a size of 0 or 1 after the dimension became dynamic) is said before the size."""
     out: list[Hint] = []
+    ordered: list[Mapping[str, Any]] = []
     for g in guards:
-        for h in hints_for(g, ctx, pressed or int(g.get("failures") or 0) >= 2):
+        if g.get("kind") == "size":
+            rng = _range_of(str(g.get("input")), g.get("dim"), guards)
+            if rng is not None and all(x is not rng for x in ordered):
+                ordered.append(rng)
+        if all(x is not g for x in ordered):
+            ordered.append(g)
+    for g in ordered:
+        for h in hints_for(g, ctx, pressed or int(g.get("failures") or 0) >= 2, guards):
             if all(h.fix is None or h.fix != x.fix for x in out):
                 out.append(h)
     if not guards:
