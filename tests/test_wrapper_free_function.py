@@ -28,8 +28,6 @@ _GUARDS = re.compile(r'"dynamo_cpp_guards_str": \{\}, "frame_id": (\d+), "frame_
 
 @pytest.fixture(scope="module", params=MODES)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if request.param == "transformers":
-        pytest.importorskip("transformers.utils.deprecation")
     return live_and_replayed(WORKLOADS / "wrapper_free_function.py", tmp_path_factory.mktemp(request.param), request.param)
 
 
