@@ -16,7 +16,6 @@ Writes ``OUT/torch.json``: torch's own record (each ``CompilationMetrics``: id, 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -63,21 +62,6 @@ if mode == "again":
     step(torch.compile(g, backend=backend), 8, grad)  # g 0/0: a fresh compile after a reset, not a recompile
     step(torch.compile(h, backend="eager", dynamic=False), 2, False)  # h 1/0 afresh: compiled, not in eager
 
-from torch._dynamo.utils import get_compilation_metrics  # noqa: E402
+from torch_record import write  # noqa: E402  (tests/workloads: this script's folder)
 
-import torch_otel  # noqa: E402
-
-torch_otel.force_flush()
-records = [
-    {
-        "id": m.compile_id,
-        "co_name": m.co_name,
-        "forward": m.is_forward,
-        "duration_us": m.duration_us,
-        "cache_size": m.cache_size,
-        "recompile_reason": m.recompile_reason,
-        "fail_type": m.fail_type,
-    }
-    for m in get_compilation_metrics()
-]
-(out / "torch.json").write_text(json.dumps({"records": records}))
+write(out, ("co_name", "forward", "duration_us", "cache_size", "recompile_reason", "fail_type"))

@@ -10,7 +10,6 @@ Writes ``OUT/torch.json``: torch's own record (each ``CompilationMetrics``: id, 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -31,13 +30,6 @@ def f(x: torch.Tensor) -> torch.Tensor:
 for n in (8, 16, 1, 32):
     f(torch.randn(2, n))
 
-from torch._dynamo.utils import get_compilation_metrics  # noqa: E402
+from torch_record import write  # noqa: E402  (tests/workloads: this script's folder)
 
-import torch_otel  # noqa: E402
-
-torch_otel.force_flush()
-records = [
-    {"id": m.compile_id, "co_name": m.co_name, "cache_size": m.cache_size, "recompile_reason": m.recompile_reason}
-    for m in get_compilation_metrics()
-]
-(out / "torch.json").write_text(json.dumps({"records": records}))
+write(out, ("co_name", "cache_size", "recompile_reason"))

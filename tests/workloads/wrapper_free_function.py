@@ -18,7 +18,6 @@ recompile reason) and ``OUT/live.jsonl``: the live run's spans.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -78,21 +77,6 @@ net(x)  # call: Net
 mask(x=x)  # call: make_mask
 mask(x=torch.randn(5, 8))  # call: make_mask again
 
-from torch._dynamo.utils import get_compilation_metrics  # noqa: E402
+from torch_record import write  # noqa: E402  (tests/workloads: this script's folder)
 
-import torch_otel  # noqa: E402
-
-torch_otel.force_flush()
-records = [
-    {
-        "id": m.compile_id,
-        "co_name": m.co_name,
-        "co_filename": m.co_filename,
-        "fail_type": m.fail_type,
-        "guard_count": m.guard_count,
-        "cache_size": m.cache_size,
-        "recompile_reason": m.recompile_reason,
-    }
-    for m in get_compilation_metrics()
-]
-(out / "torch.json").write_text(json.dumps({"records": records}))
+write(out, ("co_name", "co_filename", "fail_type", "guard_count", "cache_size", "recompile_reason"))
