@@ -29,6 +29,9 @@ RELEASES = ["2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"]
 FULL_SUITE = "2.13.0"  # the release the README's test command runs the whole suite on
 REPORTS = Path("build/matrix")
 COMPAT = Path("docs/compatibility.md")
+# What one release needs free before it installs: torch's CUDA build with its NVIDIA packages, unpacked (5-6 GB), and
+# pip's download of them beside it.
+NEEDS_FREE = 9 * 2**30
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["matrix"]
@@ -39,11 +42,22 @@ nox.options.reuse_existing_virtualenvs = True
 @nox.parametrize("torch", RELEASES)
 def release(session: nox.Session, torch: str) -> None:
     """The release tests on one torch release."""
-    # A pip configuration may cap torch's version (PIP_CONSTRAINT): lifted for this install only.
-    session.install(f"torch=={torch}", "-e", ".[test]", env={"PIP_CONSTRAINT": "/dev/null"})
+    clean = bool(os.environ.get("CI") or os.environ.get("TORCH_OTEL_MATRIX_CLEAN"))
+    venv = Path(session.virtualenv.location)
+    free = shutil.disk_usage(venv).free
+    if free < NEEDS_FREE and not any(venv.glob("lib/python*/site-packages/torch")):  # a reused environment has it
+        session.error(
+            f"torch {torch}: {free / 2**30:.1f} GiB free where its environment goes, it needs about "
+            f"{NEEDS_FREE / 2**30:.0f} GiB: free disk (old .nox environments, /tmp/torchinductor_*), or set "
+            "TORCH_OTEL_MATRIX_CLEAN=1 so each release's environment is removed after its run"
+        )
     REPORTS.mkdir(parents=True, exist_ok=True)
     stem = REPORTS / f"torch-{torch}"
     try:
+        # A pip configuration may cap torch's version (PIP_CONSTRAINT): lifted for this install only. An environment
+        # removed after its run leaves no wheels in pip's cache either (several GB a release).
+        env = {"PIP_CONSTRAINT": "/dev/null"} | ({"PIP_NO_CACHE_DIR": "1"} if clean else {})
+        session.install(f"torch=={torch}", "-e", ".[test]", env=env)
         session.run("torch-otel", "doctor", "--json", f"{stem}.json", success_codes=[0, 1])
         session.run(
             "python",
@@ -57,7 +71,7 @@ def release(session: nox.Session, torch: str) -> None:
             *session.posargs,
         )
     finally:
-        if os.environ.get("CI") or os.environ.get("TORCH_OTEL_MATRIX_CLEAN"):
+        if clean:  # a failed install too: its half-written environment would take the next release's room
             shutil.rmtree(session.virtualenv.location, ignore_errors=True)
 
 

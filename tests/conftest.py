@@ -21,6 +21,10 @@ os.environ.setdefault(
 )
 # One warm inductor cache for the whole run (inductor tests are few and share it).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "torch-otel-tests-inductor-cache"))
+# Without precompiled headers: torch writes them to /tmp/torchinductor_$USER whatever TORCHINDUCTOR_CACHE_DIR says, about
+# 150 MB each, a new one for each checkout's venv (their hash holds its include paths), and never removes them; fresh
+# clones of this suite left 16 GB there in a day and a half. A cold kernel build takes about as long without them.
+os.environ.setdefault("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "0")
 # The bridge keeps a copy of each cache directory's key index under $XDG_CACHE_HOME: the tests' own, not the user's,
 # and a new one for each run of the suite (its xdist workers share the run's). A test's cache directory is a path under
 # pytest's numbered temporary folders, and the same path comes back in a later run (a fixed --basetemp, a machine whose
