@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -162,6 +163,10 @@ def test_public_surface():
     assert set(torch_otel.__all__) >= {"instrument", "uninstrument", "shutdown", "force_flush", "__version__"}
     assert (Path(torch_otel.__file__).parent / "py.typed").exists()
     assert sys.modules["torch_otel"].__version__ == torch_otel.__version__
+    features = importlib.import_module("torch_otel.features")  # the extension point for a feature of the user's own
+
+    assert {"Feature", "FeatureState", "SpanView", "MetricsView", "SummaryView", "register"} <= set(features.__all__)
+    assert all(hasattr(features, name) for name in features.__all__)
 
 
 def test_every_torch_otel_variable_is_documented_in_the_configuration_docs():

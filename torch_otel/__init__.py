@@ -1,8 +1,8 @@
 """torch-otel: every torch.compile compile as an OpenTelemetry trace, and its metrics in Prometheus.
 
 The public names are these (``__all__``); the modules whose names start with ``_`` are private and change in any
-release. ``Sink`` and ``Compile`` are the extension point: a receiver of your own for every compile's record
-(docs/extending.md). Names are imported on first use, so ``torch-otel replay`` (and ``import torch_otel``) start fast.
+release. ``Sink`` and ``Compile`` are the extension point for a receiver of your own of every compile's record, and
+``torch_otel.features`` for a fact of your own on every compile (docs/extending.md). Names are imported on first use, so ``torch-otel replay`` (and ``import torch_otel``) start fast.
 """
 
 from __future__ import annotations

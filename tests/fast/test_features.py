@@ -43,6 +43,7 @@ from torch_otel._analysis.diff_text import format_text as format_diff
 from torch_otel._attach.attaching import attach_all, detach_all
 from torch_otel._capture.attach_table import rows
 from torch_otel._capture.live_capture import LiveCapture
+from torch_otel._core import errors
 from torch_otel._core.compile_id import CompileId
 from torch_otel._core.merge import Merge, sum_int
 from torch_otel._core.settings import Settings
@@ -341,3 +342,25 @@ def test_a_feature_can_begin_with_the_process_and_says_nothing_where_it_has_no_s
     errors = internal_error_count()
     registry.start_process({"WIDGETS_AT_START": "raise"})
     assert internal_error_count() == errors + 1
+
+
+def test_a_feature_from_outside_the_package_that_is_no_feature_or_takes_a_taken_name_is_one_line_and_left_out(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """torch_otel.features.register() and the installed packages' entry points add rows after the bridge's own: one that
+    declares no Feature, or one whose name is taken (here, the synthetic feature's twice), is one warning and is left
+    out; the others load, in order."""
+    bare = types.ModuleType("no_feature_here")
+    monkeypatch.setitem(sys.modules, bare.__name__, bare)
+    twin = types.ModuleType("synthetic_twin")
+    twin.FEATURE = SYNTHETIC  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, twin.__name__, twin)
+    monkeypatch.setattr(registry, "REGISTERED", [__name__, bare.__name__, twin.__name__])
+    monkeypatch.setattr(registry, "_installed", ())
+    errors.reset_for_tests()
+    with caplog.at_level(logging.WARNING, logger="torch_otel"):
+        names = [f.name for f in registry.features()]
+    assert names == ["cache_lookups", "graph_calls", "startup", NAME]
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("no_feature_here declares no FEATURE" in m for m in said) == 1, said
+    assert sum("synthetic_twin takes a name already taken" in m for m in said) == 1, said

@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "_capture": 9,  # live capture: the attach table and its hooks (a peer of the sinks)
     "_pipeline": 10,  # what puts sources and sinks together: live, replay, diff
     # entry points
-    **dict.fromkeys(["_demo", "_cli", "_instrumentor", "auto", "sampling", "__init__", "__main__", "_autostart"], 11),
+    **dict.fromkeys(["_demo", "_cli", "_instrumentor", "auto", "sampling", "features", "__init__", "__main__", "_autostart"], 11),
 }
 ENTRY = 11
 

@@ -151,8 +151,9 @@ class Derive:
         if self.cache_loads is not None:
             rec.mega_cache_hits = guard("mega-cache hits", self.cache_loads.hits, rec) or {}
         for feature in self.features:
-            if rec.attached.get(feature.name) and feature.derive is not None:
-                guard(feature.name, feature.derive, rec, self.feature_states.get(feature.name))
+            derive = feature.derive
+            if derive is not None and (feature.event is None or rec.attached.get(feature.name)):  # no event: every compile
+                guard(feature.name, derive, rec, self.feature_states.get(feature.name))
         if self.tracing is not None:
             ids = guard("tracing", self.tracing.emit, rec)
             if ids is not None:

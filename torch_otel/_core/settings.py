@@ -201,8 +201,9 @@ def _per_process_path(env: Mapping[str, str], name: str, problems: list[str]) ->
         return None
 
 
-def _sink_names(raw: str | None) -> tuple[str, ...] | None:
-    """TORCH_OTEL_SINKS: unset or ``all``, every installed sink; ``none``, none; else the names, comma-separated."""
+def entry_point_names(raw: str | None) -> tuple[str, ...] | None:
+    """Which installed entry points to load (TORCH_OTEL_SINKS, TORCH_OTEL_FEATURES): unset or ``all``, every one (None);
+    ``none``, none; else the names, comma-separated."""
     names = tuple(n.strip() for n in (raw or "").split(",") if n.strip())
     if not names or names == ("all",):
         return None
@@ -230,7 +231,7 @@ def load_settings(env: Mapping[str, str] | None = None, report: bool = True) -> 
         cache_index=(env.get("TORCH_OTEL_CACHE_INDEX") or "auto").strip() or "auto",
         cache_baseline=(env.get("TORCH_OTEL_CACHE_BASELINE") or "").strip() or None,
         graph_calls=_bool(env, "TORCH_OTEL_GRAPH_CALLS", True, problems),
-        sinks=_sink_names(env.get("TORCH_OTEL_SINKS")),
+        sinks=entry_point_names(env.get("TORCH_OTEL_SINKS")),
         pushgateway_job=(env.get("TORCH_OTEL_PUSHGATEWAY_JOB") or env.get("OTEL_SERVICE_NAME") or "torch_compile").strip(),
         problems=tuple(problems),
     )

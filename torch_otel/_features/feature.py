@@ -171,7 +171,7 @@ class Feature:
     its state in its pipeline; ``event`` is its event class, joined to its compile as ``attach`` says.
 
     ``derive`` puts its facts into ``record.derived[name]``, given its state in the pipeline (None where it has none),
-    for each compile that holds its events."""
+    for each compile that holds its events; a feature with no ``event`` derives from every compile's own facts."""
 
     name: str
     event: type | None = None

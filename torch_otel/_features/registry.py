@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from .views import Condition, Series
 
 __all__ = [
+    "GROUP",
+    "REGISTERED",
     "ROWS",
     "Row",
     "conditions",
     "features",
     "features_or_default",
     "hooks_of",
+    "installed",
     "parse_artifacts",
     "parse_instants",
     "ready",
@@ -73,17 +76,93 @@ ROWS: tuple[Row, ...] = (
     Row(".startup", starts_with_process=".startup.begin"),
 )
 
+# Features from outside the package (torch_otel.features, docs/extending.md): the modules registered in code, in order,
+# and those of the installed packages' entry points (group GROUP), found once per process when first asked for.
+GROUP = "torch_otel.features"
+REGISTERED: list[str] = []
+_installed: tuple[Row, ...] | None = None
 _loaded: dict[tuple[Row, ...], tuple[Feature, ...]] = {}  # the features of each table, imported once
 _started: set[str] = set()  # the modules whose start(env) this process ran
 
 
 def features() -> tuple[Feature, ...]:
-    """The features of :data:`ROWS` as it stands, each imported from its module."""
+    """The features of :data:`ROWS` as it stands, each imported from its module, then those from outside the package:
+    the modules registered in code (:data:`REGISTERED`) and the installed packages' (:func:`installed`)."""
     rows = ROWS
+    if REGISTERED or _installed != ():
+        rows = (*rows, *(Row(m) for m in REGISTERED), *installed())
     got = _loaded.get(rows)
     if got is None:
-        got = _loaded[rows] = tuple(importlib.import_module(row.module, __package__).FEATURE for row in rows)
+        got = _loaded[rows] = _load(rows)
     return got
+
+
+def _load(rows: tuple[Row, ...]) -> tuple[Feature, ...]:
+    """Each row's feature. One from outside the package that cannot be imported, is not a ``Feature`` or takes a name
+    already taken is left out, with one line that says why (the bridge's own are never left out)."""
+    from .._core.errors import record_error, warn_once
+    from .feature import Feature
+
+    out: list[Feature] = []
+    names: set[str] = set()
+    for row in rows:
+        if row in ROWS:
+            feature = importlib.import_module(row.module, __package__).FEATURE
+        else:
+            try:
+                feature = getattr(importlib.import_module(row.module), "FEATURE", None)
+            except Exception as exc:  # noqa: BLE001 - a broken feature never breaks the user's program
+                record_error(f"feature {row.module}", exc)
+                continue
+            if not isinstance(feature, Feature) or feature.name in names:
+                why = "takes a name already taken" if isinstance(feature, Feature) else "declares no FEATURE"
+                warn_once(
+                    f"feature-shape:{row.module}",
+                    "the module %s %s: declare one torch_otel.features.Feature of a name of its own as FEATURE "
+                    "(docs/extending.md); it is left out",
+                    row.module,
+                    why,
+                )
+                continue
+        names.add(feature.name)
+        out.append(feature)
+    return tuple(out)
+
+
+def installed() -> tuple[Row, ...]:
+    """The features installed as packages: their entry points (group ``torch_otel.features``, each naming the module
+    that declares its ``FEATURE``), those ``TORCH_OTEL_FEATURES`` chooses (unset or ``all``: every one; ``none``:
+    none; else names, comma-separated). Read once per process; never raises."""
+    global _installed
+    if _installed is None:
+        _installed = _find_installed()
+    return _installed
+
+
+def _find_installed() -> tuple[Row, ...]:
+    import os
+
+    from .._core.errors import record_error, warn_once
+    from .._core.settings import entry_point_names
+
+    chosen = entry_point_names(os.environ.get("TORCH_OTEL_FEATURES"))
+    if chosen == ():
+        return ()
+    try:
+        from importlib.metadata import entry_points
+
+        found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
+    except Exception as exc:  # noqa: BLE001 - a broken install never breaks the user's program
+        record_error("feature entry points", exc)
+        return ()
+    if chosen is not None and (missing := sorted(set(chosen) - {ep.name for ep in found})):
+        warn_once(
+            f"features-missing:{','.join(missing)}",
+            "TORCH_OTEL_FEATURES names %s, which no installed package provides (installed: %s); install it, or name one of those",
+            ", ".join(missing),
+            ", ".join(ep.name for ep in found) or "none",
+        )
+    return tuple(Row(ep.module) for ep in found if chosen is None or ep.name in chosen)
 
 
 def start_process(env: Mapping[str, str]) -> None:
