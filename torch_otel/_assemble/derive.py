@@ -18,9 +18,10 @@ from typing import Any, Protocol
 
 from .._analysis.recompile_guards import ACCUMULATED, NEAR, accumulated_limit_of, recompile_limit_of
 from .._core.errors import record_error
+from .._core.recent import Recent
 from .._features.feature import Feature
 from .._features.registry import features_or_default
-from .._model.record import CodeLocation, CompileRecord, Linked, Recent, frame_name
+from .._model.record import CodeLocation, CompileRecord, Linked, frame_name
 
 __all__ = ["RECENT", "CacheLoads", "Derive", "Tracing", "guard"]
 
@@ -58,14 +59,6 @@ def _type_check_failed(rec: CompileRecord, cls: str) -> bool:
     (``___check_type_id(self, 94...), type=<class 'm.A'>``): an object of another class reached the frame."""
     said = f"type=<class '{cls}'>"
     return any("___check_type_id(" in r and said in r for r in (rec.recompile_reason, *rec.recompile_reasons) if r)
-
-
-def _guarded(rec: CompileRecord) -> bool:
-    """Whether torch built guards for the compile (its metrics' ``guard_count``): guards that name no class (a library
-    wrapper's ``*args`` holding no object, a free function called with keywords only through it) say no class is the
-    frame's, so it keeps torch's name rather than the class its frame's earlier compile was named by."""
-    count = (rec.metrics or {}).get("guard_count")
-    return isinstance(count, int) and not isinstance(count, bool) and count > 0
 
 
 class Derive:
@@ -126,7 +119,7 @@ class Derive:
                         code, frame_class = torch_code, None
                     if rec.call_site is None:
                         rec.call_site, rec.called_directly = before[3:]
-            elif not classes and not _guarded(rec) and before is not None and before[0] == torch_code and not other:
+            elif not classes and not rec.guarded and before is not None and before[0] == torch_code and not other:
                 code, frame_class = before[1:3]  # no guards of its own to name it by: as its frame's earlier compile
                 if rec.call_site is not None:
                     self._frame_code.remember(key, (*before[:3], rec.call_site, rec.called_directly))

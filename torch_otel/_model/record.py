@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import abc
 import re
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from .._core.categories import LIMIT_RAISED, is_recompile_limit_hit
 from .._core.compile_id import CompileId
@@ -39,7 +38,6 @@ __all__ = [
     "CompileRecord",
     "Linked",
     "PhaseNode",
-    "Recent",
     "Sink",
     "frame_name",
     "short_class",
@@ -162,24 +160,6 @@ def _names_a_wrapped_method(dotted: str) -> bool:
     """Whether a library wrapper's first positional argument (``args[0]``) is the object of the method it wraps, by its
     class: a class of a module (a model), not a builtin value (``int``, ``tuple``), a tensor or a function."""
     return "." in dotted and dotted not in _NOT_AN_OBJECT and dotted not in _NOT_A_CLASS and not dotted.startswith("torch._")
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class Recent(OrderedDict[K, V]):
-    """A dict that keeps only the ``limit`` most recently set keys."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def remember(self, key: K, value: V) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.limit:
-            self.popitem(last=False)
 
 
 def _span_ns(node: PhaseNode) -> int:
@@ -461,13 +441,18 @@ class CompileRecord:
             line if isinstance(line, int) and not isinstance(line, bool) else None,
         )
 
+    @property
+    def guarded(self) -> bool:
+        """Whether torch built guards for the compile (its metrics' ``guard_count``)."""
+        count = (self.metrics or {}).get("guard_count")
+        return isinstance(count, int) and not isinstance(count, bool) and count > 0
+
     def object_classes(self) -> dict[str, str]:
         """The classes of the compiled frame's objects that name it (:class:`FrameObjectsEvent`): live capture's, else
         the guards torch logged (its last attempt's). Only for a compile torch built guards for (its metrics'
         ``guard_count``): replay reads the classes from those guards, so live and replay name a frame alike; a compile
         without (a frame skipped before any guard, the recompile-limit check) is named as its frame's earlier one."""
-        count = (self.metrics or {}).get("guard_count")
-        if not (isinstance(count, int) and count > 0):
+        if not self.guarded:
             return {}
         if self.origin is not None and self.origin.classes:
             return self.origin.classes
