@@ -158,6 +158,7 @@ class RecompilingFrames:
         # two models of one class through one code object are one frame to torch and two here (bounded)
         # (of each process's current generation, and of earlier ones a row of ``_shared`` needs)
         self._torch_frames: dict[TorchFrame, dict[tuple[Any, ...], int]] = {}
+        self._first_class: dict[TorchFrame, str | None] = {}  # the class each torch frame's first compile was named by
         # torch's frames known shared by several classes -> the summary's frame of it (torch's code): the rows named by
         # a class before that was known are folded into it (``to_dict``)
         self._shared: dict[TorchFrame, tuple[Any, ...]] = {}
@@ -188,6 +189,7 @@ class RecompilingFrames:
             seen.clear()
             for old in [k for k in self._torch_frames if k[0] == stream and k[1] < gen and k not in self._shared]:
                 del self._torch_frames[old]
+                self._first_class.pop(old, None)
         if len(seen) < self.max_frames:
             seen.add(tf)
         return stream, gen
@@ -203,7 +205,7 @@ class RecompilingFrames:
         others = sum(n for k, n in self._torch_frames.get(tf, {}).items() if k != key)
         return max(0, cid.frame_compile_id - others)
 
-    def _count(self, tf: TorchFrame | None, key: tuple[Any, ...]) -> None:
+    def _count(self, tf: TorchFrame | None, key: tuple[Any, ...], frame_class: str | None) -> None:
         if tf is None:
             return
         seen = self._torch_frames.get(tf)
@@ -211,6 +213,7 @@ class RecompilingFrames:
             if len(self._torch_frames) >= self.max_frames:
                 return
             seen = self._torch_frames[tf] = {}
+            self._first_class[tf] = frame_class
         if key in seen or len(seen) < 64:
             seen[key] = seen.get(key, 0) + 1
 
@@ -230,11 +233,11 @@ class RecompilingFrames:
         f = self.frames.get(key)
         if f is None:
             if not (reason or limit_hit) or len(self.frames) >= self.max_frames:
-                self._count(tf, key)
+                self._count(tf, key, rec.frame_class)
                 return  # a frame is followed from its first recompile
             f = self.frames[key] = FrameRecompiles(frame_class=rec.frame_class)
             f.compiles = self._before(rec, key, tf)  # the ones before
-        self._count(tf, key)
+        self._count(tf, key, rec.frame_class)
         if rec.shared_frame and tf is not None and len(self._shared) < self.max_frames:
             self._shared.setdefault(tf, key)
         last = f.gens.get(stream)
@@ -260,6 +263,9 @@ class RecompilingFrames:
             f.limit = rec.recompile_limit
             f.limit_kind = rec.recompile_limit_kind
         if rec.shared_frame and rec.frame_class and rec.frame_class not in f.classes:
+            first = self._first_class.get(tf) if tf is not None and not f.classes else None
+            if first and first != rec.frame_class:  # the class torch compiled the frame for first, before it was shared
+                f.classes.append(first)
             if len(f.classes) < MAX_CLASSES:
                 f.classes.append(rec.frame_class)
             else:
