@@ -22,6 +22,7 @@ import pytest
 
 from tests.fast.fastkit import feed, frame, metrics
 from tests.helpers import WORKLOADS, live_and_replayed
+from torch_otel._analysis.eager import EagerFrames
 from torch_otel._analysis.recompiling_frames import RecompilingFrames, frame_lines, limit_words
 
 MODES = ("again",)
@@ -89,13 +90,16 @@ def test_a_frame_id_reused_after_resets_and_a_fresh_compile_after_one_are_not_re
     shown = frame_lines([h], 120, 20, lambda f: f"{f['function']} ({Path(f['file']).name}:{f['line']})")
     assert re.match(r"  h \(resets\.py:\d+\): 2 recompiles \(0\.\d\d s\), 1 more before eager \(near; hit before a ", shown[1])
     assert "runs in eager" not in "\n".join(shown), shown
+    # nor is h among the frames left in eager: it runs compiled again
+    assert runs["again"][how]["eager_frames"] == [], runs["again"][how]["eager_frames"]
 
 
 # -- the same rules on torch's records fed by hand: a suite that resets hundreds of times, and ranks ---------------------
 
 
-def _compiles(ids: list[str], rank: int | None = None) -> list[Any]:
-    """Frame compiles of ``f`` (``0/1`` and on: recompiles, for a new size), fed through the assembler."""
+def _compiles(ids: list[str], rank: int | None = None, limit: str | None = None) -> list[Any]:
+    """Frame compiles of ``f`` (``0/1`` and on: recompiles, for a new size), fed through the assembler; the one whose
+    id is ``limit`` hits the recompile limit, in 2.13's words."""
     events: list[object] = []
     for n, cid in enumerate(ids):
         fields: dict[str, Any] = {"co_name": "f", "co_filename": "/m.py", "co_firstlineno": 1, "duration_us": 1000 + n}
@@ -103,6 +107,8 @@ def _compiles(ids: list[str], rank: int | None = None) -> list[Any]:
         if k:
             fields["recompile_reason"] = f"tensor 'x' size mismatch at index 0. expected {k}, actual {k + 1}"
             fields["cache_size"] = k
+        if cid == limit:
+            fields.update(fail_type="Unsupported", fail_reason="Dynamo recompile limit exceeded", co_name=None)
         events += [frame(cid, 100 * n, 100 * n + 10), metrics(cid, **fields)]
     _, sink = feed(events)
     for r in sink.finished:
@@ -143,3 +149,19 @@ def test_a_hit_is_a_hit_of_now_unless_the_row_says_it_came_before_a_reset() -> N
     assert limit_words(row) == "hit the recompile limit (8): runs in eager"
     assert limit_words({**row, "limit_hits_before_reset": 1}, short=True) == "5 more before eager (hit before a reset)"
     assert limit_words({**row, "limit_hits": 2, "limit_hits_before_reset": 1}) == "hit the recompile limit (8): runs in eager"
+
+
+def test_a_frame_compiled_again_after_its_limit_leaves_the_eager_frames_only_in_the_process_that_did() -> None:
+    """torch compiles no frame past its limit but after ``torch._dynamo.reset()``: a process that compiled the frame
+    again since its hit runs it compiled; the row stays while any process's hit still stands."""
+    key = ("f", "/m.py", 1)
+    for ranks_reset in ((0, 1), (0,)):
+        eager = EagerFrames()
+        for rank in (0, 1):
+            for rec in _compiles(["0/0", "0/1", "0/2"], rank, limit="0/2"):
+                eager.add(rec, key)
+        assert [(r["why"], r["compiles"]) for r in eager.to_dict()] == [("recompile_limit", 2)]
+        for rank in ranks_reset:  # a reset, then f compiled afresh
+            for rec in _compiles(["0/0"], rank):
+                eager.add(rec, key)
+        assert [r["why"] for r in eager.to_dict()] == ([] if ranks_reset == (0, 1) else ["recompile_limit"])
