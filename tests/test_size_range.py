@@ -41,3 +41,4 @@ def test_the_row_names_the_range_guard_and_the_size_0_or_1_rule(run, how):
     assert first["why"].startswith("torch specializes sizes 0 and 1: dim 1 of 'x' took a size of 0 or 1")
     assert first["why"].endswith("no hint is given") and row["unclear"] == first["why"]
     assert not any("nothing to fix" in h["why"] for h in row["hints"]), row["hints"]
+    assert row["stopped_by"].startswith("automatic dynamic shapes made a dimension dynamic, then a size of 0 or 1"), row

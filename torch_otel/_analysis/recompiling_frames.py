@@ -367,9 +367,14 @@ class RecompilingFrames:
             unclear = next((h.why for h in hints if not h.fix), None)
             stopped = None
             if not keeps and f.recompiles:
+                kinds = {g["kind"] for g in guards}
+                auto = f.automatic_dynamic is not False
                 stopped = (
                     "automatic dynamic shapes: each changed dimension became dynamic after one recompile"
-                    if guards and all(g["kind"] in ("size", "int") for g in guards) and f.automatic_dynamic is not False
+                    if kinds and kinds <= {"size", "int"} and auto
+                    else "automatic dynamic shapes made a dimension dynamic, then a size of 0 or 1 fell outside its range "
+                    "(torch compiles those as constants); none came back"
+                    if "size_range" in kinds and kinds <= {"size", "int", "size_range"} and auto
                     else "each recompile was for another guard, and none came back"
                 )
             out.append(
