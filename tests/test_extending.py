@@ -41,34 +41,19 @@ for n in (2, 3, 3, 4):
 print("ran")
 """
 
-BROKEN = {
-    "pyproject.toml": """[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
 
-[project]
-name = "torch-otel-broken-sink"
-version = "0.1.0"
+def _broken(kind: str, entry: str, body: str) -> dict[str, str]:
+    """A package of one module, ``broken_<kind>``, whose entry point in the group ``torch_otel.<kind>s`` is ``entry``."""
+    pyproject = (
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "torch-otel-broken-{kind}"\nversion = "0.1.0"\n\n'
+        f'[project.entry-points."torch_otel.{kind}s"]\nbroken = "{entry}"\n'
+    )
+    return {"pyproject.toml": pyproject, f"broken_{kind}.py": body}
 
-[project.entry-points."torch_otel.sinks"]
-broken = "broken_sink:make"
-""",
-    "broken_sink.py": "def make():\n    raise RuntimeError('this sink cannot start')\n",
-}
-BROKEN_FEATURE = {
-    "pyproject.toml": """[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
 
-[project]
-name = "torch-otel-broken-feature"
-version = "0.1.0"
-
-[project.entry-points."torch_otel.features"]
-broken = "broken_feature"
-""",
-    "broken_feature.py": "raise RuntimeError('this feature cannot load')\n",
-}
+BROKEN = _broken("sink", "broken_sink:make", "def make():\n    raise RuntimeError('this sink cannot start')\n")
+BROKEN_FEATURE = _broken("feature", "broken_feature", "raise RuntimeError('this feature cannot load')\n")
 
 
 def _doc_files() -> dict[str, str]:
