@@ -238,3 +238,21 @@ print([f.name for f in loaded()])
     assert [ln.split(":")[0] for ln in lines[:3]] == ["TypeError", "TypeError", "RuntimeError"], r.stdout
     assert "register features before torch_otel.instrument()" in lines[2]
     assert lines[3] == "['cache_lookups', 'graph_calls', 'startup', 'graph_size']"
+
+
+def test_doctor_names_each_feature_of_your_own_and_fails_on_one_that_cannot_load(venv: Path, tmp_path: Path) -> None:
+    r = run_cli("doctor", "--json", str(tmp_path / "doctor.json"), python=str(venv))
+    assert r.returncode == 1, r.stdout + r.stderr  # the broken feature: what the user installed does not load
+    lines = r.stdout.splitlines()
+    head = lines.index("Features of your own (torch_otel.features: installed packages, TORCH_OTEL_FEATURES):")
+    assert lines[head + 1 :] == [
+        "  no       broken_feature: cannot be imported: RuntimeError: this feature cannot load",
+        "  yes      graph_size (graph_size)",
+    ], r.stdout
+    doc = json.loads((tmp_path / "doctor.json").read_text())
+    assert [(f["module"], f["feature"], f["loaded"]) for f in doc["features"]] == [
+        ("broken_feature", None, False),
+        ("graph_size", "graph_size", True),
+    ]
+    r = run_cli("doctor", env={"TORCH_OTEL_FEATURES": "graph_size"}, python=str(venv))  # the good one alone
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "  yes      graph_size (graph_size)", r.stdout + r.stderr

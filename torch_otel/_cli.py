@@ -253,14 +253,47 @@ def _doctor(json_path: str | None) -> int:
     for r in rows:
         if r["status"] != "covered":  # another release's way to a row shown: nothing for this torch
             print(f"  {r['status']:<7}  {r['says']}")
+    features = _features_of_your_own()
+    if features:
+        print("Features of your own (torch_otel.features: installed packages, TORCH_OTEL_FEATURES):")
+        for feat in features:
+            said = f"{feat['feature']} ({feat['module']})" if feat["feature"] else feat["module"]
+            print(f"  {'yes' if feat['loaded'] else 'no':<7}  {said}" + (f": {feat['problem']}" if feat["problem"] else ""))
     if json_path:
         doc: dict[str, object] = {"torch": str(torch.__version__), "torch_otel": __version__, "status": status}
-        doc.update(supported=SUPPORTED_TORCH, sources=rows)
+        doc.update(supported=SUPPORTED_TORCH, sources=rows, features=features)
         if os.path.dirname(json_path):
             os.makedirs(os.path.dirname(json_path), exist_ok=True)  # missing parents are created, as every writer does
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
-    return 1 if any(r["expected"] and not r["present"] for r in rows) else 0
+    return 1 if any(r["expected"] and not r["present"] for r in rows) or any(not feat["loaded"] for feat in features) else 0
+
+
+def _features_of_your_own() -> list[dict[str, object]]:
+    """Each feature from outside the package the bridge would load here: its module, its name, whether it loads, and
+    why not (one line)."""
+    import importlib
+
+    from ._features.feature import Feature
+    from ._features.registry import REGISTERED, Row, installed
+
+    out: list[dict[str, object]] = []
+    taken = {"cache_lookups", "graph_calls", "startup"}
+    for row in (*(Row(m) for m in REGISTERED), *installed()):
+        feature, problem = None, None
+        try:
+            feature = getattr(importlib.import_module(row.module), "FEATURE", None)
+        except Exception as exc:  # noqa: BLE001 - said, as the bridge would say it
+            problem = f"cannot be imported: {type(exc).__name__}: {exc}"
+        if problem is None and not isinstance(feature, Feature):
+            problem, feature = "declares no torch_otel.features.Feature as FEATURE", None
+        elif problem is None and feature is not None and feature.name in taken:
+            problem = f"takes the name {feature.name!r}, already taken"
+        name = feature.name if isinstance(feature, Feature) else None
+        if name is not None and problem is None:
+            taken.add(name)
+        out.append({"module": row.module, "feature": name, "loaded": problem is None, "problem": problem})
+    return out
 
 
 def _run(cmd: list[str]) -> int:
