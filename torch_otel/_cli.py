@@ -275,10 +275,10 @@ def _features_of_your_own() -> list[dict[str, object]]:
     import importlib
 
     from ._features.feature import Feature
-    from ._features.registry import REGISTERED, Row, installed
+    from ._features.registry import REGISTERED, Row, installed, own
 
     out: list[dict[str, object]] = []
-    taken = {"cache_lookups", "graph_calls", "startup"}
+    taken = {f.name for f in own()}
     for row in (*(Row(m) for m in REGISTERED), *installed()):
         feature, problem = None, None
         try:

@@ -34,6 +34,7 @@ __all__ = [
     "features_or_default",
     "hooks_of",
     "installed",
+    "own",
     "parse_artifacts",
     "parse_instants",
     "ready",
@@ -91,6 +92,15 @@ def features() -> tuple[Feature, ...]:
     rows = ROWS
     if REGISTERED or _installed != ():
         rows = (*rows, *(Row(m) for m in REGISTERED), *installed())
+    return _of(rows)
+
+
+def own() -> tuple[Feature, ...]:
+    """The bridge's own features: those of :data:`ROWS`."""
+    return _of(ROWS)
+
+
+def _of(rows: tuple[Row, ...]) -> tuple[Feature, ...]:
     got = _loaded.get(rows)
     if got is None:
         got = _loaded[rows] = _load(rows)
