@@ -6,6 +6,11 @@ the run summary, log records, its comparison in ``torch-otel diff``, its part of
 features (graph calls, cache lookups, the start-up) are made of exactly these parts. docs/extending.md shows one
 written and installed as a package.
 
+Its hooks are rows of live capture's attach table (:class:`FunctionHook`, :class:`MethodHook`,
+:class:`StaticMethodHook`: a function or method of a library replaced by one that calls the feature's state, attached
+and put back with the bridge's own, each never raising into the caller); its summary's merge over ranks is a
+:class:`Merge` (``sum_int``, ``num``).
+
 A feature is a module that declares one :class:`Feature` as ``FEATURE``. The bridge loads it:
 
 - installed as a package, with an entry point in the group ``torch_otel.features`` naming that module: every
@@ -22,7 +27,8 @@ a feature reads of a compile is :class:`CompileRecord`'s fields that docs/extend
 
 from __future__ import annotations
 
-from ._core.merge import Merge
+from ._attach.points import AttachTarget, FunctionHook, MethodHook, Source, StaticMethodHook
+from ._core.merge import Merge, num, sum_int
 from ._features.feature import Attach, Feature, FeatureState, ParseRows, StateContext
 from ._features.registry import GROUP, REGISTERED
 from ._features.views import (
@@ -44,25 +50,32 @@ from ._model.record import CompileRecord
 __all__ = [
     "GROUP",
     "Attach",
+    "AttachTarget",
     "CompileRecord",
     "Condition",
     "DiffView",
     "Feature",
     "FeatureState",
+    "FunctionHook",
     "LogView",
     "Merge",
+    "MethodHook",
     "MetricsView",
     "Observation",
     "PageView",
     "ParseRows",
     "Series",
     "SpanEvent",
+    "Source",
     "SpanView",
     "StateContext",
+    "StaticMethodHook",
     "SummaryPart",
     "SummaryView",
     "Text",
+    "num",
     "register",
+    "sum_int",
 ]
 
 

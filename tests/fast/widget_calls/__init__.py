@@ -13,10 +13,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from torch_otel._attach.points import AttachTarget, MethodHook, Source
-from torch_otel._core.merge import Merge, num, sum_int
-from torch_otel._features.feature import Feature, FeatureState, StateContext
-from torch_otel._features.views import Condition, DiffView, MetricsView, Observation, PageView, Series, SummaryView
+from torch_otel.features import (  # the public extension point alone: a feature of a user's own can be this one
+    AttachTarget,
+    Condition,
+    DiffView,
+    Feature,
+    FeatureState,
+    Merge,
+    MethodHook,
+    MetricsView,
+    Observation,
+    PageView,
+    Series,
+    Source,
+    StateContext,
+    SummaryView,
+    num,
+    sum_int,
+)
 
 from . import at_start
 
