@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.fast.fastkit import B, E, cid, flatten, frame, metrics
 from torch_otel._assemble.assembler import Assembler
-from torch_otel._core.graph_breaks import parse_graph_break
+from torch_otel._core.graph_breaks import graph_break_code, graph_break_type, parse_graph_break
 from torch_otel._core.settings import Settings
 from torch_otel._model.events import GraphBreakEvent, Origin
 from torch_otel._model.record import PhaseNode
@@ -341,3 +341,28 @@ def test_torchs_compiled_autograd_compiles_counter_is_not_served():
     assert [s.name for s in TorchCounters.FAMILIES] == ["torch_compile_compiled_autograd_captures"]
     run = Run(frame("!0/-/-", 0, 10 * MS, root="compiled_autograd"), frame("!1/-/-", 20 * MS, 30 * MS, root="compiled_autograd"))
     assert run.sample("torch_compile_compiles_total", kind="compiled_autograd", status="ok") == 2
+
+
+# torch 2.13's record of a graph break inside ``torch.utils.checkpoint`` (tlparse's dynamo_graph_break_reason): a line
+# of context between its type and its explanation
+IN_A_HOP = """Graph break in user code at /tmp/c1c.py:8
+Graph Break Reason: Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):
+
+Call to `torch._dynamo.graph_break()`
+  Higher Order Operator: torch.utils.checkpoint.checkpoint
+  Explanation: User-inserted graph break. Message: None
+  Hint: Remove the `torch._dynamo.graph_break()` call.
+
+  Developer debug context: Called `torch._dynamo.graph_break()` with args `[]`, kwargs `{}`
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0025.html
+"""
+
+
+def test_a_graph_break_inside_a_higher_order_op_keeps_its_type_not_the_ops_name():
+    """torch's counters key it by "Call to `torch._dynamo.graph_break()`", as tlparse shows; the op's line is context."""
+    assert graph_break_type(IN_A_HOP) == "Call to `torch._dynamo.graph_break()`"
+    assert graph_break_code(graph_break_type(IN_A_HOP), IN_A_HOP) == "GB0025"
+    assert graph_break_type(IN_A_HOP.replace("Call to `torch._dynamo.graph_break()`", "A type no release has")) == (
+        "A type no release has"  # unknown to the registry: still the line above the context, not the op's name
+    )

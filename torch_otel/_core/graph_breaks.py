@@ -80,14 +80,21 @@ def explanation(reason: str | None) -> str | None:
     return None
 
 
+_HOP_CONTEXT = "Higher Order Operator:"  # the context torch adds to a break inside a higher-order op, under its type
+
+
 def graph_break_type(reason: str) -> str | None:
-    """torch's ``gb_type``: the line before ``  Explanation:`` in the reason."""
+    """torch's ``gb_type``: a line before ``  Explanation:`` in the reason, the first that torch's registry of graph
+    breaks names, else the last. A break inside a higher-order op has a line of context between the type and the
+    explanation (``Higher Order Operator: torch.utils.checkpoint.checkpoint``), which is not its type."""
     lines = reason.split("\n")
     for i, line in enumerate(lines):
         if line.startswith("  Explanation:") and i > 0:
-            for prev in reversed(lines[:i]):
-                if prev.strip():
-                    return prev.strip()
+            before = [b for prev in lines[:i] if (b := prev.strip()) and not b.startswith(_HOP_CONTEXT)]
+            if not before:
+                return None
+            known = _registry()
+            return next((b for b in before if b in known), before[-1])
     return None
 
 
