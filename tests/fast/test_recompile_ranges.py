@@ -131,3 +131,30 @@ def test_a_frames_row_reads_the_range_guard_of_its_last_recompile() -> None:
         "automatic dynamic shapes made a dimension dynamic, then a size of 0 or 1 fell outside its range (torch compiles "
         "those as constants); none came back"
     ), row["stopped_by"]
+
+
+@pytest.mark.parametrize("guard", ["size", "int"])
+def test_near_a_low_limit_one_recompile_that_made_it_dynamic_is_a_frame_that_stopped(guard: str) -> None:
+    """``recompile_limit = 2``: f recompiled once, for a new size of ``x`` (or value of ``n``), and automatic dynamic
+    shapes made it dynamic: torch compiled it no more (its graph served every later call). Two entries of 2 is near
+    the limit, and that alone is no frame that keeps recompiling; an int that became a symbol has nothing to fix."""
+    config = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shapes": True, "recompile_limit": 2})
+    fields = {"co_name": "f", "co_filename": "/src/m.py", "co_firstlineno": 3, "dynamo_config": config}
+    reason = "0/0: tensor 'x' size mismatch at index 0. expected 3, actual 4" if guard == "size" else "0/0: n == 3"
+    events: list[object] = []
+    for i, why in enumerate([None, reason]):
+        extra = {"recompile_reason": why} if why else {}
+        events += [frame(f"0/{i}", 100 * i, 100 * i + 10), metrics(f"0/{i}", cache_size=i, **fields, **extra)]
+    summary = RunSummary("replay")
+    _, sink = feed(events)
+    for r in sink.finished:
+        summary.on_finish(r)
+    (row,) = summary.to_dict()["recompiling_frames"]
+    assert (row["recompiles"], row["cache_entries"], row["limit"], row["limit_status"]) == (1, 2, 2, "near"), row
+    assert row["keeps_recompiling"] is False, row
+    assert row["stopped_by"] == "automatic dynamic shapes: each changed dimension became dynamic after one recompile"
+    if guard == "int":  # not "kept recompiling: code specializes it"
+        (hint,) = row["hints"]
+        assert hint["fix"] is None and hint["why"].startswith("automatic dynamic shapes made int argument 'n' a symbol")
+    else:  # a size's recompile counts toward the limit: marking it saves it
+        assert [h["fix"] for h in row["fixes"]] == ["torch._dynamo.maybe_mark_dynamic(x, 0)"], row["fixes"]

@@ -333,8 +333,8 @@ def advise(
     guards: Sequence[Mapping[str, Any]], ctx: FrameContext, pressed: bool = False, reasons: Sequence[str] = ()
 ) -> list[Hint]:
     """The hints for a frame's reported guards, most failures first (``guards`` as :meth:`RecompilingFrames.to_dict`
-    writes them). A guard is taken as repeating when it failed more than once, or the frame is ``pressed`` (near or
-    at its recompile limit). A frame whose reasons name no guard torch-otel reads gets one hint saying so. A size's
+    writes them). A guard is taken as repeating when it failed more than once, or, but for an int, when the frame is
+    ``pressed`` (near or at its recompile limit). A frame whose reasons name no guard torch-otel reads gets one hint saying so. A size's
     dynamic graph whose range failed (a size of 0 or 1 after the dimension became dynamic) is said before the size."""
     out: list[Hint] = []
     ordered: list[Mapping[str, Any]] = []
@@ -346,7 +346,10 @@ def advise(
         if all(x is not g for x in ordered):
             ordered.append(g)
     for g in ordered:
-        for h in hints_for(g, ctx, pressed or int(g.get("failures") or 0) >= 2, guards):
+        # an int that failed once became a symbol (automatic dynamic shapes): near the limit or not, it recompiles no
+        # more; a size that failed once is still worth marking near the limit (its recompile counts toward it)
+        failed_again = int(g.get("failures") or 0) >= 2
+        for h in hints_for(g, ctx, failed_again or (pressed and g.get("kind") != "int"), guards):
             if all(h.fix is None or h.fix != x.fix for x in out):
                 out.append(h)
     if not guards:

@@ -359,7 +359,9 @@ class RecompilingFrames:
             hit = f.limit_hits > past  # a hit since the last reset: it runs in eager
             status = "hit" if hit else "unknown" if f.limit is None else "near" if left is not None and left <= NEAR else "ok"
             pressed = bool(f.limit_hits) or status == "near"
-            keeps = pressed or any(g["failures"] >= 2 for g in guards) or f.unparsed >= 2
+            # near the limit is not by itself a frame that keeps recompiling: with a low limit, one recompile that
+            # made a dimension dynamic is near it, and the frame compiles no more
+            keeps = bool(f.limit_hits) or any(g["failures"] >= 2 for g in guards) or f.unparsed >= 2
             ctx = FrameContext(fn, path, f.call_site, f.called_directly, f.automatic_dynamic)
             reasons = sorted(f.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
             hints = advise(guards, ctx, pressed, [f"{c}: {t}" for (c, t), _ in reasons[:1]])
