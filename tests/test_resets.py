@@ -97,9 +97,10 @@ def test_a_frame_id_reused_after_resets_and_a_fresh_compile_after_one_are_not_re
 # -- the same rules on torch's records fed by hand: a suite that resets hundreds of times, and ranks ---------------------
 
 
-def _compiles(ids: list[str], rank: int | None = None, limit: str | None = None) -> list[Any]:
+def _compiles(ids: list[str], rank: int | None = None, limit: str | None = None, failed: str | None = None) -> list[Any]:
     """Frame compiles of ``f`` (``0/1`` and on: recompiles, for a new size), fed through the assembler; the one whose
-    id is ``limit`` hits the recompile limit, in 2.13's words."""
+    id is ``limit`` hits the recompile limit, in 2.13's words, and the one whose id is ``failed`` fails (a print
+    torch cannot trace, under ``fullgraph=True``: no guarded code)."""
     events: list[object] = []
     for n, cid in enumerate(ids):
         fields: dict[str, Any] = {"co_name": "f", "co_filename": "/m.py", "co_firstlineno": 1, "duration_us": 1000 + n}
@@ -109,6 +110,8 @@ def _compiles(ids: list[str], rank: int | None = None, limit: str | None = None)
             fields["cache_size"] = k
         if cid == limit:
             fields.update(fail_type="Unsupported", fail_reason="Dynamo recompile limit exceeded", co_name=None)
+        if cid == failed:
+            fields.update(fail_type="Unsupported", fail_reason="Failed to trace builtin operator", has_guarded_code=False)
         events += [frame(cid, 100 * n, 100 * n + 10), metrics(cid, **fields)]
     _, sink = feed(events)
     for r in sink.finished:
@@ -165,3 +168,15 @@ def test_a_frame_compiled_again_after_its_limit_leaves_the_eager_frames_only_in_
             for rec in _compiles(["0/0"], rank):
                 eager.add(rec, key)
         assert [r["why"] for r in eager.to_dict()] == ([] if ranks_reset == (0, 1) else ["recompile_limit"])
+
+
+def test_a_failed_compile_then_the_frame_compiled_in_the_same_process_is_no_frame_left_in_eager() -> None:
+    """A log does not say whether a failed compile was raised into the caller (``fullgraph=True``) or suppressed (the
+    frame then runs in eager): where the same frame compiles later in that process, it runs compiled, and is not
+    listed; a failure with nothing after it still is."""
+    key = ("f", "/m.py", 1)
+    for later in ([], ["0/1"]):
+        eager = EagerFrames()
+        for rec in _compiles(["0/0", *later], failed="0/0"):
+            eager.add(rec, key)
+        assert [r["why"] for r in eager.to_dict()] == ([] if later else ["failure"])

@@ -29,6 +29,8 @@ __all__ = ["MAX_EAGER_FRAMES", "EagerFrames", "eager_lines", "why_eager"]
 
 MAX_EAGER_FRAMES = 1000
 MAX_HIT_STREAMS = 64  # the processes whose limit hit a frame's row follows (more: the row stays)
+# the reasons a later compile of the frame in the same process disproves: it runs compiled since
+_UNTIL_COMPILED = frozenset({"recompile_limit", "failure"})
 # why a frame runs in eager, most telling first
 WHYS = ("graph_break_in_loop", "graph_break", "recompile_limit", "failure", "no_graph")
 
@@ -46,8 +48,9 @@ class _Eager:
     fail_type: str | None = None
     limit: int | None = None
     limit_name: str | None = None  # None: recompile_limit; else the limit torch hit (accumulated_recompile_limit)
-    # the processes (rank, pid) whose limit hit still stands: one that compiled the frame again since was reset
-    # (torch._dynamo.reset() empties its cache; torch compiles no frame past its limit otherwise)
+    # the processes (rank, pid) in which the frame still runs in eager, for a limit hit or a failed compile: one that
+    # compiled the frame since runs it compiled (after torch._dynamo.reset(), which empties torch's cache; or a failure
+    # that was raised into the caller, as under fullgraph=True, which a log does not tell from one torch suppressed)
     hit_by: set[tuple[int | None, int | None]] | None = None
 
 
@@ -111,11 +114,11 @@ class EagerFrames:
         found = why_eager(rec)
         have = self.frames.get(key)
         if found is None:
-            if have is not None and have.hit_by:  # compiled again after its limit: a reset emptied torch's cache
+            if have is not None and have.hit_by:  # compiled since it was left in eager: it runs compiled there
                 have.hit_by.discard((rec.rank, rec.process_id))
             return
-        if found.why == "recompile_limit":
-            hit_by = have.hit_by if have is not None and have.why == "recompile_limit" else set()
+        if found.why in _UNTIL_COMPILED:
+            hit_by = have.hit_by if have is not None and have.why == found.why else set()
             if hit_by is not None and len(hit_by) < MAX_HIT_STREAMS:
                 hit_by.add((rec.rank, rec.process_id))
             found.hit_by = hit_by if hit_by is not None and len(hit_by) < MAX_HIT_STREAMS else None  # past it: kept
@@ -127,16 +130,16 @@ class EagerFrames:
         elif WHYS.index(found.why) < WHYS.index(have.why):  # the most telling reason wins, its first compile kept
             found.compiles, found.first_id = have.compiles, have.first_id
             have = self.frames[key] = found
-        elif found.hit_by is not None:
-            have.hit_by = found.hit_by
+        elif have.why == found.why:
+            have.hit_by = found.hit_by  # the same set, or None past its bound
         have.compiles += 1
 
     def to_dict(self) -> list[dict[str, Any]]:
         """One row per frame, the most telling reason first (a graph break in a loop, ...)."""
         out = []
         for key, e in sorted(self.frames.items(), key=lambda kv: (WHYS.index(kv[1].why), str(kv[0][0]), str(kv[0][1]))):
-            if e.why == "recompile_limit" and e.hit_by is not None and not e.hit_by:
-                continue  # every process that hit its limit compiled it again since (a reset): it runs compiled
+            if e.why in _UNTIL_COMPILED and e.hit_by is not None and not e.hit_by:
+                continue  # every process that left it in eager compiled it again since: it runs compiled
             row: dict[str, Any] = {
                 "function": key[0],
                 "file": key[1],
