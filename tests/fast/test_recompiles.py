@@ -141,6 +141,7 @@ def test_the_limit_is_read_from_the_compiles_dynamo_config_not_the_accumulated_o
 
 USER = FrameContext("fwd", "/src/model.py", "train.py:12", True, False)
 LIB = "/venv/lib/python3.11/site-packages/transformers/"
+TORCH = "/venv/lib/python3.11/site-packages/torch/"
 
 
 def _size(name: str, dim: int, *values: str, failures: int = 4) -> dict[str, object]:
@@ -559,3 +560,25 @@ def test_the_category_read_in_lower_case_is_the_case_blind_rules_one(parts):
     expected = next((name for name, pat in categories._RECOMPILE_RULES if text and pat.search(text)), "other")
     assert categories.recompile_category.__wrapped__(reason) == expected
     assert not any(re.search(r"\\[A-Z]", pat.pattern) for _, pat in categories._RECOMPILE_RULES)  # no class lowered
+
+
+def test_a_library_model_compiled_in_place_and_called_by_the_user_is_called_directly_on_replay() -> None:
+    """``BertModel.compile()`` called with ``attention_mask`` as the user passes it: the stack torch logged (2.13, a
+    real run's ``dynamo_start``) has module.py's ``_wrapped_call_impl`` under the compiled frame, where torch.compile's
+    wrapper stands for a function; the user's code passed the arguments, as live capture says."""
+    from torch_otel._model.record import CodeLocation, CompileRecord, PhaseNode
+
+    def at(name: str, path: str, line: int) -> dict[str, Any]:
+        return {"name": name, "filename_str": path, "line": line}
+
+    stack = [
+        at("<module>", "/home/me/train.py", 13),
+        at("_wrapped_call_impl", "<torch-otel start-up hook>", 1),
+        at("_wrapped_call_impl", TORCH + "nn/modules/module.py", 1776),
+        at("wrapper", LIB + "utils/generic.py", 1030),
+    ]
+    rec = CompileRecord("frame", None, PhaseNode("dynamo", 0), start_stack=stack)
+    site, direct = rec.user_call_site()
+    assert (site, direct) == (CodeLocation("<module>", "/home/me/train.py", 13), True)
+    rec.start_stack = [stack[0], at("helper", LIB + "pipelines/base.py", 7), *stack[1:]]  # a library's call between
+    assert rec.user_call_site()[1] is False

@@ -89,8 +89,14 @@ _TORCH_FRAME = re.compile(r"[\\/]torch[\\/](?:_dynamo|_functorch|_inductor|_comp
 
 
 def _is_compile_wrapper(frame: dict[str, Any]) -> bool:
-    path = frame.get("filename_str")
-    return isinstance(path, str) and path.endswith("eval_frame.py") and frame.get("name") in ("compile_wrapper", "_fn")
+    """torch.compile's wrapper, or a module compiled in place (``Module.compile()``), whose ``_wrapped_call_impl``
+    calls the compiled ``_call_impl`` (torch's log has no frame between it and the compiled frame)."""
+    path, name = frame.get("filename_str"), frame.get("name")
+    if not isinstance(path, str):
+        return False
+    return (path.endswith("eval_frame.py") and name in ("compile_wrapper", "_fn")) or (
+        name == "_wrapped_call_impl" and path.replace("\\", "/").endswith("torch/nn/modules/module.py")
+    )
 
 
 _INSTALLED_TORCH = re.compile(r"[\\/](?:site|dist)-packages[\\/]torch[\\/]")
