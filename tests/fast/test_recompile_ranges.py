@@ -9,6 +9,7 @@ forms torch's ``ShapeEnv.produce_guards_verbose`` writes (torch/fx/experimental/
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -108,11 +109,11 @@ def test_marking_a_size_of_0_or_1_dynamic_is_said_to_do_nothing_not_to_raise() -
     assert "would raise" not in h.why and "as a constant even where mark_dynamic marked it" in h.why, h.why
 
 
-def test_a_frames_row_reads_the_range_guard_of_its_last_recompile() -> None:
-    """The reasons of f's three compiles at x of shape [2, 8], [2, 16], [2, 1], as torch 2.13 logs them."""
-    fields = {"co_name": "f", "co_filename": "/src/m.py", "co_firstlineno": 3, "dynamo_config": AUTO}
+def _row(reasons: list[str | None], config: str) -> dict[str, Any]:
+    """The run summary's row of f, compiled once per reason (None: its first compile), under that dynamo config."""
+    fields = {"co_name": "f", "co_filename": "/src/m.py", "co_firstlineno": 3, "dynamo_config": config}
     events: list[object] = []
-    for i, reason in enumerate([None, "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16", SIZE1]):
+    for i, reason in enumerate(reasons):
         extra = {"recompile_reason": reason} if reason else {}
         events += [frame(f"0/{i}", 100 * i, 100 * i + 10), metrics(f"0/{i}", cache_size=i, **fields, **extra)]
     summary = RunSummary("replay")
@@ -120,6 +121,12 @@ def test_a_frames_row_reads_the_range_guard_of_its_last_recompile() -> None:
     for r in sink.finished:
         summary.on_finish(r)
     (row,) = summary.to_dict()["recompiling_frames"]
+    return row
+
+
+def test_a_frames_row_reads_the_range_guard_of_its_last_recompile() -> None:
+    """The reasons of f's three compiles at x of shape [2, 8], [2, 16], [2, 1], as torch 2.13 logs them."""
+    row = _row([None, "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16", SIZE1], AUTO)
     assert (row["compiles"], row["recompiles"]) == (3, 2)
     assert [(g["kind"], g["input"], g["dim"], g["values"]) for g in row["guards"]] == [
         ("size", "x", 1, ["8", "16"]),
@@ -139,17 +146,8 @@ def test_near_a_low_limit_one_recompile_that_made_it_dynamic_is_a_frame_that_sto
     shapes made it dynamic: torch compiled it no more (its graph served every later call). Two entries of 2 is near
     the limit, and that alone is no frame that keeps recompiling; an int that became a symbol has nothing to fix."""
     config = json.dumps({"accumulated_recompile_limit": 256, "automatic_dynamic_shapes": True, "recompile_limit": 2})
-    fields = {"co_name": "f", "co_filename": "/src/m.py", "co_firstlineno": 3, "dynamo_config": config}
     reason = "0/0: tensor 'x' size mismatch at index 0. expected 3, actual 4" if guard == "size" else "0/0: n == 3"
-    events: list[object] = []
-    for i, why in enumerate([None, reason]):
-        extra = {"recompile_reason": why} if why else {}
-        events += [frame(f"0/{i}", 100 * i, 100 * i + 10), metrics(f"0/{i}", cache_size=i, **fields, **extra)]
-    summary = RunSummary("replay")
-    _, sink = feed(events)
-    for r in sink.finished:
-        summary.on_finish(r)
-    (row,) = summary.to_dict()["recompiling_frames"]
+    row = _row([None, reason], config)
     assert (row["recompiles"], row["cache_entries"], row["limit"], row["limit_status"]) == (1, 2, 2, "near"), row
     assert row["keeps_recompiling"] is False, row
     assert row["stopped_by"] == "automatic dynamic shapes: each changed dimension became dynamic after one recompile"
