@@ -271,28 +271,17 @@ def _doctor(json_path: str | None) -> int:
 
 def _features_of_your_own() -> list[dict[str, object]]:
     """Each feature from outside the package the bridge would load here: its module, its name, whether it loads, and
-    why not (one line)."""
-    import importlib
-
-    from ._features.feature import Feature
-    from ._features.registry import REGISTERED, Row, installed, own
+    why not (one line), as the bridge's registry judges it."""
+    from ._features.registry import REGISTERED, Row, installed, outside, own
 
     out: list[dict[str, object]] = []
     taken = {f.name for f in own()}
     for row in (*(Row(m) for m in REGISTERED), *installed()):
-        feature, problem = None, None
-        try:
-            feature = getattr(importlib.import_module(row.module), "FEATURE", None)
-        except Exception as exc:  # noqa: BLE001 - said, as the bridge would say it
-            problem = f"cannot be imported: {type(exc).__name__}: {exc}"
-        if problem is None and not isinstance(feature, Feature):
-            problem, feature = "declares no torch_otel.features.Feature as FEATURE", None
-        elif problem is None and feature is not None and feature.name in taken:
-            problem = f"takes the name {feature.name!r}, already taken"
-        name = feature.name if isinstance(feature, Feature) else None
-        if name is not None and problem is None:
-            taken.add(name)
-        out.append({"module": row.module, "feature": name, "loaded": problem is None, "problem": problem})
+        feature, problem, _ = outside(row, taken)
+        if feature is not None:
+            taken.add(feature.name)
+        out.append({"module": row.module, "feature": feature and feature.name, "loaded": feature is not None,
+                    "problem": problem})  # fmt: skip
     return out
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "features_or_default",
     "hooks_of",
     "installed",
+    "outside",
     "own",
     "parse_artifacts",
     "parse_instants",
@@ -111,7 +112,6 @@ def _load(rows: tuple[Row, ...]) -> tuple[Feature, ...]:
     """Each row's feature. One from outside the package that cannot be imported, is not a ``Feature`` or takes a name
     already taken is left out, with one line that says why (the bridge's own are never left out)."""
     from .._core.errors import record_error, warn_once
-    from .feature import Feature
 
     out: list[Feature] = []
     names: set[str] = set()
@@ -119,24 +119,39 @@ def _load(rows: tuple[Row, ...]) -> tuple[Feature, ...]:
         if row in ROWS:
             feature = importlib.import_module(row.module, __package__).FEATURE
         else:
-            try:
-                feature = getattr(importlib.import_module(row.module), "FEATURE", None)
-            except Exception as exc:  # noqa: BLE001 - a broken feature never breaks the user's program
+            got, problem, exc = outside(row, names)
+            if exc is not None:
                 record_error(f"feature {row.module}", exc)
                 continue
-            if not isinstance(feature, Feature) or feature.name in names:
-                why = "takes a name already taken" if isinstance(feature, Feature) else "declares no FEATURE"
+            if got is None:
                 warn_once(
                     f"feature-shape:{row.module}",
                     "the module %s %s: declare one torch_otel.features.Feature of a name of its own as FEATURE "
                     "(docs/extending.md); it is left out",
                     row.module,
-                    why,
+                    problem,
                 )
                 continue
+            feature = got
         names.add(feature.name)
         out.append(feature)
     return tuple(out)
+
+
+def outside(row: Row, taken: set[str]) -> tuple[Feature | None, str | None, Exception | None]:
+    """A feature from outside the package: its ``FEATURE``, or None with why (one phrase) and the exception raised
+    importing it, if one was. ``taken``: the names of the features before it."""
+    from .feature import Feature
+
+    try:
+        feature = getattr(importlib.import_module(row.module), "FEATURE", None)
+    except Exception as exc:  # noqa: BLE001 - a broken feature never breaks the user's program
+        return None, f"cannot be imported: {type(exc).__name__}: {exc}", exc
+    if not isinstance(feature, Feature):
+        return None, "declares no FEATURE", None
+    if feature.name in taken:
+        return None, "takes a name already taken", None
+    return feature, None, None
 
 
 def installed() -> tuple[Row, ...]:
