@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -454,7 +454,10 @@ def test_a_rolling_restart_of_a_gateway_moves_its_traces_and_loses_none(fleet):
         + str([(round(ended(t) - times["stop"], 1), round(times["started"] - ended(t), 1), via[t]) for t in out])
         + str(times)
     )
-    assert after and {via[t] for t in after} == {"gw1", "gw2"}, "gateway 2 took no share after it came back"
+    # Trace ids are spread by hash: with phase c's 12 routine frames (about 6 kept) one gateway took them all in a CI
+    # run. Now it has 36, about 18 kept, and the recompile: that happens by chance about once in 100,000 runs.
+    shares = Counter(via[t] for t in after)
+    assert after and set(shares) == {"gw1", "gw2"}, f"after gateway 2 came back, the kept traces went through {shares}"
     delays = sorted(first_seen[t] - ended(t) for t in stored)
     print(
         f"kept {len(stored)} traces; from a compile's end to its trace in Jaeger: median {delays[len(delays) // 2]:.1f} s, "

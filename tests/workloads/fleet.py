@@ -6,7 +6,8 @@ Every rank runs three phases; each waits for the file ``$GO_DIR/<phase>`` and en
   hit; compiled autograd on rank 0), ``ROUTINE`` routine frames, on rank 0 a compile whose backend takes ``SLOW_S``
   seconds and an inductor compile (a matmul: cache lookups, no C++ to build);
 - ``b``: ``ROUTINE`` more routine frames (the test stops a gateway before this phase and starts it after);
-- ``c``: ``ROUTINE`` more, and the odd rank (``ODD_RANK``) alone recompiles one of them with a new shape.
+- ``c``: ``ROUTINE_C`` more (3 times ``ROUTINE`` unless set: enough traces that both gateways' shares show), and the
+  odd rank (``ODD_RANK``) alone recompiles one of them with a new shape.
 
 Then it prints ``rank R HOLDING`` and keeps exporting metrics until ``$GO_DIR/release`` exists.
 """
@@ -24,6 +25,7 @@ import torch.distributed as dist
 RANK = int(os.environ["RANK"])
 ODD = int(os.environ.get("ODD_RANK", "2"))
 ROUTINE = int(os.environ.get("ROUTINE", "4"))
+ROUTINE_C = int(os.environ.get("ROUTINE_C", str(3 * ROUTINE)))
 GO = Path(os.environ["GO_DIR"])
 HERE = Path(__file__).parent
 
@@ -34,10 +36,10 @@ def wait_for(name: str) -> None:
         time.sleep(0.05)
 
 
-def routine(phase: str) -> list:
-    """``ROUTINE`` new frames, each compiled once (a frame is a code object: each gets its own)."""
+def routine(phase: str, n: int = ROUTINE) -> list:
+    """``n`` new frames, each compiled once (a frame is a code object: each gets its own)."""
     made = []
-    for i in range(ROUTINE):
+    for i in range(n):
         ns: dict = {}
         exec(compile(f"def routine_{phase}{i}(x):\n    return x * {i + 2} + 1\n", f"fleet_{phase}{i}.py", "exec"), ns)
         fn = torch.compile(ns[f"routine_{phase}{i}"], backend="eager", dynamic=False)
@@ -72,7 +74,7 @@ routine("b")
 done("b")
 
 wait_for("c")
-fns = routine("c")
+fns = routine("c", ROUTINE_C)
 if RANK == ODD:
     fns[0](torch.randn(6))  # a new shape: this rank alone recompiles
 done("c")
