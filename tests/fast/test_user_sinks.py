@@ -110,3 +110,18 @@ def test_the_setting_chooses_the_installed_sinks_and_a_name_not_installed_is_one
         assert installed_sinks(("no_such_sink",)) == []
     lines = [r.getMessage() for r in caplog.records if "no_such_sink" in r.getMessage()]
     assert len(lines) == 1 and "no installed package provides" in lines[0], lines
+
+
+def test_a_feature_torch_otel_features_names_that_is_not_installed_is_one_line_and_the_others_load(caplog, monkeypatch):
+    """The features' loader shares the sinks' scan of entry points: a name no package provides is one line naming the
+    variable, and ``none`` loads none."""
+    from torch_otel._features import registry
+
+    monkeypatch.setenv("TORCH_OTEL_FEATURES", "none")
+    assert registry._find_installed() == ()
+    monkeypatch.setenv("TORCH_OTEL_FEATURES", "no_such_feature")
+    with caplog.at_level(logging.WARNING, logger="torch_otel"):
+        assert registry._find_installed() == ()
+        assert registry._find_installed() == ()
+    lines = [r.getMessage() for r in caplog.records if "no_such_feature" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("TORCH_OTEL_FEATURES names no_such_feature, which no installed"), lines

@@ -167,27 +167,13 @@ def installed() -> tuple[Row, ...]:
 def _find_installed() -> tuple[Row, ...]:
     import os
 
-    from .._core.errors import record_error, warn_once
+    from .._core.entry_points import chosen
     from .._core.settings import entry_point_names
 
-    chosen = entry_point_names(os.environ.get("TORCH_OTEL_FEATURES"))
-    if chosen == ():
+    names = entry_point_names(os.environ.get("TORCH_OTEL_FEATURES"))
+    if names == ():
         return ()
-    try:
-        from importlib.metadata import entry_points
-
-        found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
-    except Exception as exc:  # noqa: BLE001 - a broken install never breaks the user's program
-        record_error("feature entry points", exc)
-        return ()
-    if chosen is not None and (missing := sorted(set(chosen) - {ep.name for ep in found})):
-        warn_once(
-            f"features-missing:{','.join(missing)}",
-            "TORCH_OTEL_FEATURES names %s, which no installed package provides (installed: %s); install it, or name one of those",
-            ", ".join(missing),
-            ", ".join(ep.name for ep in found) or "none",
-        )
-    return tuple(Row(ep.module) for ep in found if chosen is None or ep.name in chosen)
+    return tuple(Row(ep.module) for ep in chosen(GROUP, "TORCH_OTEL_FEATURES", names))
 
 
 def start_process(env: Mapping[str, str]) -> None:

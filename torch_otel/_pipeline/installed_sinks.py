@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core.entry_points import chosen
 from .._core.errors import record_error, warn_once
 
 __all__ = ["GROUP", "installed_sinks"]
@@ -20,27 +21,8 @@ GROUP = "torch_otel.sinks"
 
 def installed_sinks(names: tuple[str, ...] | None = None) -> list[Any]:
     """The installed sinks, made: every one (``names`` None), or those ``names`` names. Never raises."""
-    try:
-        from importlib.metadata import entry_points
-
-        found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
-    except Exception as exc:  # noqa: BLE001 - a broken install never breaks the user's program
-        record_error("sink entry points", exc)
-        return []
-    if names is not None:
-        missing = sorted(set(names) - {ep.name for ep in found})
-        if missing:
-            warn_once(
-                f"sinks-missing:{','.join(missing)}",
-                "TORCH_OTEL_SINKS names %s, which no installed package provides (installed: %s); install it, or name "
-                "one of those",
-                ", ".join(missing),
-                ", ".join(ep.name for ep in found) or "none",
-            )
     out = []
-    for ep in found:
-        if names is not None and ep.name not in names:
-            continue
+    for ep in chosen(GROUP, "TORCH_OTEL_SINKS", names):
         try:
             sink = ep.load()()
         except Exception as exc:  # noqa: BLE001 - counted and logged once; the other sinks still load
