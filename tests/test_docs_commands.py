@@ -182,13 +182,26 @@ def test_the_ci_jobs_commands_run_as_written_on_main_then_on_a_pull_request(tmp_
             if ("refs/heads/main" in cond and ref != "refs/heads/main") or ("pull_request" in cond and event != "pull_request"):
                 continue
             r = _bash(step["run"], repo, {"PATH": path, "TRACE": trace}, timeout=300)
+            gate = "torch-otel diff" in step["run"]
+            if gate and r.returncode == 4 and _failed_on(repo / "compile-diff.json") == ["time"]:
+                # The same code on both sides, so only time can differ: a loaded machine stalled one run's compiles
+                # past the default threshold (50% and 4 s; once, 1.3 s became 9.2 s beside other heavy tests). What
+                # this test holds the commands to is the rest of the verdict, checked below.
+                print(f"the gate failed on compile time alone (a loaded machine): {r.stdout[-400:]}")
+                continue
             assert r.returncode == 0, (event, step, r.stdout[-3000:], r.stderr[-3000:])
-            gate_ran = gate_ran or "torch-otel diff" in step["run"]
-    assert gate_ran
-    assert "gate: passed" in r.stdout, r.stdout  # the same code on both sides: the gate passes
+            gate_ran = gate_ran or gate
+            if gate:
+                assert "gate: passed" in r.stdout, r.stdout  # the same code on both sides: the gate passes
+    assert gate_ran or _failed_on(repo / "compile-diff.json") == ["time"]
     summary = json.loads((repo / "compile-diff.json").read_text())
     assert summary and (repo / "compile-diff.html").stat().st_size > 1000
     assert "compile-diff.*" in str(steps[-1]["with"]["path"])  # the artifact keeps both
+
+
+def _failed_on(summary: Path) -> list[str]:
+    """The kinds of what a ``torch-otel diff --json`` gate failed on (``time``, ``recompiles``, ...)."""
+    return sorted({f["kind"] for f in json.loads(summary.read_text())["gate"]["failed"]})
 
 
 HOLD = """\
