@@ -10,15 +10,20 @@ from .errors import record_error, warn_once
 
 __all__ = ["chosen"]
 
+_all: Any = None  # every installed entry point, read once per process
+
 
 def chosen(group: str, variable: str, names: tuple[str, ...] | None) -> list[Any]:
     """The entry points of ``group``, sorted by name: every one (``names`` None) or those ``names`` names, as the
     environment variable ``variable`` chose them (``_core.settings.entry_point_names``). A name no installed package
     provides is one line; a broken install is counted and logged once, and gives none."""
+    global _all
     try:
-        from importlib.metadata import entry_points
+        if _all is None:  # one scan of the installed distributions for every group (each scan reads them all)
+            from importlib.metadata import entry_points
 
-        found = sorted(entry_points(group=group), key=lambda ep: ep.name)
+            _all = entry_points()
+        found = sorted(_all.select(group=group), key=lambda ep: ep.name)
     except Exception as exc:  # noqa: BLE001 - a broken install never breaks the user's program
         record_error(f"{group} entry points", exc)
         return []

@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -138,10 +139,29 @@ class LazyPrometheusServer:
         if server is not None:
             try:
                 if getattr(self, "_pid", None) == os.getpid():
-                    server.shutdown()  # a forked child has no serving thread to wait for
+                    stop_serving(server)  # a forked child has no serving thread to wait for
                 server.server_close()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def stop_serving(server: Any, timeout_s: float = 1.0) -> None:
+    """Stop ``server``'s ``serve_forever`` loop now, not at its next poll.
+
+    ``shutdown()`` alone waits for the loop to look again, up to its poll interval: half a second added to every
+    process's exit (prometheus_client's server polls every 0.5 s). The loop looks as soon as a connection arrives, so
+    one is made to its own port until it has stopped; the loop leaves before it would handle one."""
+    stopper = threading.Thread(target=server.shutdown, name="torch-otel-metrics-stop", daemon=True)
+    stopper.start()
+    host, port = server.server_address[:2]
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    deadline = time.monotonic() + timeout_s
+    while stopper.is_alive() and time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.1).close()
+        except OSError:
+            pass
+        stopper.join(0.01)
 
 
 class PushAtExit:
