@@ -5,7 +5,7 @@
     nox -s other_releases               # every release but the one the whole suite runs on (what CI runs)
     nox -s compat                       # docs/compatibility.md, from the reports the runs above left
 
-Each release gets its own virtual environment with ``torch==X`` from the registry (on Linux, pip downloads
+Each release gets its own virtual environment with ``torch==X`` from the registry (on Linux, uv downloads
 its CUDA build with NVIDIA's runtime packages, 2.13.0 included: about 5-6 GB and 2 minutes each; they import and
 compile on a machine with no GPU), the package and its test dependencies. It runs ``torch-otel doctor`` (which
 of torch's hooks this release has) and the tests marked ``release``: live capture, replay, the three ways of turning the bridge on, and torch's own logs replayed
@@ -33,7 +33,9 @@ COMPAT = Path("docs/compatibility.md")
 # pip's download of them beside it.
 NEEDS_FREE = 9 * 2**30
 
-nox.options.default_venv_backend = "venv"
+# uv creates the environments and installs into them: torch 2.14.1 with its NVIDIA packages, from the registry with
+# an empty cache, took 37 s against pip's 102 s on the 2-core machine (uv downloads and unpacks in parallel)
+nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -54,9 +56,9 @@ def release(session: nox.Session, torch: str) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     stem = REPORTS / f"torch-{torch}"
     try:
-        # A pip configuration may cap torch's version (PIP_CONSTRAINT): lifted for this install only. An environment
-        # removed after its run leaves no wheels in pip's cache either (several GB a release).
-        env = {"PIP_CONSTRAINT": "/dev/null"} | ({"PIP_NO_CACHE_DIR": "1"} if clean else {})
+        # An installer's configuration may cap torch's version (PIP_CONSTRAINT, UV_CONSTRAINT): lifted for this install
+        # only. An environment removed after its run leaves no wheels in uv's cache either (several GB a release).
+        env = {"PIP_CONSTRAINT": "/dev/null", "UV_CONSTRAINT": "/dev/null"} | ({"UV_NO_CACHE": "1"} if clean else {})
         session.install(f"torch=={torch}", "-e", ".[test]", env=env)
         session.run("torch-otel", "doctor", "--json", f"{stem}.json", success_codes=[0, 1])
         session.run(
@@ -78,7 +80,9 @@ def release(session: nox.Session, torch: str) -> None:
 @nox.session
 def fast_without_torch(session: nox.Session) -> None:
     """The fast tier in an environment without torch (docs/testing.md): the package, pytest and xdist, nothing else."""
-    session.install("-e", ".", "pytest>=8", "pytest-xdist==3.6.1", env={"PIP_CONSTRAINT": "/dev/null"})
+    session.install(
+        "-e", ".", "pytest>=8", "pytest-xdist==3.6.1", env={"PIP_CONSTRAINT": "/dev/null", "UV_CONSTRAINT": "/dev/null"}
+    )
     session.run("python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)")
     session.run("python", "-m", "pytest", "tests/fast", *session.posargs)
 
