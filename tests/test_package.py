@@ -254,3 +254,18 @@ def test_the_release_matrix_the_version_module_and_the_instruments_extra_agree()
     assert [c.strip() for c in header.split("|")[3:-1]] == list(releases)  # a column per release the matrix ran
     for src in rows():
         assert f"| `{src.name}` |" in table, f"{src.name} is not in docs/compatibility.md: run `nox -s matrix`"
+
+
+def test_the_test_environment_holds_torchs_bytecode():
+    """The README's test command installs with ``--compile-bytecode``: where PYTHONDONTWRITEBYTECODE is set (this
+    project's machines set it), a module never compiled to bytecode is compiled from source by every process that
+    imports it, and the suite's hundreds of processes each compiled torch afresh (it ran 2.3 times as long)."""
+    import importlib.util
+
+    import torch
+    import transformers
+
+    for module in (torch, torch._dynamo, transformers):
+        source = module.__file__
+        assert source is not None
+        assert Path(importlib.util.cache_from_source(source)).exists(), f"{module.__name__} has no bytecode: {source}"
