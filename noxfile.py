@@ -44,7 +44,9 @@ nox.options.sessions = ["matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-@nox.session
+# ``--seed``: pip and setuptools in each environment, as ``python -m venv`` puts them there and uv does not: torch 2.10's
+# inductor imports setuptools to build its C++ on CPU, and declares it only for Python 3.12 and later
+@nox.session(venv_params=["--seed"])
 @nox.parametrize("torch", RELEASES)
 def release(session: nox.Session, torch: str) -> None:
     """The release tests on one torch release."""
