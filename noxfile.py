@@ -6,7 +6,7 @@
     nox -s compat                       # docs/compatibility.md, from the reports the runs above left
 
 Each release gets its own virtual environment with ``torch==X`` from the registry (on Linux, uv downloads
-its CUDA build with NVIDIA's runtime packages, 2.13.0 included: about 5-6 GB and 2 minutes each; they import and
+its CUDA build with NVIDIA's runtime packages, 2.13.0 included: about 5-6 GB and 1 to 2 minutes each; they import and
 compile on a machine with no GPU), the package and its test dependencies. It runs ``torch-otel doctor`` (which
 of torch's hooks this release has) and the tests marked ``release``: live capture, replay, the three ways of turning the bridge on, and torch's own logs replayed
 against tlparse. Each leaves ``build/matrix/torch-X.json`` (doctor) and ``build/matrix/torch-X.xml`` (JUnit).
@@ -30,7 +30,7 @@ FULL_SUITE = "2.13.0"  # the release the README's test command runs the whole su
 REPORTS = Path("build/matrix")
 COMPAT = Path("docs/compatibility.md")
 # What one release needs free before it installs: torch's CUDA build with its NVIDIA packages, unpacked (5-6 GB), and
-# pip's download of them beside it.
+# the installer's download of them beside it.
 NEEDS_FREE = 9 * 2**30
 
 # uv creates the environments and installs into them: torch 2.14.1 with its NVIDIA packages, from the registry with
@@ -38,8 +38,9 @@ NEEDS_FREE = 9 * 2**30
 nox.options.default_venv_backend = "uv"
 # Each module compiled to bytecode as it installs, as pip does and uv does not unless asked: where the environment says
 # PYTHONDONTWRITEBYTECODE (this project's machines do), a module never compiled is compiled from source by every process
-# that imports it, and each of the tests' processes would compile torch afresh (the suite ran 2.3 times as long)
-BYTECODE = {"UV_COMPILE_BYTECODE": "1"}
+# that imports it, and each of the tests' processes would compile torch afresh (the suite ran 2.3 times as long). An
+# installer's configuration may cap torch's version (UV_CONSTRAINT): lifted for these installs only.
+INSTALL_ENV = {"UV_COMPILE_BYTECODE": "1", "UV_CONSTRAINT": "/dev/null"}
 nox.options.sessions = ["matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -62,9 +63,8 @@ def release(session: nox.Session, torch: str) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     stem = REPORTS / f"torch-{torch}"
     try:
-        # An installer's configuration may cap torch's version (PIP_CONSTRAINT, UV_CONSTRAINT): lifted for this install
-        # only. An environment removed after its run leaves no wheels in uv's cache either (several GB a release).
-        env = BYTECODE | {"PIP_CONSTRAINT": "/dev/null", "UV_CONSTRAINT": "/dev/null"} | ({"UV_NO_CACHE": "1"} if clean else {})
+        # An environment removed after its run leaves no wheels in uv's cache either (several GB a release).
+        env = INSTALL_ENV | ({"UV_NO_CACHE": "1"} if clean else {})
         session.install(f"torch=={torch}", "-e", ".[test]", env=env)
         session.run("torch-otel", "doctor", "--json", f"{stem}.json", success_codes=[0, 1])
         session.run(
@@ -86,13 +86,7 @@ def release(session: nox.Session, torch: str) -> None:
 @nox.session
 def fast_without_torch(session: nox.Session) -> None:
     """The fast tier in an environment without torch (docs/testing.md): the package, pytest and xdist, nothing else."""
-    session.install(
-        "-e",
-        ".",
-        "pytest>=8",
-        "pytest-xdist==3.6.1",
-        env=BYTECODE | {"PIP_CONSTRAINT": "/dev/null", "UV_CONSTRAINT": "/dev/null"},
-    )
+    session.install("-e", ".", "pytest>=8", "pytest-xdist==3.6.1", env=INSTALL_ENV)
     session.run("python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)")
     session.run("python", "-m", "pytest", "tests/fast", *session.posargs)
 
