@@ -85,8 +85,8 @@ def release(session: nox.Session, torch: str) -> None:
 
 @nox.session
 def fast_without_torch(session: nox.Session) -> None:
-    """The fast tier in an environment without torch (docs/testing.md): the package, pytest and xdist, nothing else."""
-    session.install("-e", ".", "pytest>=8", "pytest-xdist==3.6.1", env=INSTALL_ENV)
+    """The fast tier in an environment without torch (docs/testing.md): the package, pytest, xdist, hypothesis and NumPy (one test times its import), nothing else."""
+    session.install("-e", ".", "pytest>=8", "pytest-xdist==3.6.1", "hypothesis>=6", "numpy>=1.26", env=INSTALL_ENV)
     session.run("python", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)")
     session.run("python", "-m", "pytest", "tests/fast", *session.posargs)
 
