@@ -71,7 +71,7 @@ def child(log: str, path: str, rounds: int) -> None:
     from torch_otel._otel.wire import use_fast_encoding
     from torch_otel._parse.trace_log import ReplayStats
     from torch_otel._pipeline.replay import replay_file
-    from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend
+    from torch_otel._sinks.metrics import CompileMetrics, PrometheusBackend, series_store
     from torch_otel._sinks.otel_metrics import OTelBackend
     from torch_otel._sinks.spans import SpanMapper
 
@@ -112,10 +112,11 @@ def child(log: str, path: str, rounds: int) -> None:
         direct.emits = None  # phase spans as finished spans
     assert (direct is None) == (path == "sdk") and (path == "direct" or direct is None or direct.emits is not None)
     meter_provider = MeterProvider(shutdown_on_exit=False)
+    store = series_store()  # as the pipeline builds them (torch_otel._pipeline.build.metrics_backends): one store for both
     backends = [
-        PrometheusBackend(CollectorRegistry()),
-        # the histograms the bridge keeps where it built the meter provider (its default: torch_otel._otel.providers)
-        OTelBackend(meter_provider.get_meter("torch_otel", "bench"), histograms=MeterHistograms(exemplars=True)),
+        PrometheusBackend(CollectorRegistry(), store=store),
+        # the histograms the bridge exports where it built the meter provider (its default: torch_otel._otel.providers)
+        OTelBackend(meter_provider.get_meter("torch_otel", "bench"), histograms=MeterHistograms(exemplars=True), store=store),
     ]
     mapper = SpanMapper(tracer, Settings(), live=False)
     spans, series = path != "metrics", path != "spans"

@@ -180,7 +180,8 @@ def sdk_floor() -> dict[str, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     import torch_otel.auto  # noqa: F401
-    from torch_otel._sinks import metrics as _metrics
+    from torch_otel._sinks import otel_metrics as _metrics
+    from torch_otel._sinks import store as _store
 
     class Count(SpanProcessor):
         spans = roots = 0
@@ -193,13 +194,13 @@ def sdk_floor() -> dict[str, Any]:
     provider.add_span_processor(Count())
     trace.set_tracer_provider(provider)
     histograms = {"n": 0}
-    apply = _metrics.OTelBackend.apply
+    apply_all = _store.SeriesStore.apply_all
 
-    def counted(self: Any, name: str, *a: Any) -> None:
-        histograms["n"] += _metrics.SERIES[name].kind == "histogram"
-        apply(self, name, *a)
+    def counted(self: Any, observations: Any) -> None:
+        histograms["n"] += sum(self.series[ob[0]].instrument == "histogram" for ob in observations)
+        apply_all(self, observations)
 
-    _metrics.OTelBackend.apply = counted  # type: ignore[method-assign]
+    _store.SeriesStore.apply_all = counted  # type: ignore[method-assign]
     import torch
 
     import torch_otel

@@ -1,5 +1,7 @@
-"""The bridge's own Prometheus histograms (torch_otel._sinks.histograms) against prometheus_client's ``Histogram``: the
-same observations give the same samples, exemplars and exposition (only the times they were taken differ)."""
+"""The bridge's own Prometheus histograms (torch_otel._sinks.histograms: the cells every backend reads, served by
+``PrometheusHistograms``) against prometheus_client's ``Histogram``: the same observations give the same samples,
+exemplars and exposition (only the times they were taken differ), values OpenTelemetry refuses (negative, infinite,
+NaN) among them."""
 
 from __future__ import annotations
 
@@ -11,26 +13,28 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from torch_otel._sinks.histograms import HistogramTable
+from torch_otel._sinks.histograms import HistogramCells, PrometheusHistograms
 from torch_otel._sinks.metrics import DURATION_BUCKETS, GUARD_BUCKETS
 
 HISTOGRAMS = (
-    ("torch_compile_phase_duration_seconds", "Time in a phase.", ("rank", "phase"), DURATION_BUCKETS),
-    ("torch_compile_guards", "Guards.", ("rank",), GUARD_BUCKETS),
+    ("torch_compile_phase_duration_seconds", "Time in a phase.", "s", ("rank", "phase"), DURATION_BUCKETS),
+    ("torch_compile_guards", "Guards.", "1", ("rank",), GUARD_BUCKETS),
 )
 LABELS = {"torch_compile_phase_duration_seconds": [("0", "dynamo"), ("1", "inductor")], "torch_compile_guards": [("0",), ("3",)]}
 _bound = st.sampled_from([*DURATION_BUCKETS, *GUARD_BUCKETS])
-values = st.one_of(_bound, st.floats(allow_nan=False, min_value=-5, max_value=1e5), st.just(math.inf), st.just(-math.inf))
+values = st.one_of(
+    _bound, st.floats(allow_nan=False, min_value=-5, max_value=1e5), st.sampled_from([math.inf, -math.inf, -0.0, -1.0])
+)
 observation = st.tuples(
     st.sampled_from([h[0] for h in HISTOGRAMS]), st.integers(0, 1), values, st.none() | st.integers(1, 2**128 - 1)
 )
 
 
-def _both() -> tuple[CollectorRegistry, dict[str, Any], CollectorRegistry, HistogramTable]:
+def _both() -> tuple[CollectorRegistry, dict[str, Any], CollectorRegistry, HistogramCells]:
     theirs_registry, ours_registry = CollectorRegistry(), CollectorRegistry()
-    theirs = {name: Histogram(name, doc, labels, buckets=b, registry=theirs_registry) for name, doc, labels, b in HISTOGRAMS}
-    ours = HistogramTable(iter(HISTOGRAMS))  # as the backend gives them: once through
-    ours_registry.register(ours)
+    theirs = {name: Histogram(name, doc, labels, buckets=b, registry=theirs_registry) for name, doc, _, labels, b in HISTOGRAMS}
+    ours = HistogramCells(iter(HISTOGRAMS))  # as the store gives them: once through
+    ours_registry.register(PrometheusHistograms(ours))
     return theirs_registry, theirs, ours_registry, ours
 
 
@@ -58,7 +62,7 @@ def test_the_same_observations_are_the_same_samples_exemplars_and_exposition(obs
         labels = LABELS[name][which]
         hex_id = f"{trace:032x}" if trace is not None else None
         theirs[name].labels(*labels).observe(value, {"trace_id": hex_id} if hex_id else None)
-        ours.observe(name, labels, value, hex_id)
+        ours.observe(name, labels, value, (trace, 7) if trace is not None else None)
     assert _samples(ours_registry) == _samples(theirs_registry)
     assert _masked_exposition(ours_registry) == _masked_exposition(theirs_registry)
 
@@ -74,7 +78,7 @@ def test_nan_is_summed_and_counted_in_no_bucket_as_prometheus_client_does():
 def test_the_registry_knows_every_name_before_the_first_observation():
     """A second metric of one of these names is refused, as it is for prometheus_client's own histograms."""
     registry = CollectorRegistry()
-    registry.register(HistogramTable(HISTOGRAMS))
+    registry.register(PrometheusHistograms(HistogramCells(HISTOGRAMS)))
     try:
         Histogram("torch_compile_guards", "again", registry=registry)
     except ValueError as exc:
@@ -93,7 +97,7 @@ def test_a_forked_child_observes_and_scrapes_though_a_parents_thread_held_the_lo
     registry = CollectorRegistry()
     backend = PrometheusBackend(registry)
     metrics = CompileMetrics([backend])
-    for lock in (backend._table._lock, backend._histograms._lock, metrics._sampled_lock):
+    for lock in (backend.store.numbers._lock, backend.store.histograms.lock, metrics._sampled_lock):
         lock.acquire()  # held, as a thread that no longer exists in the child would leave it
     metrics.after_fork_in_child()
     done = threading.Event()

@@ -199,7 +199,7 @@ class Linked:
 WORKER_ARG = "attributed"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PhaseNode:
     name: str
     start_ns: int
@@ -207,6 +207,23 @@ class PhaseNode:
     args: dict[str, Any] = field(default_factory=dict)
     children: list[PhaseNode] = field(default_factory=list)
     instants: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+
+    def __init__(
+        self,
+        name: str,
+        start_ns: int,
+        end_ns: int | None = None,
+        args: dict[str, Any] | None = None,
+        children: list[PhaseNode] | None = None,
+        instants: list[tuple[str, int, dict[str, Any]]] | None = None,
+    ) -> None:
+        # the dataclass's own, less its three calls of a default factory: one node per phase torch begins
+        self.name = name
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.args = {} if args is None else args
+        self.children = [] if children is None else children
+        self.instants = [] if instants is None else instants
 
     @property
     def on_worker(self) -> bool:

@@ -6,7 +6,9 @@ observation per phase per compile: the largest part of what a compile's metrics 
 histogram and no metric producer, so where the bridge built the meter provider itself (nothing was set globally),
 each reader's exporter is wrapped (:class:`HistogramExporter`): the bridge keeps the histograms here, as the SDK's
 explicit-bucket aggregation keeps them (cumulative counts, sum, min, max, and per bucket the last exemplar since that
-reader's last export), and each export carries them beside the SDK's own metrics, in the bridge's scope.
+reader's last export), and each export carries them beside the SDK's own metrics, in the bridge's scope. The numbers
+are the metrics backend's histogram cells (torch_otel._sinks.histograms), the same that its Prometheus collector reads:
+a compile's observation is counted once for both.
 
 It is used only where it gives what the SDK would: every reader cumulative for histograms with the default
 aggregation, and the exemplar filter ``trace_based`` or ``always_off`` (:func:`owned_histograms_for`). Any other
@@ -16,13 +18,11 @@ SDK's own on any observations.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
 import weakref
-from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["HistogramExporter", "MeterHistograms", "owned_histograms", "owned_histograms_for"]
@@ -32,73 +32,50 @@ _owned_lock = threading.Lock()
 
 
 class MeterHistograms:
-    """Histograms of one meter provider: defined by the metrics backend, observed per compile, read at each export."""
+    """The histograms of one meter provider: the metrics backend's cells (torch_otel._sinks.histograms.HistogramCells,
+    counted once per observation for every backend), read at each export as the SDK's points."""
 
-    def __init__(self, exemplars: bool = True, clock: Any = time.time_ns) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, exemplars: bool = True) -> None:
         self._exemplars = exemplars
-        self._clock = clock
         self._scope: Any = None
-        # name -> (description, unit, bounds); name -> attributes (a dict, the backend's own per label set) -> cell
-        self._defs: dict[str, tuple[str, str, tuple[float, ...]]] = {}
-        self._cells: dict[str, dict[tuple[str, ...], list[Any]]] = {}
-        self._seq = 0  # exemplars offered so far: a reader reports those offered since its last export
+        self._cells: Any = None  # the backend's HistogramCells (``read``)
+        self._attributes: dict[tuple[str, ...], dict[str, str]] = {}  # one dict per label set, as a point's attributes
 
-    def define(self, scope: Any, histograms: Iterable[tuple[str, str, str, Sequence[float]]]) -> None:
-        """The instrumentation scope the histograms are exported under, and each ``(name, description, unit, bounds)``."""
-        with self._lock:
-            self._scope = scope
-            for name, description, unit, bounds in histograms:
-                self._defs[name] = (description, unit, tuple(float(b) for b in bounds))
-                self._cells.setdefault(name, {})
+    def read(self, scope: Any, cells: Any) -> None:
+        """Export ``cells`` (a ``HistogramCells``: its ``meta``, ``cells``, ``lock`` and ``seq``) under ``scope``."""
+        self._scope, self._cells = scope, cells
 
     def after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()  # a parent's thread may have held it as the process forked
-
-    def observe(
-        self, name: str, key: tuple[str, ...], attributes: Mapping[str, str], value: float, ids: tuple[int, int] | None
-    ) -> None:
-        """One value of histogram ``name`` for the label set ``key`` (its ``attributes``); ``ids``: the exemplar's trace
-        and span ids (the compile's root), or None. A value the SDK would refuse (negative, infinite, NaN) is dropped."""
-        if not (value >= 0 and value != math.inf):
-            return
-        bounds = self._defs[name][2]
-        i = bisect_left(bounds, value)
-        now = self._clock()
-        with self._lock:
-            cell = self._cells[name].get(key)
-            if cell is None:
-                n = len(bounds) + 1
-                # counts, interval sum, total sum, min, max, start, per-bucket exemplar, the attributes
-                cell = self._cells[name][key] = [[0] * n, 0, 0, math.inf, -math.inf, now, [None] * n, attributes]
-            cell[0][i] += 1
-            cell[1] += value
-            if value < cell[3]:
-                cell[3] = value
-            if value > cell[4]:
-                cell[4] = value
-            if ids is not None and self._exemplars:
-                self._seq += 1
-                cell[6][i] = (self._seq, value, now, ids[1], ids[0])
+        """Nothing of its own is locked: the cells' lock is the backend's (its ``after_fork_in_child``)."""
 
     def metrics(self, since: int, now_ns: int) -> tuple[list[Any], int]:
         """The SDK's ``Metric`` of every histogram observed so far, cumulative at ``now_ns``, each bucket's exemplar if
-        offered after exemplar number ``since``; and the number to pass next time."""
+        kept after exemplar number ``since``; and the number to pass next time."""
         from opentelemetry.sdk.metrics import Exemplar
         from opentelemetry.sdk.metrics.export import AggregationTemporality, Histogram, HistogramDataPoint, Metric
 
+        table = self._cells
+        if table is None:
+            return [], since
         out = []
-        with self._lock:
-            seq = self._seq
-            for name, cells in self._cells.items():
+        with table.lock:
+            seq = table.seq
+            if not self._exemplars:
+                since = seq  # the filter is always_off: no exemplar is new
+            for name, cells in table.cells.items():
                 if not cells:
                     continue
-                description, unit, bounds = self._defs[name]
+                description, unit, label_names, bounds = table.meta[name]
                 points = []
-                for cell in cells.values():
-                    counts, interval, total, low, high, start, slots, attributes = cell
-                    cell[2] = total = interval + total  # as the SDK adds each interval's sum to the total
-                    cell[1] = 0
+                for labels, cell in cells.items():
+                    counts, _, interval, total, low, high, start, slots = cell[:8]
+                    cell[3] = total = interval + total  # as the SDK adds each interval's sum to the total
+                    cell[2] = 0
+                    if not any(counts):
+                        continue  # only values the SDK refuses: it has no point for them
+                    attributes = self._attributes.get(labels)
+                    if attributes is None:
+                        attributes = self._attributes[labels] = dict(zip(label_names, labels, strict=True))
                     # the exemplar's attributes not on its point, as the SDK gives them: none left, None for none given
                     kept: dict[str, Any] | None = {} if attributes else None
                     exemplars = [Exemplar(kept, s[1], s[2], s[3], s[4]) for s in slots if s is not None and since < s[0] <= seq]
@@ -116,7 +93,8 @@ class MeterHistograms:
                             exemplars=exemplars,
                         )
                     )
-                out.append(Metric(name, description, unit, Histogram(points, AggregationTemporality.CUMULATIVE)))
+                if points:
+                    out.append(Metric(name, description, unit, Histogram(points, AggregationTemporality.CUMULATIVE)))
         return out, seq
 
     def merged(self, metrics_data: Any, since: int) -> tuple[Any, int]:
@@ -126,7 +104,7 @@ class MeterHistograms:
         resources = list(getattr(metrics_data, "resource_metrics", None) or ())
         if not resources or self._scope is None:
             return metrics_data, since
-        now_ns = _collection_time(resources) or self._clock()
+        now_ns = _collection_time(resources) or time.time_ns()
         ours, seq = self.metrics(since, now_ns)
         if not ours:
             return metrics_data, seq

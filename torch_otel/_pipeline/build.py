@@ -29,7 +29,7 @@ from .._model.record import CompileRecord, Sink
 from .._parse.trace_log import LOG_FILES, ReplayStats
 from .._sinks.late_spans import EVERY, LateSpans
 from .._sinks.logs import LogSink
-from .._sinks.metrics import Backend, CompileMetrics, PrometheusBackend, series_table
+from .._sinks.metrics import Backend, CompileMetrics, PrometheusBackend, series_store, series_table
 from .._sinks.near_limit import NearLimitWarning
 from .._sinks.otel_metrics import OTelBackend
 from .._sinks.replay_report import ReplayReport
@@ -197,23 +197,32 @@ _backends_lock = threading.Lock()
 def metrics_backends(spec: MetricsSpec) -> list[Backend]:
     """The backends of ``spec``: prometheus_client's series on its registry, OpenTelemetry's instruments on a meter of
     its meter provider. One set per registry and per meter provider, whoever asks (prometheus_client refuses a
-    second metric of one name), so instrumenting again reuses them."""
+    second metric of one name), so instrumenting again reuses them. A registry and a meter provider first asked for
+    together serve one store of numbers (torch_otel._sinks.store): each compile's observations are applied once for
+    both."""
     from .._otel.meter_histograms import owned_histograms
 
     out: list[Backend] = []
     series = series_table()  # the record's own series and each added feature's, as the features' table stands
     with _backends_lock:
+        prometheus = _backends.get(spec.registry) if spec.registry is not None else None
+        otel = _backends.get(spec.meter_provider) if spec.meter_provider is not None else None
+        # both new: one store for the two (a backend asked for before keeps its own, which others may serve)
+        shared = (
+            series_store(series)
+            if spec.registry is not None and spec.meter_provider is not None and prometheus is None and otel is None
+            else None
+        )
         if spec.registry is not None:
-            b = _backends.get(spec.registry)
-            if b is None:
-                b = _backends[spec.registry] = PrometheusBackend(spec.registry, series)
-            out.append(b)
+            if prometheus is None:
+                prometheus = _backends[spec.registry] = PrometheusBackend(spec.registry, series, store=shared)
+            out.append(prometheus)
         if spec.meter_provider is not None:
-            b = _backends.get(spec.meter_provider)
-            if b is None:
+            if otel is None:
                 meter = spec.meter_provider.get_meter(spec.scope, spec.scope_version)
-                b = _backends[spec.meter_provider] = OTelBackend(meter, series, owned_histograms(spec.meter_provider))
-            out.append(b)
+                histograms = owned_histograms(spec.meter_provider)
+                otel = _backends[spec.meter_provider] = OTelBackend(meter, series, histograms, store=shared)
+            out.append(otel)
     return out
 
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -33,7 +32,8 @@ from .._features.registry import features_or_default, series_of
 from .._features.views import Observation, Series
 from .._model.record import RUNTIME, CompileRecord, PhaseNode, Sink
 from .._version import __version__, torch_version
-from .histograms import HistogramTable
+from .histograms import PrometheusHistograms
+from .store import SeriesStore, _family
 
 # A further rank (not a detail rank): its failures and graph breaks by their first few kinds, the rest as ``other``
 FURTHER_FAIL_TYPES = 4
@@ -118,6 +118,10 @@ SERIES = series_table()  # as the features' table stands at import: what backend
 
 
 class Backend(Protocol):
+    """Where a compile's observations go. A backend built on a :class:`SeriesStore` (its ``store``) has them applied there,
+    once per store however many backends read it, and its ``record`` (None: nothing more) is given them too; any
+    other backend is given them through ``apply_all``."""
+
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None: ...
 
     def apply_all(self, observations: Sequence[Observation]) -> None:
@@ -134,130 +138,40 @@ def default_rank() -> str:
     return str(env_rank())
 
 
+def series_store(series: Mapping[str, Series] | None = None) -> SeriesStore:
+    """A table of ``series`` (else ``SERIES``) for backends to serve (a histogram with no buckets: ``DURATION_BUCKETS``)."""
+    return SeriesStore(SERIES if series is None else series, DURATION_BUCKETS)
+
+
 class PrometheusBackend:
     """The series on a prometheus_client registry, with trace-id exemplars on histograms.
 
-    Every series is a number kept here and read by a collector at scrape time, with the same exposition as
-    prometheus_client's own metrics (``_total``, ``_created``; a histogram's ``_bucket`` with its exemplar, ``_count``,
-    ``_sum``): an observation is a dict update (counters and gauges) or a bucket's (histograms,
-    torch_otel._sinks.histograms).
+    Every series is a number kept in ``store`` (its own, unless given one another backend serves too) and read by a
+    collector at scrape time, with the same exposition as prometheus_client's own metrics (``_total``, ``_created``; a
+    histogram's ``_bucket`` with its exemplar, ``_count``, ``_sum``): an observation is a dict update (counters and
+    gauges) or a bucket's (histograms, torch_otel._sinks.histograms).
     """
 
-    def __init__(self, registry: CollectorRegistry, series: Mapping[str, Series] | None = None) -> None:
+    record = None  # nothing of its own to record: everything it serves is the store's
+
+    def __init__(
+        self, registry: CollectorRegistry, series: Mapping[str, Series] | None = None, store: SeriesStore | None = None
+    ) -> None:
         self.registry = registry
-        series = SERIES if series is None else series
-        self._table = _SeriesTable(series)
-        self._histograms = HistogramTable(
-            (s.name, s.help, s.labels, s.buckets or DURATION_BUCKETS) for s in series.values() if s.instrument == "histogram"
-        )
-        self._is_histogram = {s.name: s.instrument == "histogram" for s in series.values()}
-        registry.register(self._histograms)
-        registry.register(self._table)
+        self.store = series_store(series) if store is None else store
+        registry.register(PrometheusHistograms(self.store.histograms))
+        registry.register(self.store.numbers)
         registry.register(SelfMetrics())
         registry.register(TorchCounters())
 
     def after_fork_in_child(self) -> None:
-        self._table.after_fork_in_child()
-        self._histograms.after_fork_in_child()
+        self.store.after_fork_in_child()
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
-        self.apply_all(((name, labels, value, exemplar),))
+        self.store.apply_all(((name, labels, value, exemplar),))
 
     def apply_all(self, observations: Sequence[Observation]) -> None:
-        is_histogram, observe = self._is_histogram, self._histograms.observe
-        numbers = []
-        last: Any = None  # the exemplar before, and its trace id's text (one compile's observations share it)
-        trace_id = None
-        for ob in observations:
-            try:
-                if not is_histogram[ob[0]]:
-                    numbers.append(ob)
-                else:
-                    exemplar = ob[3]
-                    if exemplar is not last:
-                        last, trace_id = exemplar, f"{exemplar[0]:032x}" if exemplar else None
-                    observe(ob[0], ob[1], ob[2], trace_id)
-            except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
-                record_error("metrics backend PrometheusBackend", exc)
-        self._table.apply_all(numbers)
-
-
-class _SeriesTable:
-    """The counter and gauge series of ``SERIES``, as numbers: what both backends read when they collect.
-
-    Registered on a prometheus_client registry, it is the collector that serves them at scrape time.
-    """
-
-    def __init__(self, series: Mapping[str, Series] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._series = SERIES if series is None else series
-        self.detail_ranks = RankSet("all")  # the ranks whose counters carry ``_created`` (the rank is the first label)
-        self._values: dict[str, dict[tuple[str, ...], list[float]]] = {
-            s.name: {} for s in self._series.values() if s.instrument != "histogram"
-        }
-        # name -> (its series, whether a number adds to it (a counter, an up-down counter), whether it is an info):
-        # one lookup per number
-        self._of = {
-            s.name: (self._values[s.name], s.instrument in ("counter", "updown"), s.instrument == "info")
-            for s in self._series.values()
-            if s.instrument != "histogram"
-        }
-
-    def apply_all(self, numbers: Sequence[Observation]) -> None:
-        """Each ``(name, labels, value, exemplar)``: a counter or up-down counter adds the value, a gauge or info takes
-        it (the exemplar is not kept: only histograms keep one)."""
-        of = self._of
-        with self._lock:
-            for ob in numbers:
-                try:
-                    name, labels, value, _ = ob
-                    series, adds, info = of[name]
-                    cell = series.get(labels)
-                    if cell is None:
-                        if info:  # the rank's one series: a new label set replaces its last (only a new one: the
-                            # others went when this one came)
-                            for other in [k for k in series if k[0] == labels[0]]:
-                                del series[other]
-                        series[labels] = [value, time.time()]  # the value, and when the series was created
-                    elif adds:
-                        cell[0] += value
-                    else:  # a gauge, an info
-                        cell[0] = value
-                except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
-                    record_error("metrics series", exc)
-
-    def after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()  # a parent's thread may have held it as the process forked
-
-    def rows(self, name: str) -> list[tuple[tuple[str, ...], float, float]]:
-        """Every series of ``name`` as it stands: (label values, value, when it was created)."""
-        with self._lock:
-            return [(labels, cell[0], cell[1]) for labels, cell in self._values[name].items()]
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client import metrics as prometheus_metrics
-
-        created = getattr(prometheus_metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
-        for name in self._values:
-            s = self._series[name]
-            fam = _family(s)
-            for labels, value, since in self.rows(name):
-                if s.instrument == "counter":
-                    fam.add_metric(labels, value, created=since if created and labels[0] in self.detail_ranks else None)
-                else:
-                    fam.add_metric(labels, value)
-            yield fam
-
-    def describe(self) -> list[Any]:
-        """Every family ``collect`` yields, empty: the registry refuses a second metric of one of these names."""
-        return [_family(self._series[name]) for name in self._values]
-
-
-def _family(s: Series) -> Any:
-    """``s`` as an empty prometheus_client family (a counter, else a gauge): what ``collect`` fills, ``describe`` returns."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-    return (CounterMetricFamily if s.instrument == "counter" else GaugeMetricFamily)(s.name, s.help, labels=s.labels)
+        self.store.apply_all(observations)
 
 
 class _Families:
@@ -399,6 +313,18 @@ class CompileMetrics(Sink):
         features: tuple[Feature, ...] | None = None,
     ) -> None:
         self.backends = backends
+        # what each compile's observations are applied with: each store once, then what a backend records itself
+        stores: dict[int, SeriesStore] = {}
+        recorders: list[tuple[str, Callable[[Sequence[Observation]], None]]] = []
+        for b in backends:
+            store = getattr(b, "store", None)
+            if isinstance(store, SeriesStore):
+                stores.setdefault(id(store), store)
+                if b.record is not None:  # type: ignore[attr-defined]
+                    recorders.append((type(b).__name__, b.record))  # type: ignore[attr-defined]
+            else:
+                recorders.append((type(b).__name__, b.apply_all))
+        self._appliers = (*(("SeriesStore", st.apply_all) for st in stores.values()), *recorders)
         # the features that observe series of their own per compile (torch_otel._features)
         self._views = tuple(k.metrics for k in features_or_default(features) if k.metrics is not None)
         self._instruments = {name: s.instrument for name, s in series_table(features).items()}
@@ -407,9 +333,8 @@ class CompileMetrics(Sink):
         self._sampled_lock = threading.Lock()
         self.run_id = default_run_id() if run_id is None else run_id
         self.detail_ranks = RankSet() if detail_ranks is None else detail_ranks
-        for b in backends:
-            if isinstance(b, PrometheusBackend):
-                b._table.detail_ranks = self.detail_ranks
+        for st in stores.values():
+            st.numbers.detail_ranks = self.detail_ranks
         self._fingerprints = RankFingerprints()
         self._fingerprints_sent: dict[tuple[str, str, str], int] = {}  # each fingerprint's value the backends were given
         self._fail_types = BoundedLabels(50)
@@ -421,11 +346,11 @@ class CompileMetrics(Sink):
 
     def _emit(self, observations: Iterable[Observation]) -> None:
         batch = observations if isinstance(observations, list) else list(observations)
-        for b in self.backends:
+        for name, apply in self._appliers:
             try:
-                b.apply_all(batch)
+                apply(batch)
             except Exception as exc:  # noqa: BLE001 - one broken backend never stops the others
-                record_error(f"metrics backend {type(b).__name__}", exc)
+                record_error(f"metrics backend {name}", exc)
 
     def _rank(self, rec: CompileRecord) -> str:
         return str(rec.rank) if rec.rank is not None else default_rank()

@@ -1,8 +1,9 @@
 """The compile series as OpenTelemetry instruments, exported by a meter provider's readers (over OTLP, or the console).
 
-Counters, up-down counters and gauges are observable: the numbers are kept in the bridge's series table and read by
-the meter when a reader collects. Histograms are the bridge's own where it built the meter provider
-(torch_otel._otel.meter_histograms), else the SDK's instruments, recorded per compile with an exemplar.
+Counters, up-down counters and gauges are observable: the numbers are kept in the bridge's series store
+(torch_otel._sinks.store) and read by the meter when a reader collects. Histograms are the store's cells, exported by
+the bridge where it built the meter provider (torch_otel._otel.meter_histograms), else the SDK's instruments, recorded
+per compile with an exemplar.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 from .._core.errors import record_error
 from .._features.views import Observation, Series
-from .metrics import SERIES, _SeriesTable
+from .metrics import series_store
+from .store import SeriesStore
 
 __all__ = ["OTelBackend"]
 
@@ -25,33 +27,35 @@ class OTelBackend:
     it); histograms carry explicit buckets and an exemplar context pointing at
     the compile's root span.
 
-    Counters, up-down counters and gauges are observable instruments: an
-    observation adds to a number kept here (the same table the Prometheus
-    backend serves from), and the meter reads the numbers when
-    its reader collects (every export interval). The SDK's per-measurement work
-    (attribute hashing, the exemplar reservoir, one storage per reader) is then
-    paid once per series per export, not once per compile. Histograms, which
-    have no observable form and carry exemplars, are kept by the bridge where it
-    built the meter provider (``histograms``, torch_otel._otel.meter_histograms)
-    and otherwise recorded into the SDK's instruments as they come.
+    The numbers are kept in ``store`` (its own, unless given one the Prometheus
+    backend serves too: then a compile's observation is applied once for both).
+    Counters, up-down counters and gauges are observable instruments that read
+    the store's numbers when a reader collects (every export interval): the SDK's
+    per-measurement work (attribute hashing, the exemplar reservoir, one storage
+    per reader) is paid once per series per export, not once per compile.
+    Histograms, which have no observable form and carry exemplars, are the
+    store's cells, exported by the bridge where it built the meter provider
+    (``histograms``, torch_otel._otel.meter_histograms); otherwise each
+    observation is recorded into the SDK's instruments as it comes (``record``).
     """
 
-    def __init__(self, meter: Any, series: Mapping[str, Series] | None = None, histograms: Any = None) -> None:
+    def __init__(
+        self, meter: Any, series: Mapping[str, Series] | None = None, histograms: Any = None, store: SeriesStore | None = None
+    ) -> None:
         from opentelemetry.metrics import Observation as OTelObservation
 
         self._observation = OTelObservation
         self._instruments: dict[str, Any] = {}
-        self._series = SERIES if series is None else series
-        self._table = _SeriesTable(self._series)
+        self.store = series_store(series) if store is None else store
+        self._series = self.store.series
         self._is_histogram = {s.name: s.instrument == "histogram" for s in self._series.values()}
         self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
-        # the meter provider's histograms, where the bridge built it: kept by the bridge (torch_otel._otel.meter_histograms)
+        # the meter provider's histograms, where the bridge built it: the store's cells, exported by the bridge
         self._histograms = histograms
+        # what this backend records itself: the SDK's histograms, where the bridge does not export its own
+        self.record = self._record_histograms if histograms is None else None
         if histograms is not None:
-            histograms.define(
-                getattr(meter, "_instrumentation_scope", None) or _scope_of(meter),
-                [(s.name, s.help, s.unit, s.buckets or ()) for s in self._series.values() if s.instrument == "histogram"],
-            )
+            histograms.read(getattr(meter, "_instrumentation_scope", None) or _scope_of(meter), self.store.histograms)
         for s in self._series.values():
             if s.instrument == "histogram":
                 if histograms is not None:
@@ -78,34 +82,31 @@ class OTelBackend:
 
     def _observe(self, name: str, _options: Any) -> list[Any]:
         """The meter's callback: every series of ``name``, as it stands."""
-        return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self._table.rows(name)]
+        return [self._observation(v, self._attributes(name, labels)) for labels, v, _ in self.store.numbers.rows(name)]
 
     def after_fork_in_child(self) -> None:
-        self._table.after_fork_in_child()
-        if self._histograms is not None:
-            self._histograms.after_fork_in_child()
+        self.store.after_fork_in_child()
 
     def apply(self, name: str, labels: tuple[str, ...], value: float, exemplar: tuple[int, int] | None) -> None:
         self.apply_all(((name, labels, value, exemplar),))
 
     def apply_all(self, observations: Sequence[Observation]) -> None:
-        histograms, is_histogram = self._histograms, self._is_histogram
-        numbers = []
+        """``observations`` into the store, and into the SDK's histograms where those are recorded."""
+        self.store.apply_all(observations)
+        if self.record is not None:
+            self.record(observations)
+
+    def _record_histograms(self, observations: Sequence[Observation]) -> None:
+        is_histogram = self._is_histogram
         for ob in observations:
             try:
                 name = ob[0]
-                if not is_histogram[name]:
-                    numbers.append(ob)
-                    continue
-                _, labels, value, exemplar = ob
-                if histograms is not None:
-                    histograms.observe(name, labels, self._attributes(name, labels), value, exemplar or None)
-                else:
+                if is_histogram[name]:
+                    _, labels, value, exemplar = ob
                     ctx = _span_context(exemplar) if exemplar else None
                     self._instruments[name].record(value, self._attributes(name, labels), context=ctx)
             except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
                 record_error("metrics backend OTelBackend", exc)
-        self._table.apply_all(numbers)
 
 
 def _scope_of(meter: Any) -> Any:
