@@ -125,7 +125,7 @@ def test_both_backends_built_together_serve_one_store_and_each_serves_what_it_wo
 
 
 def test_a_backend_asked_for_again_keeps_its_store_and_a_new_meter_provider_gets_its_own():
-    registry, (mp, kept) = CollectorRegistry(), _meter_provider()
+    registry, (mp, _) = CollectorRegistry(), _meter_provider()
     first = metrics_backends(MetricsSpec(registry=registry, meter_provider=mp))
     mp2, kept2 = _meter_provider()
     again = metrics_backends(MetricsSpec(registry=registry, meter_provider=mp2))
