@@ -48,7 +48,9 @@ def _meter_provider() -> tuple[MeterProvider, Kept]:
     kept = Kept()
     table = owned_histograms_for([kept], {})
     assert table is not None
-    mp = MeterProvider(metric_readers=[PeriodicExportingMetricReader(HistogramExporter(kept, table), export_interval_millis=math.inf)])
+    mp = MeterProvider(
+        metric_readers=[PeriodicExportingMetricReader(HistogramExporter(kept, table), export_interval_millis=math.inf)]
+    )
     own(mp, table)
     return mp, kept
 
@@ -109,7 +111,10 @@ def test_both_backends_built_together_serve_one_store_and_each_serves_what_it_wo
 
     # the same log, each backend with a store of its own: the reference
     alone_registry, (alone_mp, alone_kept) = CollectorRegistry(), _meter_provider()
-    alone = [PrometheusBackend(alone_registry), OTelBackend(alone_mp.get_meter("torch_otel", "1"), None, owned_histograms(alone_mp))]
+    alone = [
+        PrometheusBackend(alone_registry),
+        OTelBackend(alone_mp.get_meter("torch_otel", "1"), None, owned_histograms(alone_mp)),
+    ]
     assert alone[0].store is not alone[1].store
     observed.clear()
     _replay(alone)
