@@ -99,13 +99,13 @@ def test_both_backends_built_together_serve_one_store_and_each_serves_what_it_wo
     assert prometheus.store is otel.store and otel.record is None  # one store; the histograms exported from its cells
 
     observed = []
-    observe = histograms_module.HistogramCells.observe
+    observe_all = histograms_module.HistogramCells.observe_all
 
-    def counted(self: Any, *args: Any) -> None:
-        observed.append(args)
-        observe(self, *args)
+    def counted(self: Any, observations: Any) -> None:
+        observed.extend(observations)
+        observe_all(self, observations)
 
-    monkeypatch.setattr(histograms_module.HistogramCells, "observe", counted)
+    monkeypatch.setattr(histograms_module.HistogramCells, "observe_all", counted)
     _replay([prometheus, otel])
     shared = len(observed)
 

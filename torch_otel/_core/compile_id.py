@@ -18,11 +18,17 @@ class CompileId(NamedTuple):
     compiled_autograd_id: int | None = None
 
     def __str__(self) -> str:
-        ca = f"!{self.compiled_autograd_id}" if self.compiled_autograd_id is not None else ""
-        if self.frame_id is None or self.frame_compile_id is None:
-            return f"{ca}/-/-" if ca else "-/-"
-        prefix = f"{ca}/" if ca else ""
-        return f"{prefix}{self.frame_id}/{self.frame_compile_id}"
+        text = _texts.get(self)
+        if text is None:
+            ca = f"!{self.compiled_autograd_id}" if self.compiled_autograd_id is not None else ""
+            if self.frame_id is None or self.frame_compile_id is None:
+                text = f"{ca}/-/-" if ca else "-/-"
+            else:
+                text = f"{ca}/{self.frame_id}/{self.frame_compile_id}" if ca else f"{self.frame_id}/{self.frame_compile_id}"
+            if len(_texts) >= 4096:
+                _texts.clear()
+            _texts[self] = text
+        return text
 
     def with_attempt(self, attempt: int) -> str:
         """The tlparse directory key: ``0/0`` for attempt 0, ``0/0_1`` for attempt 1."""
@@ -36,11 +42,25 @@ class CompileId(NamedTuple):
 UNKNOWN = CompileId()
 
 
+# Each id's text, made once (a compile's id is written into many of its spans, series and lines); and each text's id,
+# parsed once (every phase event of a compile carries the same text): both bounded, started again when full
+_texts: dict[CompileId, str] = {}
+_parsed: dict[str, CompileId | None] = {}
+
+
 def parse_compile_id(text: object) -> CompileId | None:
     """Parse torch's ``str(CompileId)``; ``None`` for anything else (``'None'``, garbage)."""
+    try:
+        return _parsed[text]  # type: ignore[index]
+    except (KeyError, TypeError):  # not parsed yet, or not a text (unhashable)
+        pass
     if not isinstance(text, str) or not text or text == "None":
         return None
-    return _parse_cached(text)
+    cid = _parse_cached(text)
+    if len(_parsed) >= 4096:
+        _parsed.clear()
+    _parsed[text] = cid
+    return cid
 
 
 @functools.lru_cache(maxsize=4096)

@@ -64,13 +64,22 @@ def write_error(path: str, option: str, exc: OSError) -> str:
 _INSTALLED = ("site-packages", "dist-packages")
 
 
+_installed_paths: dict[str, bool] = {}  # each path's answer: a compile's code and caller come back at every compile
+
+
 def in_installed_package(path: str | None) -> bool:
     """Whether a code path lies in an installed package (``site-packages``, ``dist-packages``): a library's frame, not
     the user's. Judged from the path alone, so a replay of another machine's log answers as the live run did."""
     if not path:
         return False
-    parts = path.replace("\\", "/").split("/")
-    return any(p in _INSTALLED for p in parts[:-1])
+    got = _installed_paths.get(path)
+    if got is None:
+        parts = path.replace("\\", "/").split("/")
+        got = any(p in _INSTALLED for p in parts[:-1])
+        if len(_installed_paths) >= 4096:
+            _installed_paths.clear()
+        _installed_paths[path] = got
+    return got
 
 
 def call_site_text(site: Any) -> str | None:

@@ -208,19 +208,11 @@ class PhaseNode:
     children: list[PhaseNode] = field(default_factory=list)
     instants: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
 
-    def __init__(
-        self,
-        name: str,
-        start_ns: int,
-        end_ns: int | None = None,
-        args: dict[str, Any] | None = None,
-        children: list[PhaseNode] | None = None,
-        instants: list[tuple[str, int, dict[str, Any]]] | None = None,
-    ) -> None:
-        # the dataclass's own, less its three calls of a default factory: one node per phase torch begins
-        self.name = name
-        self.start_ns = start_ns
-        self.end_ns = end_ns
+    def __init__(  # the dataclass's own, less its three calls of a default factory: one node per phase torch begins
+        self, name: str, start_ns: int, end_ns: int | None = None, args: dict[str, Any] | None = None,
+        children: list[PhaseNode] | None = None, instants: list[tuple[str, int, dict[str, Any]]] | None = None,
+    ) -> None:  # fmt: skip
+        self.name, self.start_ns, self.end_ns = name, start_ns, end_ns
         self.args = {} if args is None else args
         self.children = [] if children is None else children
         self.instants = [] if instants is None else instants

@@ -27,6 +27,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from .._core.errors import record_error
+
 __all__ = ["HistogramCells", "PrometheusHistograms"]
 
 # A cell: a list, by these indices (one histogram series: a name and its label values)
@@ -63,35 +65,48 @@ class HistogramCells:
 
     def observe(self, name: str, labels: tuple[str, ...], value: float, ids: tuple[int, int] | None) -> None:
         """One value of histogram ``name`` for ``labels``; ``ids``: the exemplar's trace and span ids, or None."""
-        bounds = self._bounds[name]
+        self.observe_all(((name, labels, value, ids),))
+
+    def observe_all(self, observations: Iterable[tuple[str, tuple[str, ...], float, tuple[int, int] | None]]) -> None:
+        """Each ``(name, labels, value, ids)`` as :meth:`observe`, under one lock and at one time (a compile's values).
+        One that fails (a name with no histogram) is counted, and the rest still go."""
+        bounds_of, cells_of, inf = self._bounds, self.cells, math.inf
         now = self._clock()
         with self.lock:
-            cell = self.cells[name].get(labels)
-            if cell is None:
-                n = len(bounds) + 1
-                cell = self.cells[name][labels] = [[0] * n, 0.0, 0, 0, math.inf, -math.inf, now, [None] * n, None]
-            cell[SUM] += value
-            if value >= 0 and value != math.inf:
-                i = bisect_left(bounds, value)
-                cell[COUNTS][i] += 1
-                cell[INTERVAL] += value
-                if value < cell[LOW]:
-                    cell[LOW] = value
-                if value > cell[HIGH]:
-                    cell[HIGH] = value
-                if ids is not None:
-                    self.seq += 1
-                    cell[EXEMPLARS][i] = (self.seq, value, now, ids[1], ids[0])
-            elif value == value:  # negative or infinite: a bucket for Prometheus alone (NaN: in none, only summed)
-                refused = cell[REFUSED]
-                if refused is None:
-                    n = len(bounds) + 1
-                    refused = cell[REFUSED] = ([0] * n, [None] * n)
-                i = bisect_left(bounds, value)
-                refused[0][i] += 1
-                if ids is not None:
-                    self.seq += 1
-                    refused[1][i] = (self.seq, value, now, ids[1], ids[0])
+            for name, labels, value, ids in observations:
+                try:
+                    bounds = bounds_of[name]
+                    cell = cells_of[name].get(labels)
+                    if cell is None:
+                        n = len(bounds) + 1
+                        cell = cells_of[name][labels] = [[0] * n, 0.0, 0, 0, inf, -inf, now, [None] * n, None]
+                    cell[1] += value  # SUM
+                    if value >= 0 and value != inf:
+                        i = bisect_left(bounds, value)
+                        cell[0][i] += 1  # COUNTS
+                        cell[2] += value  # INTERVAL
+                        if value < cell[4]:  # LOW
+                            cell[4] = value
+                        if value > cell[5]:  # HIGH
+                            cell[5] = value
+                        if ids:
+                            self.seq += 1
+                            cell[7][i] = (self.seq, value, now, ids[1], ids[0])  # EXEMPLARS
+                    elif value == value:  # negative or infinite: a bucket for Prometheus alone (NaN: in none, only summed)
+                        self._refused(cell, bounds, value, ids, now)
+                except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
+                    record_error("metrics histograms", exc)
+
+    def _refused(self, cell: list[Any], bounds: tuple[float, ...], value: float, ids: tuple[int, int] | None, now: int) -> None:
+        refused = cell[REFUSED]
+        if refused is None:
+            n = len(bounds) + 1
+            refused = cell[REFUSED] = ([0] * n, [None] * n)
+        i = bisect_left(bounds, value)
+        refused[0][i] += 1
+        if ids:
+            self.seq += 1
+            refused[1][i] = (self.seq, value, now, ids[1], ids[0])
 
 
 class PrometheusHistograms:

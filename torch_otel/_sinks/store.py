@@ -43,17 +43,18 @@ class SeriesStore:
         """Each ``(name, labels, value, exemplar)``: a histogram's value counted with its exemplar (the compile's root
         span's trace and span ids, or None), a counter's added, a gauge's set. One that fails is counted, and the rest
         still go."""
-        is_histogram, observe = self._is_histogram, self.histograms.observe
-        numbers = []
+        is_histogram = self._is_histogram
+        values: list[Observation] = []
+        numbers: list[Observation] = []
         for ob in observations:
             try:
-                if is_histogram[ob[0]]:
-                    observe(ob[0], ob[1], ob[2], ob[3] or None)
-                else:
-                    numbers.append(ob)
+                (values if is_histogram[ob[0]] else numbers).append(ob)
             except Exception as exc:  # noqa: BLE001 - one bad observation never stops the others
                 record_error("metrics series", exc)
-        self.numbers.apply_all(numbers)
+        if values:
+            self.histograms.observe_all(values)
+        if numbers:
+            self.numbers.apply_all(numbers)
 
 
 class _SeriesTable:
