@@ -7,7 +7,7 @@ exception is caught, counted and logged once, and the next state or sink still g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.errors import record_error
@@ -25,12 +25,16 @@ class Fanout:
     def __init__(self, sinks: Sequence[Sink] = (), states: Sequence[Any] = ()) -> None:
         self.sinks: tuple[Sink, ...] = tuple(sinks)
         self.states: tuple[Any, ...] = tuple(states)
+        # each receiver's method, looked up once (the receivers are fixed): two calls per compile, per receiver
+        receivers = (*self.states, *self.sinks)
+        self._on_start = tuple(r.on_start for r in receivers)
+        self._on_finish = tuple(r.on_finish for r in receivers)
 
     def on_start(self, record: CompileRecord) -> None:
-        self._notify("on_start", record)
+        _notify(self._on_start, record)
 
     def on_finish(self, record: CompileRecord) -> None:
-        self._notify("on_finish", record)
+        _notify(self._on_finish, record)
 
     def on_orphan_log(self, event: LogEvent) -> None:
         for sink in self.sinks:
@@ -39,9 +43,10 @@ class Fanout:
             except Exception as exc:  # noqa: BLE001
                 record_error(f"{type(sink).__name__}.on_orphan_log", exc)
 
-    def _notify(self, what: str, record: CompileRecord) -> None:
-        for receiver in (*self.states, *self.sinks):
-            try:
-                getattr(receiver, what)(record)
-            except Exception as exc:  # noqa: BLE001 - one sink must not starve the others
-                record_error(f"{type(receiver).__name__}.{what}", exc)
+
+def _notify(methods: tuple[Callable[[CompileRecord], Any], ...], record: CompileRecord) -> None:
+    for method in methods:
+        try:
+            method(record)
+        except Exception as exc:  # noqa: BLE001 - one sink must not starve the others
+            record_error(f"{type(getattr(method, '__self__', method)).__name__}.{getattr(method, '__name__', '?')}", exc)

@@ -262,6 +262,7 @@ class _Sealed(NamedTuple):
     limit_hit: bool
     eager_fallback: bool
     cache_counts: dict[tuple[str, str, str], int]
+    duration_ns: int
 
 
 @dataclass(slots=True)
@@ -364,10 +365,11 @@ class CompileRecord:
     def seal(self) -> None:
         """The assembler has finished this compile: torch's facts no longer change, so the ones every sink reads (its
         failure, the recompile limit, eager fallback, cache lookups) are worked out once, here."""
-        self._all_nodes = self.root.nodes()
+        self._all_nodes = self._all_nodes or self.root.nodes()  # the assembler's list, where it listed the finished tree
         fail_type, fail_reason = self._text("fail_type"), self._text("fail_reason")
         hit = is_recompile_limit_hit(fail_type, fail_reason)
-        self._sealed = _Sealed(fail_type, fail_reason, hit, self._eager_fallback(hit, fail_type), self._cache_counts())
+        fallback, duration_ns = self._eager_fallback(hit, fail_type), self._duration_ns()
+        self._sealed = _Sealed(fail_type, fail_reason, hit, fallback, self._cache_counts(), duration_ns)
 
     @property
     def fail_type(self) -> str | None:
@@ -517,14 +519,8 @@ class CompileRecord:
                 direct = False
                 continue
             name, line = c.get("name"), c.get("line")
-            return (
-                CodeLocation(
-                    name if isinstance(name, str) else None,
-                    path,
-                    line if isinstance(line, int) and not isinstance(line, bool) else None,
-                ),
-                direct and entry,
-            )
+            line = line if isinstance(line, int) and not isinstance(line, bool) else None
+            return CodeLocation(name if isinstance(name, str) else None, path, line), direct and entry
         return None, False
 
     @property
@@ -535,6 +531,10 @@ class CompileRecord:
 
     @property
     def duration_ns(self) -> int:
+        sealed = self._sealed
+        return sealed.duration_ns if sealed is not None else self._duration_ns()
+
+    def _duration_ns(self) -> int:
         """The compile's duration, as torch records it (docs/metrics.md, "Compile time").
 
         A frame compile or a lazy backward: torch's ``CompilationMetrics.duration_us``, which is its

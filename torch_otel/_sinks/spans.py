@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from opentelemetry import trace
@@ -37,6 +37,7 @@ MAX_SCHEDULE_OPS = 64  # collective op names kept on a root span (the digest cov
 
 # Phase-span args that are safe and useful (scalars only).
 _PHASE_ARG_SKIP = frozenset(("compile_id", "fn_name"))
+_NODE_NAME = attrgetter("name")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -213,7 +214,7 @@ class SpanMapper:
         if aot:
             a["torch.compile.aot_graph"] = aot
         if rec.kind == "frame":
-            graphs = sum(1 for n in rec.phase_nodes() if n.name == "create_aot_dispatcher_function")
+            graphs = list(map(_NODE_NAME, rec.phase_nodes())).count("create_aot_dispatcher_function")
             if graphs > 1:  # DDP's optimizer split the frame: one graph, and one lazy backward, per bucket
                 a["torch.compile.aot_graph_count"] = graphs
         if rec.schedules:  # inductor graphs: their collective schedule, to compare across ranks
