@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
+from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -30,6 +31,7 @@ from .span_model import METRIC_ATTRIBUTES, Events, Root
 
 _METRIC_FIELDS, _METRIC_ATTRS = tuple(METRIC_ATTRIBUTES), tuple(METRIC_ATTRIBUTES.values())
 _metric_values = itemgetter(*_METRIC_FIELDS)  # torch's metrics -> those fields' values, in one call
+_NUMBERS = frozenset((int, float))
 _USUAL = frozenset((int, float, bool, type(None)))  # the types torch's metrics give those fields (else: each checked)
 
 RECOMPILE_LIMIT_MARK = "recompile limit exceeded"
@@ -154,10 +156,14 @@ class SpanMapper:
             values = _metric_values(m)
         except KeyError:
             values = tuple(map(m.get, _METRIC_FIELDS))
-        for attr, v in zip(_METRIC_ATTRS, values, strict=True):  # the numbers kept (a flag is not one)
-            t = type(v)
-            if t is int or t is float or (t not in _USUAL and isinstance(v, (int, float)) and not isinstance(v, bool)):
-                a[attr] = v
+        types = list(map(type, values))
+        if _USUAL.issuperset(types):  # the numbers kept (a flag is not one), picked in C: torch's usual types
+            a.update(compress(zip(_METRIC_ATTRS, values, strict=True), map(_NUMBERS.__contains__, types)))
+        else:
+            for attr, v in zip(_METRIC_ATTRS, values, strict=True):  # a number of a subclass of its own (NumPy's)
+                t = type(v)
+                if t is int or t is float or (t not in _USUAL and isinstance(v, (int, float)) and not isinstance(v, bool)):
+                    a[attr] = v
         reason = rec.recompile_reason
         if reason:
             text = strip_recompile_prefix(reason)
