@@ -18,6 +18,8 @@ import abc
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from .._core.categories import LIMIT_RAISED, is_recompile_limit_hit
@@ -80,7 +82,9 @@ _CACHE_COUNT_FIELDS = tuple(
     for location in ("local", "remote")
     for result in ("hit", "miss")
 )
+_CACHE_KEYS, _CACHE_COUNTED = tuple(k for k, _ in _CACHE_COUNT_FIELDS), tuple(f for _, f in _CACHE_COUNT_FIELDS)
 BYPASS_PHASES = {"inductor_compile": "fx_graph", "backend_compile": "aot_autograd"}
+_NAME = attrgetter("name")
 # The kinds whose duration is torch's CompilationMetrics.duration_us (CompileRecord.duration_ns); the others' root
 # covers more than torch's record (an export's: the whole call) or torch logs no record for them
 DURATION_KINDS = frozenset({"frame", "backward"})
@@ -419,22 +423,16 @@ class CompileRecord:
 
     def cache_counts(self) -> dict[tuple[str, str, str], int]:
         """The compile's cache lookups: ``(cache, location, result) -> count``, caches ``fx_graph`` and ``aot_autograd``.
-
         Hits and misses are torch's counts in its CompilationMetrics; a bypass is a phase torch marked
-        ``cache_state=bypass`` (local: a bypass never reaches a remote cache). A new dict on each call.
-        """
+        ``cache_state=bypass`` (local: a bypass never reaches a remote cache). A new dict on each call."""
         sealed = self._sealed
         return dict(sealed.cache_counts) if sealed is not None else self._cache_counts()
 
     def _cache_counts(self) -> dict[tuple[str, str, str], int]:
-        m: dict[str, Any] = self.metrics or {}
-        out: dict[tuple[str, str, str], int] = {}
-        for key, counted in _CACHE_COUNT_FIELDS:
-            n = m.get(counted)
-            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                out[key] = n
-        for node in self.phase_nodes():
-            if node.name in BYPASS_PHASES and node.args.get("cache_state") == "bypass":
+        counts = list(map((self.metrics or {}).get, _CACHE_COUNTED))  # in C: most compiles' are all None or 0
+        out = {k: n for k, n in zip(_CACHE_KEYS, counts, strict=True) if type(n) is int and n > 0} if any(counts) else {}
+        for node in compress(nodes := self.phase_nodes(), map(BYPASS_PHASES.__contains__, map(_NAME, nodes))):  # caches'
+            if node.args.get("cache_state") == "bypass":
                 key = (BYPASS_PHASES[node.name], "local", "bypass")
                 out[key] = out.get(key, 0) + 1
         return out
