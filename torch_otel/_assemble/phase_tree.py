@@ -61,8 +61,20 @@ def place(rec: CompileRecord, name: str, ph: str, ts_ns: int, args: dict[str, An
         stack.append(node)
         rec._nodes += 1
     elif ph == "E":
-        # Pop to the matching begin, as torch's own logger does (most often the phase on top).
-        for i in range(len(stack) - 1, 0, -1):
+        top = len(stack) - 1
+        if top > 0 and stack[top].name == name:  # the phase on top (most ends): popped, nothing left open above it
+            node = stack.pop()
+            node.end_ns = ts_ns
+            if args:
+                node.args.update(args)
+            if top == 1 and rec.kind == RUNTIME:  # its outermost phase ended: so has it
+                rec.root.end_ns = ts_ns
+                stack.clear()
+                rec._ended = True
+                return True
+            return False
+        # Pop to the matching begin, as torch's own logger does.
+        for i in range(top - 1, 0, -1):
             if stack[i].name == name:
                 node = stack[i]
                 node.end_ns = ts_ns

@@ -26,6 +26,8 @@ from .._parse.records import (
 
 __all__ = ["Processing"]
 
+_TIMES = frozenset((int, float))  # the types of a chromium event's ``ts`` placed as it is
+
 
 class Processing:
     """The queue's items into events, into ``assembler``; ``tapped``: the event types a tap of the attach table
@@ -80,7 +82,7 @@ class Processing:
         except (KeyError, TypeError):  # not torch's usual shape: typed, as replay's are
             pass
         else:
-            if type(name) is str and type(args) is dict and (type(ts) is int or type(ts) is float) and ph in PHASE_TYPES:
+            if type(name) is str and type(args) is dict and type(ts) in _TIMES and ph in PHASE_TYPES:
                 cid = parse_compile_id(text)  # each text parsed once (its cache)
                 if cid is not None and self.assembler.feed_frame_phase(name, ph, int(ts * 1000), args, cid):
                     return
