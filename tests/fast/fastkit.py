@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
 from torch_otel._assemble.assembler import Assembler
 from torch_otel._core.compile_id import CompileId, parse_compile_id
 from torch_otel._model.events import MetricsEvent, PhaseEvent
@@ -155,3 +157,21 @@ def chromium(name: str, ph: str, ts_us: float, compile_id: str = "0/0", clock: s
 
 def log(*records: list[bytes]) -> bytes:
     return b"\n".join(line for rec in records for line in rec) + b"\n"
+
+
+class KeptMetrics(MetricExporter):
+    """A metric exporter that keeps what it is given (a reader's every collection)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.exports: list[Any] = []
+
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        self.exports.append(metrics_data)
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass

@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    MetricExporter,
-    MetricExportResult,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, ExponentialBucketHistogramAggregation
 
+from tests.fast.fastkit import KeptMetrics
 from torch_otel._otel.meter_histograms import HistogramExporter, owned_histograms_for
 from torch_otel._sinks.metrics import DURATION_BUCKETS, GUARD_BUCKETS, SERIES
 from torch_otel._sinks.otel_metrics import OTelBackend
@@ -41,22 +40,7 @@ ids = st.none() | st.tuples(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1
 step = st.one_of(st.tuples(st.just("observe"), st.sampled_from(NAMES), st.integers(0, 1), values, ids), st.just(("export",)))
 
 
-class Kept(MetricExporter):
-    """An exporter that keeps what it is given (a reader's every collection)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.exports: list[Any] = []
-
-    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        self.exports.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        pass
+Kept = KeptMetrics
 
 
 def _provider(exporter: Any) -> MeterProvider:

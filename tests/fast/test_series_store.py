@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
+from tests.fast.fastkit import KeptMetrics
 from torch_otel._core.settings import Settings
 from torch_otel._otel.meter_histograms import HistogramExporter, own, owned_histograms, owned_histograms_for
 from torch_otel._parse.trace_log import ReplayStats
@@ -27,25 +28,9 @@ from torch_otel._sinks.spans import SpanMapper
 LOG = Path(__file__).resolve().parents[1] / "data" / "tlparse-corpus" / "multi_rank_runtime_rank_0.log.gz"
 
 
-class Kept(MetricExporter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.exports: list[Any] = []
-
-    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        self.exports.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        pass
-
-
-def _meter_provider() -> tuple[MeterProvider, Kept]:
+def _meter_provider() -> tuple[MeterProvider, KeptMetrics]:
     """A meter provider as the bridge builds its own: its histograms exported by the bridge."""
-    kept = Kept()
+    kept = KeptMetrics()
     table = owned_histograms_for([kept], {})
     assert table is not None
     mp = MeterProvider(
@@ -75,7 +60,7 @@ def _prometheus(registry: CollectorRegistry) -> list[Any]:
     return sorted(out, key=repr)
 
 
-def _otel(mp: MeterProvider, kept: Kept) -> dict[str, Any]:
+def _otel(mp: MeterProvider, kept: KeptMetrics) -> dict[str, Any]:
     """Every point of the last export, the clock's readings and the exemplars' ids left out."""
     mp.force_flush()
     out: dict[str, Any] = {}

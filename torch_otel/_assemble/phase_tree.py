@@ -61,20 +61,15 @@ def place(rec: CompileRecord, name: str, ph: str, ts_ns: int, args: dict[str, An
         stack.append(node)
         rec._nodes += 1
     elif ph == "E":
-        top = len(stack) - 1
-        if top > 0 and stack[top].name == name:  # the phase on top (most ends): popped, nothing left open above it
+        last = len(stack) - 1
+        if last > 0 and stack[last].name == name:  # the phase on top (most ends): popped, nothing left open above it
             node = stack.pop()
             node.end_ns = ts_ns
             if args:
                 node.args.update(args)
-            if top == 1 and rec.kind == RUNTIME:  # its outermost phase ended: so has it
-                rec.root.end_ns = ts_ns
-                stack.clear()
-                rec._ended = True
-                return True
-            return False
+            return last == 1 and _runtime_ended(rec, ts_ns)
         # Pop to the matching begin, as torch's own logger does.
-        for i in range(top - 1, 0, -1):
+        for i in range(last - 1, 0, -1):
             if stack[i].name == name:
                 node = stack[i]
                 node.end_ns = ts_ns
@@ -85,18 +80,23 @@ def place(rec: CompileRecord, name: str, ph: str, ts_ns: int, args: dict[str, An
                         unclosed.end_ns = ts_ns
                         stats["unmatched_phase_begins"] += 1
                 del stack[i:]
-                if i == 1 and rec.kind == RUNTIME:  # its outermost phase ended: so has it
-                    rec.root.end_ns = ts_ns
-                    stack.clear()
-                    rec._ended = True
-                    return True
-                return False
+                return i == 1 and _runtime_ended(rec, ts_ns)
         stats["unmatched_phase_ends"] += 1
     else:
         top = stack[-1] if stack else rec.root
         if len(top.instants) < 64:
             top.instants.append((name, ts_ns, dict(args)))
     return False
+
+
+def _runtime_ended(rec: CompileRecord, ts_ns: int) -> bool:
+    """Its outermost phase has ended: a runtime record has ended with it (True); a compile's root has not (False)."""
+    if rec.kind != RUNTIME:
+        return False
+    rec.root.end_ns = ts_ns
+    rec._stack.clear()
+    rec._ended = True
+    return True
 
 
 def _worker_phase(rec: CompileRecord, ev: PhaseEvent, top: PhaseNode, args: dict[str, Any], stats: Counter[str]) -> None:
