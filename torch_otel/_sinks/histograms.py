@@ -76,12 +76,13 @@ class HistogramCells:
             for name, labels, value, ids in observations:
                 try:
                     bounds = bounds_of[name]
+                    counted = value >= 0 and value != inf  # what both count (a value that is no number raises here)
                     cell = cells_of[name].get(labels)
                     if cell is None:
                         n = len(bounds) + 1
                         cell = cells_of[name][labels] = [[0] * n, 0.0, 0, 0, inf, -inf, now, [None] * n, None]
                     cell[1] += value  # SUM
-                    if value >= 0 and value != inf:
+                    if counted:
                         i = bisect_left(bounds, value)
                         cell[0][i] += 1  # COUNTS
                         cell[2] += value  # INTERVAL
