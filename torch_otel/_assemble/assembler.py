@@ -546,13 +546,13 @@ class Assembler:
                     self.stats["unmatched_phase_begins"] += 1
         rec._stack.clear()
         rec._lanes = None
-        rec._all_nodes = nodes  # the finished tree's nodes, listed once (CompileRecord.phase_nodes)
         if rec.kind == "export" and rec.root.name == "fullgraph_capture":
             # A strict export that torch logged on its own (replay): its tree is the live one's, torch.export around
             # torch's capture. The log holds nothing of the export call before and after the capture.
             capture = rec.root
             rec.root = PhaseNode("export", capture.start_ns, capture.end_ns, args={"strict": True}, children=[capture])
-            rec._all_nodes = [rec.root, *nodes]
+        else:
+            rec._all_nodes = nodes  # the finished tree's nodes, listed once (CompileRecord.phase_nodes; seal lists a new root's)
         self.stats[f"compiles_{rec.kind}"] += 1
         if self.stamp is not None:
             self._guard("stamp", self.stamp, rec, True)

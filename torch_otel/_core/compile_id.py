@@ -56,16 +56,15 @@ def parse_compile_id(text: object) -> CompileId | None:
         pass
     if not isinstance(text, str) or not text or text == "None":
         return None
-    cid = _parse_cached(text)
+    cid = _parse(text)
     if len(_parsed) >= 4096:
         _parsed.clear()
     _parsed[text] = cid
     return cid
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_cached(text: str) -> CompileId | None:
-    """Every phase event of a compile carries the same id string: parse it once (ids are immutable)."""
+def _parse(text: str) -> CompileId | None:
+    """A text's id, parsed (once per text: ``parse_compile_id`` keeps it)."""
     m = _ID_RE.match(text.strip())
     if not m or (m.group(1) is None and m.group(2) is None):
         return None

@@ -48,7 +48,6 @@ class OTelBackend:
         self._instruments: dict[str, Any] = {}
         self.store = series_store(series) if store is None else store
         self._series = self.store.series
-        self._is_histogram = {s.name: s.instrument == "histogram" for s in self._series.values()}
         self._attrs: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
         # the meter provider's histograms, where the bridge built it: the store's cells, exported by the bridge
         self._histograms = histograms
@@ -97,7 +96,7 @@ class OTelBackend:
             self.record(observations)
 
     def _record_histograms(self, observations: Sequence[Observation]) -> None:
-        is_histogram = self._is_histogram
+        is_histogram = self.store.is_histogram
         for ob in observations:
             try:
                 name = ob[0]

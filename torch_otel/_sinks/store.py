@@ -33,7 +33,7 @@ class SeriesStore:
             for s in series.values()
             if s.instrument == "histogram"
         )
-        self._is_histogram = {s.name: s.instrument == "histogram" for s in series.values()}
+        self.is_histogram = {s.name: s.instrument == "histogram" for s in series.values()}
 
     def after_fork_in_child(self) -> None:
         self.numbers.after_fork_in_child()
@@ -43,7 +43,7 @@ class SeriesStore:
         """Each ``(name, labels, value, exemplar)``: a histogram's value counted with its exemplar (the compile's root
         span's trace and span ids, or None), a counter's added, a gauge's set. One that fails is counted, and the rest
         still go."""
-        is_histogram = self._is_histogram
+        is_histogram = self.is_histogram
         values: list[Observation] = []
         numbers: list[Observation] = []
         for ob in observations:
